@@ -1,0 +1,30 @@
+# kv-offload: `make test` and `make demo` are the two entry points (see README.md).
+BUILD        ?= build
+BUILD_TYPE   ?= RelWithDebInfo
+CMAKE_FLAGS  ?=
+CTEST_FLAGS  ?=
+JOBS         ?= $(shell nproc)
+
+.PHONY: all deps configure build test demo clean
+all: build
+
+deps:
+	./hack/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVOFFLOAD_WERROR=ON $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+demo: build
+	./hack/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+# Each part adds its own targets (e2e, bench, fuzz, images, ...) in mk/<part>.mk.
+-include $(wildcard mk/*.mk)
