@@ -25,6 +25,7 @@ class Metrics {
   void RecordCertReload(bool ok);
   uint64_t admissions(Outcome outcome) const;
   uint64_t lookups(ObjectKind kind, LookupResult result) const;
+  uint64_t cert_reloads(bool ok) const { return (ok ? cert_reloads_ok_ : cert_reloads_failed_).load(); }
   std::string Render() const;
 
  private:
