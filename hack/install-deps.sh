@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libspdlog-dev libyaml-cpp-dev
+  libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   liburing-dev libgtest-dev libgmock-dev
   python3 curl
 )

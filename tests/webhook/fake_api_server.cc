@@ -47,6 +47,8 @@ FakeApiServer::FakeApiServer(const std::filesystem::path& dir) {
   });
   port_ = server_->bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() does nothing before listen_after_bind() has begun; wait so the destructor can stop it.
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 FakeApiServer::~FakeApiServer() {

@@ -166,6 +166,23 @@ TEST_F(KubeClientTest, ServesRecentAnswerWhenApiServerFails) {
   EXPECT_EQ(Resolve(plain, "other", &cache).status().code(), StatusCode::kUnavailable);
 }
 
+TEST_F(KubeClientTest, NotFoundIsNotCached) {
+  KubeClusterReader kube(Connection());
+  CachingClusterReader cache(&kube, std::chrono::seconds(60), std::chrono::minutes(5), nullptr);
+  const ObjectRef pvc{ObjectKind::kPersistentVolumeClaim, "team-a", "late"};
+  Result<std::optional<json>> before = cache.Get(pvc);
+  ASSERT_TRUE(before.ok());
+  EXPECT_FALSE(before->has_value());
+  api_->Put("/api/v1/namespaces/team-a/persistentvolumeclaims/late", {{"kind", "PersistentVolumeClaim"}});
+  Result<std::optional<json>> after = cache.Get(pvc);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->has_value());
+  // An object that exists is kept for the TTL.
+  EXPECT_EQ(api_->Requests("/api/v1/namespaces/team-a/persistentvolumeclaims/late"), 2);
+  ASSERT_TRUE(cache.Get(pvc).ok());
+  EXPECT_EQ(api_->Requests("/api/v1/namespaces/team-a/persistentvolumeclaims/late"), 2);
+}
+
 TEST_F(KubeClientTest, PvcRefDeniedUntilThePvcExists) {
   KubeClusterReader kube(Connection());
   AdmissionHandler handler(AdmissionOptions{}, &kube);

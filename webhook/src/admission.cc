@@ -72,7 +72,8 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
                       "\" is not supported; configure admissionReviewVersions: [v1]",
                   Outcome::kError);
   }
-  const json& request = review->contains("request") ? (*review)["request"] : json();
+  json no_request;
+  json& request = review->contains("request") ? (*review)["request"] : no_request;
   const std::string uid = StringAt(request, "uid");
   if (uid.empty()) return Reject("", 400, "AdmissionReview has no request.uid", Outcome::kError);
 
@@ -91,7 +92,7 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   if (!request.contains("object") || !request["object"].is_object()) {
     return Reject(uid, 400, "AdmissionReview has no request.object", Outcome::kError);
   }
-  const json& pod = request["object"];
+  json& pod = request["object"];
   const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
   const json& labels = metadata.is_object() && metadata.contains("labels") ? metadata["labels"]
                                                                            : json();
@@ -118,7 +119,7 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   }
 
   MutationInput in;
-  in.pod = pod;
+  in.pod = std::move(pod);  // the review is not read again: no copy of a large pod
   in.namespace_name = ns;
   in.spec = std::move(*resolution->spec);
   in.source = resolution->source;
@@ -131,11 +132,20 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   if (mutation.patch.empty()) {
     return Allow(uid, mutation.warnings, Outcome::kUnchanged, "already injected");
   }
-  json fields = {{"allowed", true},
-                 {"patchType", "JSONPatch"},
-                 {"patch", Base64(mutation.patch.dump(-1, ' ', false, json::error_handler_t::replace))}};
-  if (!mutation.warnings.empty()) fields["warnings"] = mutation.warnings;
-  return Answer(uid, fields, Outcome::kInjected, "injected from " + in.source.description);
+  // Assembled by hand around the base64 patch: it needs no escaping, and running a few KB of
+  // it through the JSON serializer was a fifth of the cost of an admission.
+  std::string answer =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":)";
+  answer += json(uid).dump(-1, ' ', false, json::error_handler_t::replace);
+  answer += R"(,"allowed":true,"patchType":"JSONPatch","patch":")";
+  answer += Base64(mutation.patch.dump(-1, ' ', false, json::error_handler_t::replace));
+  answer += '"';
+  if (!mutation.warnings.empty()) {
+    answer += R"(,"warnings":)";
+    answer += json(mutation.warnings).dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  answer += "}}";
+  return {200, std::move(answer), Outcome::kInjected, "injected from " + in.source.description};
 }
 
 }  // namespace kvoffload::webhook

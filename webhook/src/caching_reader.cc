@@ -36,8 +36,12 @@ CachingClusterReader::Answer CachingClusterReader::Get(const ObjectRef& ref) {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[ref];
     if (answer.ok()) {
-      e.last_good = answer;
-      e.fetched_at = Clock::now();
+      // Only objects that exist are kept: a PVC created right after a denial must be seen by
+      // the retry, not hidden behind a cached "not found" for the TTL.
+      if (answer->has_value()) {
+        e.last_good = answer;
+        e.fetched_at = Clock::now();
+      }
       Record(ref.kind, LookupResult::kMiss);
     } else if (e.last_good && Clock::now() - e.fetched_at < stale_ttl_) {
       result = *e.last_good;  // the API server failed; a recent answer beats a denial

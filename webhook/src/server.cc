@@ -14,6 +14,10 @@ constexpr char kTls12Ciphers[] =
     "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
+void WaitUntilRunning(const httplib::Server* srv) {
+  while (!srv->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 }  // namespace
 
 Server::Server(ServerOptions options, AdmissionHandler* handler, Metrics* metrics)
@@ -66,8 +70,13 @@ void Server::Routes() {
   const int threads = options_.threads;
   https_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   https_->set_payload_max_length(kMaxAdmissionBodyBytes);
+  // Headers and body go out in separate writes; with Nagle on, the second waits for the
+  // client's delayed ACK (40 ms).
+  https_->set_tcp_nodelay(true);
   https_->set_keep_alive_max_count(1000);
-  https_->set_keep_alive_timeout(10);
+  // Idle keep-alive connections hold a worker until this runs out, also at shutdown: it bounds
+  // how long SIGTERM takes after --shutdown-delay. The API server simply reconnects.
+  https_->set_keep_alive_timeout(5);
   https_->set_read_timeout(10, 0);
   https_->set_write_timeout(10, 0);
   https_->set_exception_handler([this](const httplib::Request&, httplib::Response& res,
@@ -142,6 +151,10 @@ Status Server::Start() {
     metrics_thread_ = std::thread([this] { metrics_http_->listen_after_bind(); });
   }
   https_thread_ = std::thread([this] { https_->listen_after_bind(); });
+  // stop() is a no-op until listen_after_bind() has begun, so a Shutdown() right after Start()
+  // would leave the listener running and the join waiting forever.
+  WaitUntilRunning(https_.get());
+  if (metrics_http_) WaitUntilRunning(metrics_http_.get());
   certs_->StartPolling(options_.cert_poll_interval);
   ready_ = true;
   LogEvent(spdlog::level::info, "serving",
