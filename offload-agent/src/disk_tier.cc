@@ -365,23 +365,24 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* co
   stats_.read_ns += t1 - t0;
 }
 
-void DiskTier::ReadBatch(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                         std::span<Status> results) {
-  std::vector<bool> pinned(keys.size(), false);
-  {
-    std::lock_guard lock(mu_);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto it = entries_.find(keys[i]);
-      if (it == entries_.end() || it->second.doomed) {
-        results[i] = Status::NotFound("block " + keys[i].ToHex() + " is not in " + options_.name);
-        continue;
-      }
-      ++it->second.pins;
-      if (!it->second.evicting) policy_->OnAccess(keys[i]);
-      pinned[i] = true;
-      results[i] = Status::Ok();
+void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end() || it->second.doomed) {
+      results[i] = Status::NotFound("block " + keys[i].ToHex() + " is not in " + options_.name);
+      continue;
     }
+    ++it->second.pins;
+    if (!it->second.evicting) policy_->OnAccess(keys[i]);
+    results[i] = Status::Ok();
   }
+}
+
+void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
+                          std::span<Status> results) {
+  std::vector<bool> pinned(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
   ReadFiles(keys, dsts, results);
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -57,10 +57,14 @@ class DiskTier {
   // (now) here; ResourceExhausted when no room can be made; IOError on a failed write.
   Status Insert(const BlockKey& key, std::byte* file);
 
-  // Reads and verifies each block into dsts[i] (BlockFileBytes each, aligned). A block that
-  // fails verification is removed and reported as Corruption; one that is gone as NotFound.
-  void ReadBatch(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                 std::span<Status> results);
+  // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
+  // takes them before ReadPinned. Callers pin before making room anywhere in the cascade.
+  void Pin(std::span<const BlockKey> keys, std::span<Status> results);
+  // Reads and verifies each pinned block (results[i] OK) into dsts[i] (BlockFileBytes each,
+  // aligned), then unpins it. A block that fails verification is removed and reported as
+  // Corruption; one that another process removed, as NotFound.
+  void ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
+                  std::span<Status> results);
 
   void RecordLookup(bool hit);
   TierStats Stats();

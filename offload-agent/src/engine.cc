@@ -235,12 +235,40 @@ class EngineImpl final : public Engine {
   }
 
   Status RunStore(const std::vector<BlockKey>& keys, const std::vector<void*>& ptrs) {
-    std::vector<size_t> taken;
+    std::vector<size_t> taken;  // slots reserved, data not copied yet
     std::vector<CopyOp> ops;
     Status first_error;
+    // Copies the reserved blocks in and publishes them, freeing their pins for eviction: a
+    // batch larger than the pinned tier is stored in pieces that fit.
+    auto flush = [&] {
+      if (ops.empty()) return;
+      const uint64_t t0 = NowNs();
+      Status copied = CopyAndWait(CopyDirection::kDeviceToHost, ops);
+      d2h_ns_ += NowNs() - t0;
+      for (size_t i : taken) {
+        if (copied.ok()) {
+          cpu_->CommitInsert(keys[i], /*keep_pinned=*/false);
+        } else {
+          cpu_->AbortInsert(keys[i]);
+        }
+      }
+      if (copied.ok()) {
+        stored_blocks_ += taken.size();
+        d2h_bytes_ += taken.size() * config_.block_bytes;
+      } else {
+        failed_stores_ += taken.size();
+        if (first_error.ok()) first_error = copied;
+      }
+      taken.clear();
+      ops.clear();
+    };
     for (size_t i = 0; i < keys.size(); ++i) {
       if (Locate(keys[i], /*record=*/false) != kTierMiss) continue;  // already offloaded
       Result<std::byte*> slot = cpu_->BeginInsert(keys[i]);
+      if (slot.status().code() == StatusCode::kResourceExhausted && !taken.empty()) {
+        flush();  // our own reserved slots were the pinned ones
+        slot = cpu_->BeginInsert(keys[i]);
+      }
       if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
       if (!slot.ok()) {
         ++failed_stores_;
@@ -250,23 +278,7 @@ class EngineImpl final : public Engine {
       taken.push_back(i);
       ops.push_back(CopyOp{*slot, ptrs[i], config_.block_bytes});
     }
-    if (ops.empty()) return first_error;
-    const uint64_t t0 = NowNs();
-    Status copied = CopyAndWait(CopyDirection::kDeviceToHost, ops);
-    d2h_ns_ += NowNs() - t0;
-    for (size_t i : taken) {
-      if (copied.ok()) {
-        cpu_->CommitInsert(keys[i], /*keep_pinned=*/false);
-      } else {
-        cpu_->AbortInsert(keys[i]);
-      }
-    }
-    if (!copied.ok()) {
-      failed_stores_ += taken.size();
-      return copied;
-    }
-    stored_blocks_ += taken.size();
-    d2h_bytes_ += taken.size() * config_.block_bytes;
+    flush();
     return first_error;
   }
 
@@ -289,9 +301,17 @@ class EngineImpl final : public Engine {
       }
       from_disk[static_cast<size_t>(tier - 1)].push_back(i);
     }
+    // Pin every disk block first: making room for promotions cascades evictions down the
+    // tiers, which must not take the blocks this job is about to read.
+    std::vector<DiskBatch> batches(disks_.size());
+    for (size_t t = 0; t < disks_.size(); ++t) {
+      for (size_t i : from_disk[t]) batches[t].keys.push_back(keys[i]);
+      batches[t].result.resize(batches[t].keys.size());
+      if (!batches[t].keys.empty()) disks_[t]->Pin(batches[t].keys, batches[t].result);
+    }
     std::vector<AlignedBuffer> bounce;
     for (size_t t = 0; t < disks_.size(); ++t) {
-      if (!from_disk[t].empty()) Promote(t, from_disk[t], keys, src, pinned, result, bounce);
+      if (!from_disk[t].empty()) Promote(t, from_disk[t], batches[t], src, pinned, result, bounce);
     }
     std::vector<CopyOp> ops;
     for (size_t i = 0; i < n; ++i) {
@@ -312,55 +332,56 @@ class EngineImpl final : public Engine {
     }
     loaded_blocks_ += ops.size();
     h2d_bytes_ += ops.size() * config_.block_bytes;
-    size_t failed = n - ops.size();
+    const size_t failed = n - ops.size();
     if (failed == 0) return Status::Ok();
     failed_loads_ += failed;
     for (size_t i = 0; i < n; ++i) {
-      if (!result[i].ok()) {
-        return Status(result[i].code() == StatusCode::kIOError
-                          ? Status::IOError(std::to_string(failed) + " of " + std::to_string(n) +
-                                            " blocks not loaded; first: " + result[i].message())
-                          : Status::NotFound(std::to_string(failed) + " of " + std::to_string(n) +
-                                             " blocks not loaded; first: " +
-                                             result[i].message()));
-      }
+      if (result[i].ok()) continue;
+      std::string msg = std::to_string(failed) + " of " + std::to_string(n) +
+                        " blocks not loaded; first: " + result[i].message();
+      return result[i].code() == StatusCode::kIOError ? Status::IOError(std::move(msg))
+                                                       : Status::NotFound(std::move(msg));
     }
     return Status::Ok();
   }
 
-  // Reads blocks of disk tier t into fresh pinned slots (promotion), or into private buffers
-  // when the cpu tier cannot take them now; a failed read leaves result[i] set.
-  void Promote(size_t t, const std::vector<size_t>& idx, const std::vector<BlockKey>& keys,
+  // The blocks one load reads from one disk tier, pinned there.
+  struct DiskBatch {
+    std::vector<BlockKey> keys;
+    std::vector<Status> result;  // from DiskTier::Pin, then from the read
+  };
+
+  // Reads the pinned blocks of disk tier t into fresh pinned slots (promotion), or into
+  // private buffers when the cpu tier cannot take them now; a failed read sets result[i].
+  void Promote(size_t t, const std::vector<size_t>& idx, DiskBatch& batch,
                std::vector<const std::byte*>& src, std::vector<bool>& pinned,
                std::vector<Status>& result, std::vector<AlignedBuffer>& bounce) {
     const size_t file_bytes = BlockFileBytes(config_.block_bytes);
-    std::vector<BlockKey> k;
-    std::vector<std::byte*> dst;
-    std::vector<bool> promoted;
-    for (size_t i : idx) {
-      k.push_back(keys[i]);
-      Result<std::byte*> slot = cpu_->BeginInsert(keys[i]);
-      promoted.push_back(slot.ok());
+    std::vector<std::byte*> dst(idx.size(), nullptr);
+    std::vector<bool> promoted(idx.size(), false);
+    for (size_t j = 0; j < idx.size(); ++j) {
+      if (!batch.result[j].ok()) continue;  // gone since the lookup
+      Result<std::byte*> slot = cpu_->BeginInsert(batch.keys[j]);
+      promoted[j] = slot.ok();
       if (slot.ok()) {
-        dst.push_back(*slot);
+        dst[j] = *slot;
       } else {
         bounce.emplace_back(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, file_bytes)));
-        dst.push_back(bounce.back().get());
+        dst[j] = bounce.back().get();
       }
     }
-    std::vector<Status> read(k.size());
-    disks_[t]->ReadBatch(k, dst, read);
+    disks_[t]->ReadPinned(batch.keys, dst, batch.result);
     for (size_t j = 0; j < idx.size(); ++j) {
       const size_t i = idx[j];
-      if (read[j].ok()) {
+      if (batch.result[j].ok()) {
         src[i] = dst[j];
         if (promoted[j]) {
-          cpu_->CommitInsert(keys[i], /*keep_pinned=*/true);
+          cpu_->CommitInsert(batch.keys[j], /*keep_pinned=*/true);
           pinned[i] = true;
         }
       } else {
-        result[i] = read[j];
-        if (promoted[j]) cpu_->AbortInsert(keys[i]);
+        result[i] = batch.result[j];
+        if (promoted[j]) cpu_->AbortInsert(batch.keys[j]);
       }
     }
   }
