@@ -204,11 +204,12 @@ bool DiskTier::Contains(const BlockKey& key) {
 
 Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
   std::unique_lock lock(mu_);
-  for (;;) {
-    auto it = entries_.find(key);
-    if (it == entries_.end()) break;
+  if (auto it = entries_.find(key); it != entries_.end()) {
     if (!it->second.evicting && !it->second.doomed) return Status::Ok();  // already here
-    cv_.wait(lock);  // the old copy is leaving; write the new one after it is gone
+    // The old copy is leaving. Waiting for it could wait on a job that waits on us, so this
+    // copy is given up (the caller counts it as dropped).
+    return Status::Unavailable("block " + key.ToHex() + " is being removed from " +
+                               options_.name);
   }
   if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
   inserting_.insert(key);
@@ -279,7 +280,7 @@ void DiskTier::Evict(const BlockKey& key) {
   std::unique_lock lock(mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   if (!taken) ++stats_.dropped;
-  cv_.wait(lock, [&] { return entries_[key].pins == 0; });
+  // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks.
   RemoveLocked(key);
 }
 
@@ -369,12 +370,13 @@ void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = entries_.find(keys[i]);
-    if (it == entries_.end() || it->second.doomed) {
+    // A block being evicted is on its way down: a miss here, so no reader ever delays eviction.
+    if (it == entries_.end() || it->second.doomed || it->second.evicting) {
       results[i] = Status::NotFound("block " + keys[i].ToHex() + " is not in " + options_.name);
       continue;
     }
     ++it->second.pins;
-    if (!it->second.evicting) policy_->OnAccess(keys[i]);
+    policy_->OnAccess(keys[i]);
     results[i] = Status::Ok();
   }
 }
@@ -398,7 +400,7 @@ void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* c
     } else if (!results[i].ok()) {
       ++stats_.io_errors;
     }
-    if (e.pins == 0 && e.doomed && !e.evicting) RemoveLocked(keys[i]);
+    if (e.pins == 0 && e.doomed) RemoveLocked(keys[i]);
   }
   cv_.notify_all();
 }

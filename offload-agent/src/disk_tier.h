@@ -1,7 +1,8 @@
 // One disk tier: a directory of checksummed block files with an eviction policy and a capacity
 // it never exceeds. Evicted blocks are handed to a sink (the next tier, or dropped).
-// Thread-safe: one mutex guards the index; file I/O and the sink run outside it, and blocks
-// being read are pinned so that eviction waits for them.
+// Thread-safe: one mutex guards the index; file I/O and the sink run outside it. Blocks being
+// read are pinned so that eviction skips them; no call ever waits for a pin to drop (the pin
+// holder may be a job waiting on this tier), which keeps the cascade deadlock-free.
 #ifndef KVOFFLOAD_SRC_DISK_TIER_H_
 #define KVOFFLOAD_SRC_DISK_TIER_H_
 
@@ -74,7 +75,7 @@ class DiskTier {
  private:
   struct Entry {
     uint32_t pins = 0;       // reads in flight
-    bool evicting = false;   // chosen as victim; removed once pins drop to 0
+    bool evicting = false;   // chosen as victim (unpinned then); being cascaded and removed
     bool doomed = false;     // found corrupt or gone; removed once pins drop to 0
   };
 
@@ -108,7 +109,7 @@ class DiskTier {
   size_t recovered_ = 0;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // an entry's pins dropped or an eviction finished
+  std::condition_variable cv_;  // an eviction or an insert finished
   std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;   // guarded by mu_
   std::unordered_set<BlockKey, BlockKeyHash> inserting_;        // guarded by mu_
   // Other fingerprints' block files (path, bytes) in a persistent tier, newest first: evicted

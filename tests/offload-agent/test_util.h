@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -172,13 +174,18 @@ inline uint64_t FilesUnder(const std::string& dir, const std::string& suffix = "
   return n;
 }
 
+// Bytes of block and temp files under dir, each inode once: publishing links the temp file to
+// its final name, and for that moment both names share the same data blocks.
 inline uint64_t BytesUnder(const std::string& dir) {
   uint64_t n = 0;
+  std::set<ino_t> seen;
   std::error_code ec;
   for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
     const std::string p = f.path().string();
-    if (f.is_regular_file(ec) && (p.ends_with(".blk") || p.ends_with(".tmp"))) {
-      n += f.file_size(ec);
+    struct stat st {};
+    if ((p.ends_with(".blk") || p.ends_with(".tmp")) && ::stat(p.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode) && seen.insert(st.st_ino).second) {
+      n += static_cast<uint64_t>(st.st_size);
     }
   }
   return n;
