@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <cstddef>
@@ -24,11 +25,17 @@
 
 namespace kvoffload::testing {
 
-// A fresh directory removed with everything in it at the end of the scope. Defaults to the
-// build tree's disk (ext4 here, so O_DIRECT works); pass "/dev/shm" for tmpfs.
+// Where scratch directories go: $KVOFFLOAD_TEST_SCRATCH, else the build tree's disk (ext4
+// here, so O_DIRECT works).
+inline std::string ScratchBase() {
+  const char* env = std::getenv("KVOFFLOAD_TEST_SCRATCH");
+  return env != nullptr && *env != '\0' ? env : KVOFFLOAD_TEST_SCRATCH;
+}
+
+// A fresh directory removed with everything in it at the end of the scope.
 class TempDir {
  public:
-  explicit TempDir(const std::string& base = KVOFFLOAD_TEST_SCRATCH) {
+  explicit TempDir(const std::string& base = ScratchBase()) {
     std::filesystem::create_directories(base);
     std::string tmpl = base + "/kvo-XXXXXX";
     char* p = ::mkdtemp(tmpl.data());
