@@ -70,7 +70,8 @@ Status DiskTier::Init() {
                                    " bytes");
   }
   std::error_code ec;
-  if (!c.persistent) fs::remove_all(FormatRoot(c.path), ec);  // a fresh pod starts empty
+  // A fresh pod starts empty; a shared directory is never wiped (other replicas are using it).
+  if (!c.persistent && !c.shared) fs::remove_all(FormatRoot(c.path), ec);
   fs::create_directories(dir_, ec);
   if (ec) return Status::IOError(where + ": cannot create " + dir_ + ": " + ec.message());
   direct_ = SupportsODirect(dir_);
