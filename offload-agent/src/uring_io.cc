@@ -59,49 +59,37 @@ class Ring {
     pending.reserve(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
       ops[i].done = 0;
-      ops[i].status = Status::Ok();
-      if (ops[i].len > 0) pending.push_back(i);
+      ops[i].status = broken_.ok() ? Status::Ok() : broken_;
+      if (ops[i].len > 0 && broken_.ok()) pending.push_back(i);
     }
-    size_t in_flight = 0;
-    while (!pending.empty() || in_flight > 0) {
-      // Fill the submission queue, then submit everything with one syscall.
-      while (!pending.empty() && in_flight < depth) {
+    size_t queued = 0;     // prepared in the SQ ring, not yet accepted by the kernel
+    size_t in_flight = 0;  // accepted by the kernel, completion not reaped yet
+    while (!pending.empty() || queued > 0 || in_flight > 0) {
+      // Fill the submission queue, then submit everything and wait with one syscall.
+      while (!pending.empty() && queued + in_flight < depth) {
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
         if (sqe == nullptr) break;
         size_t i = pending.back();
         pending.pop_back();
         Prep(sqe, ops[i], iovs);
         io_uring_sqe_set_data64(sqe, i);
-        ++in_flight;
+        ++queued;
       }
-      int rc = io_uring_submit_and_wait(&ring_, 1);
-      if (rc < 0 && rc != -EINTR) {
-        FailAll(ops, in_flight, pending, ErrnoStatus(-rc, "io_uring_submit"));
+      int rc = io_uring_submit_and_wait(&ring_, 1);  // the loop guarantees work in flight
+      if (rc >= 0) {
+        queued -= std::min(queued, static_cast<size_t>(rc));
+        in_flight += static_cast<size_t>(rc);
+      } else if (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        // The prepared entries stay in the ring and would run with a later caller's data:
+        // this ring is unusable from now on; fail what remains once the kernel is done.
+        broken_ = ErrnoStatus(-rc, "io_uring_submit");
+        Drain(ops, in_flight);
+        for (IoOp& op : ops) {
+          if (op.status.ok() && op.done < op.len) op.status = broken_;
+        }
         return;
       }
-      io_uring_cqe* cqe = nullptr;
-      unsigned head = 0;
-      unsigned seen = 0;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
-        ++seen;
-        --in_flight;
-        auto i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
-        IoOp& op = ops[i];
-        const char* what = op.kind == IoOp::Kind::kRead ? "io_uring read" : "io_uring write";
-        if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
-          pending.push_back(i);
-        } else if (cqe->res < 0) {
-          op.status = ErrnoStatus(-cqe->res, what);
-        } else if (cqe->res == 0) {
-          op.status = Status::IOError(std::string(what) + ": short transfer (" +
-                                      std::to_string(op.done) + " of " + std::to_string(op.len) +
-                                      " bytes)");
-        } else {
-          op.done += static_cast<size_t>(cqe->res);
-          if (op.done < op.len) pending.push_back(i);  // resubmit the remainder
-        }
-      }
-      io_uring_cq_advance(&ring_, seen);
+      Reap(ops, in_flight, pending);
     }
   }
 
@@ -134,22 +122,48 @@ class Ring {
     return -1;
   }
 
-  void FailAll(std::span<IoOp> ops, size_t in_flight, const std::vector<size_t>& pending,
-               const Status& s) {
-    // Reap what the kernel still owns before the caller may free the buffers.
+  // Consumes the available completions; requeues short or interrupted transfers.
+  void Reap(std::span<IoOp> ops, size_t& in_flight, std::vector<size_t>& pending) {
+    io_uring_cqe* cqe = nullptr;
+    unsigned head = 0;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++seen;
+      --in_flight;
+      auto i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+      IoOp& op = ops[i];
+      const char* what = op.kind == IoOp::Kind::kRead ? "io_uring read" : "io_uring write";
+      if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
+        pending.push_back(i);
+      } else if (cqe->res < 0) {
+        op.status = ErrnoStatus(-cqe->res, what);
+      } else if (cqe->res == 0) {
+        op.status = Status::IOError(std::string(what) + ": short transfer (" +
+                                    std::to_string(op.done) + " of " + std::to_string(op.len) +
+                                    " bytes)");
+      } else {
+        op.done += static_cast<size_t>(cqe->res);
+        if (op.done < op.len) pending.push_back(i);  // resubmit the remainder
+      }
+    }
+    io_uring_cq_advance(&ring_, seen);
+  }
+
+  // Waits for every accepted entry, so no buffer is freed while the kernel may still use it.
+  void Drain(std::span<IoOp> ops, size_t in_flight) {
     while (in_flight > 0) {
       io_uring_cqe* cqe = nullptr;
       if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
-      ops[static_cast<size_t>(io_uring_cqe_get_data64(cqe))].status = s;
+      ops[static_cast<size_t>(io_uring_cqe_get_data64(cqe))].status = broken_;
       io_uring_cqe_seen(&ring_, cqe);
       --in_flight;
     }
-    for (size_t i : pending) ops[i].status = s;
   }
 
   io_uring ring_{};
   bool initialised_ = false;
   bool fixed_ = false;
+  Status broken_;  // set when a submission failed for good; guarded by mu
 };
 
 class UringIo final : public DiskIo {
