@@ -52,7 +52,6 @@ class CpuTier {
 
   void RecordLookup(bool hit);
   TierStats Stats();
-  PinnedRegion& pool() { return *pool_; }
   size_t slot_bytes() const { return slot_bytes_; }
   size_t slots() const { return slot_count_; }
 

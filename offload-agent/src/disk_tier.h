@@ -70,7 +70,6 @@ class DiskTier {
   void RecordLookup(bool hit);
   TierStats Stats();
   std::string Describe() const;
-  size_t recovered_blocks() const { return recovered_; }
 
  private:
   struct Entry {

@@ -16,7 +16,6 @@ namespace kvoffload {
 // Front = most recent, back = least recent.
 class KeyList {
  public:
-  bool Contains(const BlockKey& key) const { return index_.contains(key); }
   size_t size() const { return order_.size(); }
   bool empty() const { return order_.empty(); }
 
