@@ -18,20 +18,21 @@ CpuTier::CpuTier(std::unique_ptr<PinnedRegion> pool, size_t block_bytes,
 }
 
 bool CpuTier::Contains(const BlockKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(key);
   return it != entries_.end() &&
          (it->second.state == State::kResident || it->second.state == State::kEvicting);
 }
 
 Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (entries_.contains(key)) {
     return Status::AlreadyExists("block " + key.ToHex() + " is already in the cpu tier");
   }
   entries_.emplace(key, Entry{});
   policy_->OnInsert(key);
-  auto is_pinned = [this](const BlockKey& k) {
+  // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
+  auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
     const Entry& e = entries_.at(k);
     return e.pins > 0 || e.state != State::kResident;
   };
@@ -39,7 +40,7 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
     std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
     if (!victim) {
       if (evictions_in_flight_ > 0) {
-        cv_.wait(lock);
+        cv_.Wait();
         continue;
       }
       entries_.erase(key);
@@ -52,10 +53,10 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
     ++stats_.evictions;
     ++evictions_in_flight_;
     const size_t slot = v.slot;
-    lock.unlock();
+    lock.Unlock();
     // Pins only block slot reuse, not the demotion: readers and the disk write both only read.
     const bool taken = sink_ && sink_(*victim, SlotPtr(slot));
-    lock.lock();
+    lock.Lock();
     if (!taken) ++stats_.dropped;
     Entry& demoted = entries_.at(*victim);
     if (demoted.pins == 0) {
@@ -65,7 +66,7 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
       demoted.state = State::kZombie;  // a copy still reads it; Unpin frees the slot
     }
     --evictions_in_flight_;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   Entry& e = entries_.at(key);
   e.slot = free_.back();
@@ -74,23 +75,23 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
 }
 
 void CpuTier::CommitInsert(const BlockKey& key, bool keep_pinned) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Entry& e = entries_.at(key);
   e.state = State::kResident;
   if (keep_pinned) ++e.pins;
 }
 
 void CpuTier::AbortInsert(const BlockKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(key);
   free_.push_back(it->second.slot);
   entries_.erase(it);
   policy_->OnRemove(key);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 std::byte* CpuTier::Pin(const BlockKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
@@ -101,23 +102,23 @@ std::byte* CpuTier::Pin(const BlockKey& key) {
 }
 
 void CpuTier::Unpin(const BlockKey& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(key);
   Entry& e = it->second;
   if (--e.pins == 0 && e.state == State::kZombie) {
     free_.push_back(e.slot);
     entries_.erase(it);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 
 void CpuTier::RecordLookup(bool hit) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ++(hit ? stats_.hits : stats_.misses);
 }
 
 TierStats CpuTier::Stats() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   TierStats s = stats_;
   size_t resident = 0;
   for (const auto& [key, e] : entries_) {

@@ -7,11 +7,9 @@
 #ifndef KVOFFLOAD_SRC_CPU_TIER_H_
 #define KVOFFLOAD_SRC_CPU_TIER_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "kvoffload/device.h"
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
+#include "mutex.h"
 
 namespace kvoffload {
 
@@ -72,13 +71,13 @@ class CpuTier {
   const size_t slot_count_;
   EvictSink sink_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;  // an eviction finished or a slot was freed
-  std::unique_ptr<EvictionPolicy> policy_;                    // guarded by mu_
-  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;  // guarded by mu_
-  std::vector<size_t> free_;                                   // guarded by mu_
-  size_t evictions_in_flight_ = 0;                             // guarded by mu_
-  TierStats stats_;                                            // guarded by mu_
+  Mutex mu_;
+  CondVar cv_{&mu_};  // an eviction finished or a slot was freed
+  std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
+  std::vector<size_t> free_ GUARDED_BY(mu_);
+  size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  TierStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvoffload

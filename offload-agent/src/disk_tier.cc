@@ -79,23 +79,28 @@ Status DiskTier::Init() {
   Result<std::unique_ptr<EvictionPolicy>> policy =
       NewEvictionPolicy(options_.policy, std::max<size_t>(1, c.capacity_bytes / file_bytes_));
   if (!policy.ok()) return policy.status();
-  policy_ = std::move(policy).value();
+  {
+    MutexLock lock(&mu_);
+    policy_ = std::move(policy).value();
+  }
 
   uint64_t scanned_bytes = 0;
   if (c.persistent) {
     if (Status s = Scan(&scanned_bytes); !s.ok()) return s;
   }
+  std::unique_ptr<CapacityLedger> ledger;
   if (c.shared) {
-    Result<std::unique_ptr<CapacityLedger>> ledger = OpenFileLedger(
+    Result<std::unique_ptr<CapacityLedger>> file = OpenFileLedger(
         FormatRoot(c.path) + "/ledger", c.capacity_bytes, [this] { return ScanUsedBytes(); });
-    if (!ledger.ok()) return ledger.status();
-    ledger_ = std::move(ledger).value();
+    if (!file.ok()) return file.status();
+    ledger = std::move(file).value();
   } else {
-    ledger_ = NewMemoryLedger(c.capacity_bytes, scanned_bytes);
+    ledger = NewMemoryLedger(c.capacity_bytes, scanned_bytes);
   }
   // A tier reopened with a smaller capacity sheds its oldest blocks (nothing below takes them
   // yet: sinks are connected after opening).
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
+  ledger_ = std::move(ledger);
   while (ledger_->used() > c.capacity_bytes) {
     if (!foreign_.empty()) {
       auto [path, bytes] = foreign_.back();
@@ -116,6 +121,7 @@ Status DiskTier::Scan(uint64_t* bytes) {
   std::error_code ec;
   std::vector<std::pair<int64_t, BlockKey>> own;
   std::vector<std::tuple<int64_t, std::string, uint64_t>> foreign;
+  uint64_t corrupt = 0;
   const auto now = fs::file_time_type::clock::now();
   for (const fs::directory_entry& fp_dir : fs::directory_iterator(FormatRoot(options_.config.path), ec)) {
     if (!fp_dir.is_directory(ec)) continue;
@@ -142,7 +148,7 @@ Status DiskTier::Scan(uint64_t* bytes) {
         *bytes += size;
       } else if (size != file_bytes_) {
         fs::remove(f.path(), ec);  // truncated (or another block size): never served
-        ++stats_.corrupt;
+        ++corrupt;
       } else {
         own.emplace_back(MtimeNs(st), key);
         *bytes += size;
@@ -150,7 +156,8 @@ Status DiskTier::Scan(uint64_t* bytes) {
     }
   }
   std::sort(own.begin(), own.end());
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
+  stats_.corrupt += corrupt;
   for (const auto& [mtime, key] : own) {
     entries_.emplace(key, Entry{});
     policy_->OnInsert(key);  // oldest first: the least recently written are the first victims
@@ -184,7 +191,7 @@ bool DiskTier::IsPinnedLocked(const BlockKey& key) const {
 
 bool DiskTier::Contains(const BlockKey& key) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) return !it->second.doomed;
     if (!options_.config.shared) return false;
@@ -195,7 +202,7 @@ bool DiskTier::Contains(const BlockKey& key) {
       static_cast<uint64_t>(st.st_size) != file_bytes_) {
     return false;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!entries_.contains(key) && !inserting_.contains(key)) {
     entries_.emplace(key, Entry{});
     policy_->OnInsert(key);
@@ -204,7 +211,7 @@ bool DiskTier::Contains(const BlockKey& key) {
 }
 
 Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = entries_.find(key); it != entries_.end()) {
     if (!it->second.evicting && !it->second.doomed) return Status::Ok();  // already here
     // The old copy is leaving. Waiting for it could wait on a job that waits on us, so this
@@ -215,16 +222,16 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
   if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
   inserting_.insert(key);
   policy_->OnInsert(key);
-  Status s = Reserve(lock);
+  Status s = Reserve();
   if (!s.ok()) {
     inserting_.erase(key);
     policy_->OnRemove(key);
-    cv_.notify_all();
+    cv_.SignalAll();
     return s;
   }
-  lock.unlock();
+  lock.Unlock();
   Result<bool> published = WriteFile(key, file);
-  lock.lock();
+  lock.Lock();
   inserting_.erase(key);
   if (published.ok()) {
     entries_.emplace(key, Entry{});
@@ -234,11 +241,11 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
     ledger_->Release(file_bytes_);
     ++stats_.io_errors;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return published.status();
 }
 
-Status DiskTier::Reserve(std::unique_lock<std::mutex>& lock) {
+Status DiskTier::Reserve() {
   for (;;) {
     if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
     if (!foreign_.empty()) {
@@ -249,20 +256,22 @@ Status DiskTier::Reserve(std::unique_lock<std::mutex>& lock) {
       continue;
     }
     std::optional<BlockKey> victim =
-        policy_->SelectVictim([this](const BlockKey& k) { return IsPinnedLocked(k); });
+        // Called inside this locked scope (the analysis cannot see into lambdas).
+        policy_->SelectVictim(
+            [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return IsPinnedLocked(k); });
     if (victim) {
       entries_[*victim].evicting = true;
       ++stats_.evictions;
       ++evictions_in_flight_;
-      lock.unlock();
+      mu_.Unlock();
       Evict(*victim);
-      lock.lock();
+      mu_.Lock();
       --evictions_in_flight_;
-      cv_.notify_all();
+      cv_.SignalAll();
       continue;
     }
     if (evictions_in_flight_ > 0) {  // room is being made by another thread
-      cv_.wait(lock);
+      cv_.Wait();
       continue;
     }
     return Status::ResourceExhausted(options_.name + " (" + options_.config.path +
@@ -278,7 +287,7 @@ void DiskTier::Evict(const BlockKey& key) {
   Status result;
   ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1));
   const bool taken = result.ok() && sink_ && sink_(key, dst);
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   if (!taken) ++stats_.dropped;
   // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks.
@@ -290,7 +299,7 @@ void DiskTier::RemoveLocked(const BlockKey& key) {
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
   if (::unlink(BlockPath(dir_, key).c_str()) == 0) ledger_->Release(file_bytes_);
   entries_.erase(key);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
@@ -306,7 +315,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
   const uint64_t t1 = NowNs();
   ::close(fd);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stats_.bytes_written += op.done;
     stats_.write_ns += t1 - t0;
   }
@@ -362,13 +371,13 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* co
                      ? VerifyBlockFile(dsts[i], options_.block_bytes, options_.fingerprint, keys[i])
                      : ops[j].status;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   stats_.bytes_read += bytes;
   stats_.read_ns += t1 - t0;
 }
 
 void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = entries_.find(keys[i]);
     // A block being evicted is on its way down: a miss here, so no reader ever delays eviction.
@@ -387,7 +396,7 @@ void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* c
   std::vector<bool> pinned(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
   ReadFiles(keys, dsts, results);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;
     Entry& e = entries_[keys[i]];
@@ -403,16 +412,16 @@ void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* c
     }
     if (e.pins == 0 && e.doomed) RemoveLocked(keys[i]);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void DiskTier::RecordLookup(bool hit) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ++(hit ? stats_.hits : stats_.misses);
 }
 
 TierStats DiskTier::Stats() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   TierStats s = stats_;
   s.used_bytes = ledger_->used();
   s.blocks = entries_.size();

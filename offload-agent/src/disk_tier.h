@@ -6,11 +6,9 @@
 #ifndef KVOFFLOAD_SRC_DISK_TIER_H_
 #define KVOFFLOAD_SRC_DISK_TIER_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -23,6 +21,7 @@
 #include "kvoffload/disk_io.h"
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
+#include "mutex.h"
 
 namespace kvoffload {
 
@@ -87,35 +86,35 @@ class DiskTier {
   // Reads and verifies without touching the index (callers pin or own the entries).
   void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
                  std::span<Status> results);
-  // Makes room for one file; REQUIRES lock held (released while victims are cascaded).
-  Status Reserve(std::unique_lock<std::mutex>& lock);
+  // Makes room for one file; mu_ is released while victims are cascaded.
+  Status Reserve() REQUIRES(mu_);
   void Evict(const BlockKey& key);
   // True when this call published the file; false when another process had already.
   Result<bool> WriteFile(const BlockKey& key, std::byte* file);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
-  void RemoveLocked(const BlockKey& key);
-  bool IsPinnedLocked(const BlockKey& key) const;
+  void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
+  bool IsPinnedLocked(const BlockKey& key) const REQUIRES(mu_);
   int OpenFlags(int base) const;
 
   const DiskTierOptions options_;
   const size_t file_bytes_;
   const std::string dir_;
   std::unique_ptr<DiskIo> io_;
-  std::unique_ptr<EvictionPolicy> policy_;  // guarded by mu_
-  std::unique_ptr<CapacityLedger> ledger_;  // guarded by mu_
+  std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  std::unique_ptr<CapacityLedger> ledger_ GUARDED_BY(mu_);
   EvictSink sink_;
   bool direct_ = false;
   size_t recovered_ = 0;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // an eviction or an insert finished
-  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;   // guarded by mu_
-  std::unordered_set<BlockKey, BlockKeyHash> inserting_;        // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_{&mu_};  // an eviction or an insert finished
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, BlockKeyHash> inserting_ GUARDED_BY(mu_);
   // Other fingerprints' block files (path, bytes) in a persistent tier, newest first: evicted
-  // before any of ours, from the back. Guarded by mu_.
-  std::vector<std::pair<std::string, uint64_t>> foreign_;
-  size_t evictions_in_flight_ = 0;    // guarded by mu_
-  TierStats stats_;                   // guarded by mu_
+  // before any of ours, from the back.
+  std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
+  size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  TierStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvoffload

@@ -4,17 +4,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "block_file.h"
 #include "cpu_tier.h"
 #include "disk_tier.h"
 #include "kvoffload/device.h"
+#include "mutex.h"
 
 namespace kvoffload {
 namespace {
@@ -37,7 +36,7 @@ class EngineImpl final : public Engine {
 
   ~EngineImpl() override {
     {
-      std::lock_guard lock(jobs_mu_);
+      MutexLock lock(&jobs_mu_);
       stop_ = true;
       // Queued jobs never started: their device memory was not touched; say so to waiters.
       for (const auto& [id, fn] : queue_) {
@@ -45,7 +44,7 @@ class EngineImpl final : public Engine {
       }
       queue_.clear();
     }
-    jobs_cv_.notify_all();
+    jobs_cv_.SignalAll();
     for (std::thread& t : workers_) t.join();  // running jobs finish: their copies complete
   }
 
@@ -133,7 +132,7 @@ class EngineImpl final : public Engine {
   }
 
   Result<bool> Poll(JobId job) override {
-    std::lock_guard lock(jobs_mu_);
+    MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
     if (!it->second.done) return false;
@@ -144,10 +143,10 @@ class EngineImpl final : public Engine {
   }
 
   Status Wait(JobId job) override {
-    std::unique_lock lock(jobs_mu_);
+    MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
-    jobs_cv_.wait(lock, [&] { return it->second.done; });
+    while (!it->second.done) jobs_cv_.Wait();
     Status s = it->second.status;
     jobs_.erase(it);
     return s;
@@ -165,7 +164,7 @@ class EngineImpl final : public Engine {
     s.d2h_ns = d2h_ns_.load();
     s.h2d_bytes = h2d_bytes_.load();
     s.h2d_ns = h2d_ns_.load();
-    std::lock_guard lock(jobs_mu_);
+    MutexLock lock(&jobs_mu_);
     for (const auto& [id, job] : jobs_) s.queue_depth += job.done ? 0 : 1;
     return s;
   }
@@ -197,27 +196,27 @@ class EngineImpl final : public Engine {
   }
 
   Result<JobId> Submit(std::function<Status()> fn) {
-    std::lock_guard lock(jobs_mu_);
+    MutexLock lock(&jobs_mu_);
     if (stop_) return Status::Unavailable("engine is shutting down");
     JobId id = next_job_++;
     jobs_.emplace(id, JobRecord{});
     queue_.emplace_back(id, std::move(fn));
-    jobs_cv_.notify_all();
+    jobs_cv_.SignalAll();
     return id;
   }
 
   void WorkerLoop() {
-    std::unique_lock lock(jobs_mu_);
+    MutexLock lock(&jobs_mu_);
     for (;;) {
-      jobs_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      while (!stop_ && queue_.empty()) jobs_cv_.Wait();
       if (queue_.empty()) return;
       auto [id, fn] = std::move(queue_.front());
       queue_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       Status s = fn();
-      lock.lock();
+      lock.Lock();
       jobs_[id] = JobRecord{true, std::move(s)};
-      jobs_cv_.notify_all();
+      jobs_cv_.SignalAll();
     }
   }
 
@@ -401,12 +400,12 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> stored_blocks_{0}, loaded_blocks_{0}, failed_loads_{0}, failed_stores_{0};
   std::atomic<uint64_t> d2h_bytes_{0}, d2h_ns_{0}, h2d_bytes_{0}, h2d_ns_{0};
 
-  mutable std::mutex jobs_mu_;
-  std::condition_variable jobs_cv_;
-  std::map<JobId, JobRecord> jobs_;                              // guarded by jobs_mu_
-  std::deque<std::pair<JobId, std::function<Status()>>> queue_;  // guarded by jobs_mu_
-  JobId next_job_ = 1;                                           // guarded by jobs_mu_
-  bool stop_ = false;                                            // guarded by jobs_mu_
+  mutable Mutex jobs_mu_;
+  CondVar jobs_cv_{&jobs_mu_};  // a job was queued or finished, or the engine is stopping
+  std::map<JobId, JobRecord> jobs_ GUARDED_BY(jobs_mu_);
+  std::deque<std::pair<JobId, std::function<Status()>>> queue_ GUARDED_BY(jobs_mu_);
+  JobId next_job_ GUARDED_BY(jobs_mu_) = 1;
+  bool stop_ GUARDED_BY(jobs_mu_) = false;
   std::vector<std::thread> workers_;
 };
 

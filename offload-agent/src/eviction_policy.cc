@@ -1,16 +1,16 @@
 // The name-keyed registry of eviction policies. Each policy file registers itself, so adding a
 // policy touches no other source file.
 #include <map>
-#include <mutex>
 
 #include "kvoffload/eviction_policy.h"
+#include "mutex.h"
 
 namespace kvoffload {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, EvictionPolicyFactory, std::less<>> factories;
+  Mutex mu;
+  std::map<std::string, EvictionPolicyFactory, std::less<>> factories GUARDED_BY(mu);
 };
 
 // Function-local so registration from other translation units' static initialisers is safe.
@@ -23,13 +23,13 @@ Registry& GetRegistry() {
 
 bool RegisterEvictionPolicy(std::string_view name, EvictionPolicyFactory factory) {
   Registry& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   return r.factories.emplace(std::string(name), factory).second;
 }
 
 std::vector<std::string> EvictionPolicyNames() {
   Registry& r = GetRegistry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(&r.mu);
   std::vector<std::string> names;
   for (const auto& [name, factory] : r.factories) names.push_back(name);
   return names;
@@ -40,7 +40,7 @@ Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
   EvictionPolicyFactory factory = nullptr;
   {
     Registry& r = GetRegistry();
-    std::lock_guard lock(r.mu);
+    MutexLock lock(&r.mu);
     auto it = r.factories.find(name);
     if (it != r.factories.end()) factory = it->second;
   }

@@ -2,15 +2,14 @@
 // so the engine sees the same asynchronous start/wait semantics as with CUDA streams.
 #include <sys/mman.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "device_backends.h"
 #include "io_status.h"
+#include "mutex.h"
 
 namespace kvoffload {
 namespace {
@@ -29,9 +28,9 @@ class MmapRegion final : public PinnedRegion {
 
 // Shared between the ticket (waiter) and the worker (completer).
 struct BatchState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;  // guarded by mu
+  Mutex mu;
+  CondVar cv{&mu};
+  bool done GUARDED_BY(mu) = false;
   std::vector<CopyOp> ops;
 };
 
@@ -40,12 +39,12 @@ class HostTicket final : public CopyTicket {
   explicit HostTicket(std::shared_ptr<BatchState> state) : state_(std::move(state)) {}
   ~HostTicket() override { static_cast<void>(Wait()); }
   bool Ready() override {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     return state_->done;
   }
   Status Wait() override {
-    std::unique_lock lock(state_->mu);
-    state_->cv.wait(lock, [&] { return state_->done; });
+    MutexLock lock(&state_->mu);
+    while (!state_->done) state_->cv.Wait();
     return Status::Ok();
   }
 
@@ -58,10 +57,10 @@ class HostDevice final : public DeviceBackend {
   HostDevice() : worker_([this] { Loop(); }) {}
   ~HostDevice() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     worker_.join();
   }
 
@@ -82,36 +81,36 @@ class HostDevice final : public DeviceBackend {
     auto state = std::make_shared<BatchState>();
     state->ops.assign(ops.begin(), ops.end());
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       queue_.push_back(state);
     }
-    cv_.notify_one();
+    cv_.Signal();
     return std::unique_ptr<CopyTicket>(std::make_unique<HostTicket>(std::move(state)));
   }
 
  private:
   void Loop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      while (!stop_ && queue_.empty()) cv_.Wait();
       if (queue_.empty()) return;  // stopping, nothing left
       std::shared_ptr<BatchState> batch = std::move(queue_.front());
       queue_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       for (const CopyOp& op : batch->ops) std::memcpy(op.dst, op.src, op.len);
       {
-        std::lock_guard done_lock(batch->mu);
+        MutexLock done_lock(&batch->mu);
         batch->done = true;
       }
-      batch->cv.notify_all();
-      lock.lock();
+      batch->cv.SignalAll();
+      lock.Lock();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<BatchState>> queue_;  // guarded by mu_
-  bool stop_ = false;                              // guarded by mu_
+  Mutex mu_;
+  CondVar cv_{&mu_};  // a batch was queued or the device is stopping
+  std::deque<std::shared_ptr<BatchState>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
 

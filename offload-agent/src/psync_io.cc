@@ -2,13 +2,12 @@
 // read or written in parallel without io_uring.
 #include <unistd.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "io_status.h"
+#include "mutex.h"
 #include "disk_io_backends.h"
 
 namespace kvoffload {
@@ -44,10 +43,10 @@ class PsyncIo final : public DiskIo {
   }
   ~PsyncIo() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     for (std::thread& t : workers_) t.join();
   }
 
@@ -61,21 +60,22 @@ class PsyncIo final : public DiskIo {
       RunOp(ops[0]);
       return;
     }
-    Batch batch;
+    Batch batch(&mu_);
     batch.remaining = ops.size();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (IoOp& op : ops) queue_.push_back(Task{&op, &batch});
     }
-    cv_.notify_all();
-    std::unique_lock lock(mu_);
-    batch.done_cv.wait(lock, [&] { return batch.remaining == 0; });
+    cv_.SignalAll();
+    MutexLock lock(&mu_);
+    while (batch.remaining != 0) batch.done_cv.Wait();
   }
 
  private:
   struct Batch {
-    size_t remaining = 0;  // guarded by mu_
-    std::condition_variable done_cv;
+    explicit Batch(Mutex* mu) : done_cv(mu) {}
+    size_t remaining = 0;  // guarded by the PsyncIo's mu_
+    CondVar done_cv;
   };
   struct Task {
     IoOp* op;
@@ -83,23 +83,23 @@ class PsyncIo final : public DiskIo {
   };
 
   void WorkerLoop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      while (!stop_ && queue_.empty()) cv_.Wait();
       if (queue_.empty()) return;  // stop_ and drained
       Task task = queue_.front();
       queue_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       RunOp(*task.op);
-      lock.lock();
-      if (--task.batch->remaining == 0) task.batch->done_cv.notify_all();
+      lock.Lock();
+      if (--task.batch->remaining == 0) task.batch->done_cv.SignalAll();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;  // guarded by mu_
-  bool stop_ = false;       // guarded by mu_
+  Mutex mu_;
+  CondVar cv_{&mu_};  // work was queued or the pool is stopping
+  std::deque<Task> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

@@ -9,10 +9,10 @@
 #include <sys/uio.h>
 
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
 #include "io_status.h"
+#include "mutex.h"
 
 namespace kvoffload {
 namespace {
@@ -53,8 +53,7 @@ class Ring {
     return Status::Ok();
   }
 
-  // REQUIRES: mu held.
-  void Run(std::span<IoOp> ops, const std::vector<iovec>& iovs, unsigned depth) {
+  void Run(std::span<IoOp> ops, const std::vector<iovec>& iovs, unsigned depth) REQUIRES(mu) {
     std::vector<size_t> pending;  // op indexes still to (re)submit
     pending.reserve(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -93,7 +92,8 @@ class Ring {
     }
   }
 
-  std::mutex mu;
+  // One caller at a time drives the ring.
+  Mutex mu;
 
  private:
   void Prep(io_uring_sqe* sqe, const IoOp& op, const std::vector<iovec>& iovs) {
@@ -150,7 +150,7 @@ class Ring {
   }
 
   // Waits for every accepted entry, so no buffer is freed while the kernel may still use it.
-  void Drain(std::span<IoOp> ops, size_t in_flight) {
+  void Drain(std::span<IoOp> ops, size_t in_flight) REQUIRES(mu) {
     while (in_flight > 0) {
       io_uring_cqe* cqe = nullptr;
       if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
@@ -163,7 +163,7 @@ class Ring {
   io_uring ring_{};
   bool initialised_ = false;
   bool fixed_ = false;
-  Status broken_;  // set when a submission failed for good; guarded by mu
+  Status broken_ GUARDED_BY(mu);  // set when a submission failed for good
 };
 
 class UringIo final : public DiskIo {
@@ -195,14 +195,14 @@ class UringIo final : public DiskIo {
   void Execute(std::span<IoOp> ops) override {
     // Take the first idle ring; when all are busy, queue on one chosen round-robin.
     for (auto& ring : rings_) {
-      std::unique_lock lock(ring->mu, std::try_to_lock);
-      if (lock.owns_lock()) {
+      if (ring->mu.TryLock()) {
         ring->Run(ops, iovs_, depth_);
+        ring->mu.Unlock();
         return;
       }
     }
     Ring& ring = *rings_[next_.fetch_add(1) % rings_.size()];
-    std::lock_guard lock(ring.mu);
+    MutexLock lock(&ring.mu);
     ring.Run(ops, iovs_, depth_);
   }
 
