@@ -5,6 +5,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <csignal>
+
 #include <fstream>
 #include <thread>
 
@@ -105,6 +107,39 @@ TEST(ShareTest, ConcurrentWritersUnderPressureStayWithinCapacity) {
   EXPECT_LE(max_seen, kCapacity * testing::kSlot);
   EXPECT_LE(testing::BytesUnder(tier), kCapacity * testing::kSlot);
   EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier));
+}
+
+// A replica killed (SIGKILL) in the middle of writing and evicting: whatever it left behind,
+// a process opening the tier afterwards serves only exact blocks and stays within capacity.
+TEST(ShareTest, KilledWriterNeverLeavesAWrongBlockBehind) {
+  TempDir dir;
+  constexpr uint64_t kCapacity = 24;
+  const std::string tier = dir.path() + "/tier";
+  pid_t a = Spawn(Args(dir.path(), "churn", "a", 0, 600, 0, 600, kCapacity));
+  for (int i = 0; i < 2000 && testing::FilesUnder(tier, ".blk") < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(::kill(a, SIGKILL), 0);
+  EXPECT_EQ(Reap(a), 128 + SIGKILL) << "it was still running when killed";
+
+  Result<std::unique_ptr<Engine>> e = Engine::Open(testing::Config(
+      1, {testing::Tier(tier, kCapacity, /*persistent=*/true, /*shared=*/true)}));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  uint64_t exact = 0;
+  for (uint64_t k = 0; k < 600; ++k) {
+    testing::Blocks b = testing::Blocks::Make(k, 1);
+    if ((*e)->Lookup(b.keys).prefix == 0) continue;
+    testing::Blocks out = b.Empty();
+    if (testing::LoadAndWait(**e, out).ok()) {
+      ASSERT_EQ(out.data[0], b.data[0]) << "key " << k;
+      ++exact;
+    } else {
+      ASSERT_EQ(out.data[0], std::vector<std::byte>(testing::kBlock)) << "key " << k;
+    }
+  }
+  EXPECT_GT(exact, 0u) << "published blocks survive their writer";
+  EXPECT_LE(testing::BytesUnder(tier), kCapacity * testing::kSlot);
+  EXPECT_LE(LedgerBytes(tier), kCapacity * testing::kSlot);
 }
 
 }  // namespace
