@@ -2,6 +2,8 @@
 // thread-local message, and never lets an exception cross into C.
 #include "kvoffload/c.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -59,6 +61,11 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
       return Report(Status::InvalidArgument("options and out must not be NULL"));
     }
     *out = nullptr;
+    if (options->struct_size != sizeof(kvo_options)) {
+      return Report(Status::InvalidArgument(
+          "kvo_options.struct_size=" + std::to_string(options->struct_size) + " but this " +
+          "libkvoffload expects " + std::to_string(sizeof(kvo_options)) + "; set it to sizeof"));
+    }
     kvoffload::EngineConfig config;
     config.block_bytes = options->block_bytes;
     config.fingerprint = {Or(options->model, ""), Or(options->revision, ""),
@@ -159,25 +166,34 @@ kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
   return Guard([&] {
     if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
     if (out == nullptr) return Report(Status::InvalidArgument("out must not be NULL"));
-    kvoffload::EngineStats s = engine->engine->Stats();
-    std::memset(out, 0, sizeof(*out));
-    out->num_tiers = static_cast<uint32_t>(std::min<size_t>(s.tiers.size(), KVO_MAX_TIERS));
-    for (uint32_t i = 0; i < out->num_tiers; ++i) {
-      const kvoffload::TierStats& t = s.tiers[i];
-      out->tiers[i] = kvo_tier_stats{t.capacity_bytes, t.used_bytes, t.blocks,      t.hits,
-                                     t.misses,         t.evictions,  t.dropped,     t.io_errors,
-                                     t.corrupt,        t.bytes_read, t.bytes_written, t.read_ns,
-                                     t.write_ns};
+    const size_t caller_size = out->struct_size;
+    if (caller_size < offsetof(kvo_stats, tiers)) {
+      return Report(Status::InvalidArgument("kvo_stats.struct_size=" +
+                                            std::to_string(caller_size) + " is too small"));
     }
-    out->stored_blocks = s.stored_blocks;
-    out->loaded_blocks = s.loaded_blocks;
-    out->failed_loads = s.failed_loads;
-    out->failed_stores = s.failed_stores;
-    out->d2h_bytes = s.d2h_bytes;
-    out->d2h_ns = s.d2h_ns;
-    out->h2d_bytes = s.h2d_bytes;
-    out->h2d_ns = s.h2d_ns;
-    out->queue_depth = s.queue_depth;
+    const kvoffload::EngineStats s = engine->engine->Stats();
+    kvo_stats all;
+    std::memset(&all, 0, sizeof(all));
+    all.struct_size = std::min(caller_size, sizeof(kvo_stats));
+    all.num_tiers = static_cast<uint32_t>(std::min<size_t>(s.tiers.size(), KVO_MAX_TIERS));
+    for (uint32_t i = 0; i < all.num_tiers; ++i) {
+      const kvoffload::TierStats& t = s.tiers[i];
+      all.tiers[i] = kvo_tier_stats{t.capacity_bytes, t.used_bytes, t.blocks,        t.hits,
+                                    t.misses,         t.evictions,  t.dropped,       t.io_errors,
+                                    t.corrupt,        t.bytes_read, t.bytes_written, t.read_ns,
+                                    t.write_ns};
+    }
+    all.stored_blocks = s.stored_blocks;
+    all.loaded_blocks = s.loaded_blocks;
+    all.failed_loads = s.failed_loads;
+    all.failed_stores = s.failed_stores;
+    all.d2h_bytes = s.d2h_bytes;
+    all.d2h_ns = s.d2h_ns;
+    all.h2d_bytes = s.h2d_bytes;
+    all.h2d_ns = s.h2d_ns;
+    all.queue_depth = s.queue_depth;
+    // An older caller's struct is a prefix of ours: hand back what it has room for.
+    std::memcpy(out, &all, all.struct_size);
     return Report(Status::Ok());
   });
 }

@@ -7,6 +7,7 @@
 int kvo_c_round_trip(size_t block_bytes) {
   kvo_options o;
   memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
   o.block_bytes = block_bytes;
   o.model = "c-model";
   o.cpu_bytes = 4 * 4096;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@ using kvoffload::testing::TempDir;
 
 kvo_options Options(uint64_t cpu_blocks) {
   kvo_options o{};
+  o.struct_size = sizeof(o);
   o.block_bytes = kBlock;
   o.model = "llama-3-8b";
   o.revision = "rev1";
@@ -72,6 +75,7 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   EXPECT_EQ(back, data);
 
   kvo_stats s{};
+  s.struct_size = sizeof(s);
   ASSERT_EQ(kvo_get_stats(e, &s), KVO_OK);
   EXPECT_EQ(s.num_tiers, 2u);
   EXPECT_EQ(s.stored_blocks, 5u);
@@ -81,6 +85,15 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   EXPECT_EQ(s.tiers[1].misses, 1u);
   EXPECT_GT(s.tiers[1].bytes_written, 0u);
   EXPECT_LE(s.tiers[1].used_bytes, s.tiers[1].capacity_bytes);
+
+  // A caller compiled against a shorter kvo_stats gets its prefix and nothing past it.
+  kvo_stats older;
+  std::memset(&older, 0xAB, sizeof(older));
+  older.struct_size = offsetof(kvo_stats, stored_blocks);
+  ASSERT_EQ(kvo_get_stats(e, &older), KVO_OK);
+  EXPECT_EQ(older.num_tiers, 2u);
+  EXPECT_EQ(older.tiers[1].hits, 3u);
+  EXPECT_EQ(older.stored_blocks, 0xABABABABABABABABULL) << "written past the caller's struct";
 
   char buf[16];
   const size_t need = kvo_describe(e, buf, sizeof(buf));
@@ -100,6 +113,11 @@ TEST(CApiTest, ErrorsCarryCodesAndMessages) {
   EXPECT_EQ(e, nullptr);
   EXPECT_NE(std::string(kvo_last_error()).find("fingerprint.model"), std::string::npos)
       << kvo_last_error();
+
+  o = Options(2);
+  o.struct_size = sizeof(o) - 8;  // a caller built against another layout
+  EXPECT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvo_last_error()).find("struct_size"), std::string::npos);
 
   o = Options(2);
   o.tiers_json = "[{";

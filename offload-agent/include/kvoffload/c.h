@@ -39,7 +39,10 @@ typedef struct kvo_key {
 /* Tier numbers reported by kvo_lookup: 0 = pinned host (cpu), 1 + i = disk tier i. */
 #define KVO_TIER_CPU 0
 
+/* Versioned structs: the caller sets struct_size = sizeof(the struct) as it was compiled.
+ * Fields are only ever appended, so a library can tell which ones the caller knows. */
 typedef struct kvo_options {
+  size_t struct_size;    /* sizeof(kvo_options); required */
   size_t block_bytes;    /* required */
   const char* model;     /* required; with the four below: the model fingerprint */
   const char* revision;  /* NULL = "" */
@@ -65,6 +68,7 @@ typedef struct kvo_tier_stats {
 } kvo_tier_stats;
 
 typedef struct kvo_stats {
+  size_t struct_size; /* sizeof(kvo_stats); set by the caller, the library fills that much */
   uint32_t num_tiers; /* [0] = cpu, then disk tiers; at most KVO_MAX_TIERS reported */
   kvo_tier_stats tiers[KVO_MAX_TIERS];
   uint64_t stored_blocks, loaded_blocks, failed_loads, failed_stores;
