@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check: runs the CUDA tests of libkvoffload on the lent GPU machine.
 # That machine reaches no package registry, so the test comes built from the dev machine:
-#   here:   make agent-gpu-bundle           (fills .cache/gpu-bundle: test binary + libcudart)
+#   here:   make agent-gpu-bundle  (fills .cache/gpu-bundle: test binary, libcudart, liburing)
 #   there:  run tool, carry [".cache/gpu-bundle"], command "bench/gpu/run.sh", timeout ~300 s
 # Without the bundle, but with a CUDA toolkit and cmake there (CUDA_HOME), it builds the test.
 # Results (gtest XML and log, nvidia-smi) go to $OUT when set. The benchmark part comes later.
@@ -23,7 +23,7 @@ else
     exit 2
   fi
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WITH_CUDA=ON \
-    -DKVOFFLOAD_WITH_LIBURING=OFF -DCUDAToolkit_ROOT="$root"
+    -DCUDAToolkit_ROOT="$root"
   cmake --build build-cuda --target agent_cuda_device_test
   bin=build-cuda/tests/offload-agent/agent_cuda_device_test
 fi

@@ -53,13 +53,22 @@ TEST(CudaDeviceTest, BatchedCopiesRoundTrip) {
   }
 }
 
-TEST(CudaDeviceTest, CascadeFromGpuToDiskAndBack) {
+class CudaCascadeTest : public ::testing::TestWithParam<std::string> {};
+
+// With "uring", the io_uring rings register the cudaHostRegister'ed pool as fixed buffers and
+// O_DIRECT transfers go straight between the disk and that pinned memory.
+TEST_P(CudaCascadeTest, FromGpuToDiskAndBack) {
   testing::TempDir dir;
   EngineConfig c = testing::Config(4, {testing::Tier(dir.path(), 32)});
   c.device = "cuda";
+  c.disk_io = GetParam();
   Result<std::unique_ptr<Engine>> e = Engine::Open(c);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  EXPECT_NE((*e)->Describe().find("cuda: device"), std::string::npos) << (*e)->Describe();
+  const std::string described = (*e)->Describe();
+  EXPECT_NE(described.find("cuda: device"), std::string::npos) << described;
+  if (GetParam() == "uring") {
+    EXPECT_NE(described.find("fixed buffers registered"), std::string::npos) << described;
+  }
   constexpr size_t kBlocks = 24;
   DeviceBuffer src(kBlocks * kBlock), dst(kBlocks * kBlock);
   std::vector<BlockKey> keys;
@@ -91,6 +100,8 @@ TEST(CudaDeviceTest, CascadeFromGpuToDiskAndBack) {
   EXPECT_EQ(s.d2h_bytes, kBlocks * kBlock);
   EXPECT_EQ(s.h2d_bytes, kBlocks * kBlock);
 }
+
+INSTANTIATE_TEST_SUITE_P(DiskBackends, CudaCascadeTest, ::testing::Values("psync", "uring"));
 
 }  // namespace
 }  // namespace kvoffload
