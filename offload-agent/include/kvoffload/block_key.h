@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <string>
 
+#include "kvoffload/export.h"
+
 namespace kvoffload {
 
 // A KV-cache block hash computed by the caller (vLLM's block hash folded to 128 bits).
-struct BlockKey {
+struct KVOFFLOAD_EXPORT BlockKey {
   uint64_t hi = 0;
   uint64_t lo = 0;
   friend auto operator<=>(const BlockKey&, const BlockKey&) = default;
@@ -28,7 +30,7 @@ struct BlockKeyHash {
 
 // What makes KV bytes meaningful: the same token hashes under another model, revision, dtype,
 // layout or tensor-parallel rank are different bytes and must never be served.
-struct ModelFingerprint {
+struct KVOFFLOAD_EXPORT ModelFingerprint {
   std::string model;
   std::string revision;
   std::string dtype;

@@ -8,6 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__GNUC__)
+#define KVO_API __attribute__((visibility("default")))
+#else
+#define KVO_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -78,29 +84,29 @@ typedef struct kvo_stats {
 
 /* The message of the last failed call on this thread ("" when none). Valid until the next
  * call on this thread. */
-const char* kvo_last_error(void);
+KVO_API const char* kvo_last_error(void);
 
-kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out);
+KVO_API kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out);
 /* Waits for running jobs; queued jobs are cancelled. NULL is ignored. */
-void kvo_engine_destroy(kvo_engine* engine);
+KVO_API void kvo_engine_destroy(kvo_engine* engine);
 
 /* Starts copying n blocks from device memory into the offload tiers; *job identifies it. */
-kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+KVO_API kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                      uint64_t* job);
 /* *prefix = number of leading keys stored; tiers[i] (n entries, may be NULL) = tier of key i
  * for i < *prefix, -1 after. */
-kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
+KVO_API kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
                       int32_t* tiers);
-kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+KVO_API kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                     uint64_t* job);
 /* KVO_PENDING while running; then the job's result (the job is then forgotten). */
-kvo_status kvo_job_poll(kvo_engine* engine, uint64_t job);
-kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job);
+KVO_API kvo_status kvo_job_poll(kvo_engine* engine, uint64_t job);
+KVO_API kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job);
 
-kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);
+KVO_API kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);
 /* Writes the startup report (backends chosen per tier) into buf (NUL-terminated, truncated to
  * len); returns the full length needed, excluding the NUL. */
-size_t kvo_describe(kvo_engine* engine, char* buf, size_t len);
+KVO_API size_t kvo_describe(kvo_engine* engine, char* buf, size_t len);
 
 #ifdef __cplusplus
 }

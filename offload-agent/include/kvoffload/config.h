@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvoffload/block_key.h"
+#include "kvoffload/export.h"
 #include "kvoffload/status.h"
 
 namespace kvoffload {
@@ -27,7 +28,7 @@ struct DiskTierConfig {
   bool shared = false;
 };
 
-struct EngineConfig {
+struct KVOFFLOAD_EXPORT EngineConfig {
   // From the environment (or set in code).
   uint64_t cpu_bytes = 0;
   std::string eviction_policy = "lru";
@@ -47,12 +48,12 @@ struct EngineConfig {
 // Reads KVOFFLOAD_CPU_BYTES (required), KVOFFLOAD_EVICTION_POLICY (default lru) and
 // KVOFFLOAD_TIERS (JSON array, default none) into `base`. Errors name the variable and value.
 using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
-Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env);
+KVOFFLOAD_EXPORT Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env);
 // The process environment.
-std::optional<std::string> ProcessEnv(std::string_view name);
+KVOFFLOAD_EXPORT std::optional<std::string> ProcessEnv(std::string_view name);
 
 // Parses the KVOFFLOAD_TIERS JSON array.
-Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json);
+KVOFFLOAD_EXPORT Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json);
 
 }  // namespace kvoffload
 

@@ -11,12 +11,13 @@
 #include <string>
 #include <string_view>
 
+#include "kvoffload/export.h"
 #include "kvoffload/status.h"
 
 namespace kvoffload {
 
 // Host memory the device can DMA to/from, owned by the backend that allocated it.
-class PinnedRegion {
+class KVOFFLOAD_EXPORT PinnedRegion {
  public:
   virtual ~PinnedRegion() = default;
   virtual std::byte* data() const = 0;
@@ -32,7 +33,7 @@ struct CopyOp {
 enum class CopyDirection { kDeviceToHost, kHostToDevice };
 
 // A batch of copies in flight. Destroying it waits for the copies.
-class CopyTicket {
+class KVOFFLOAD_EXPORT CopyTicket {
  public:
   virtual ~CopyTicket() = default;
   virtual bool Ready() = 0;
@@ -40,7 +41,7 @@ class CopyTicket {
   virtual Status Wait() = 0;
 };
 
-class DeviceBackend {
+class KVOFFLOAD_EXPORT DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
   virtual std::string_view name() const = 0;
@@ -53,7 +54,7 @@ class DeviceBackend {
 };
 
 // "host", "cuda" (Unavailable when the library was built without CUDA or no GPU is usable).
-Result<std::unique_ptr<DeviceBackend>> NewDeviceBackend(std::string_view name);
+KVOFFLOAD_EXPORT Result<std::unique_ptr<DeviceBackend>> NewDeviceBackend(std::string_view name);
 
 }  // namespace kvoffload
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvoffload/export.h"
 #include "kvoffload/status.h"
 
 namespace kvoffload {
@@ -37,7 +38,7 @@ struct DiskIoOptions {
   size_t queue_depth = 64;
 };
 
-class DiskIo {
+class KVOFFLOAD_EXPORT DiskIo {
  public:
   virtual ~DiskIo() = default;
   virtual std::string_view name() const = 0;
@@ -49,11 +50,11 @@ class DiskIo {
 
 // "uring", "psync" or "auto" (uring when the kernel and liburing allow it, else psync).
 // "uring" where it is unavailable is Unavailable with the reason.
-Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOptions& options);
+KVOFFLOAD_EXPORT Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOptions& options);
 
 // Whether files in `dir` can be opened with O_DIRECT (tmpfs cannot); probes with a real
 // aligned write and read of a scratch file that it removes.
-bool SupportsODirect(const std::string& dir);
+KVOFFLOAD_EXPORT bool SupportsODirect(const std::string& dir);
 
 }  // namespace kvoffload
 

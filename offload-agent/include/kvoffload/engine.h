@@ -14,6 +14,7 @@
 #include "kvoffload/block_key.h"
 #include "kvoffload/config.h"
 #include "kvoffload/disk_io.h"
+#include "kvoffload/export.h"
 #include "kvoffload/stats.h"
 #include "kvoffload/status.h"
 
@@ -36,7 +37,7 @@ struct EngineHooks {
   std::function<std::unique_ptr<DiskIo>(size_t tier, std::unique_ptr<DiskIo> base)> wrap_disk_io;
 };
 
-class Engine {
+class KVOFFLOAD_EXPORT Engine {
  public:
   // Allocates the pinned pool, probes and opens the disk tiers (scanning persistent ones).
   static Result<std::unique_ptr<Engine>> Open(const EngineConfig& config,

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "kvoffload/block_key.h"
+#include "kvoffload/export.h"
 #include "kvoffload/status.h"
 
 namespace kvoffload {
 
-class EvictionPolicy {
+class KVOFFLOAD_EXPORT EvictionPolicy {
  public:
   // True when the key may not be evicted now (a copy or disk read is using it).
   using IsPinned = std::function<bool(const BlockKey&)>;
@@ -48,14 +49,14 @@ class EvictionPolicy {
 
 // Builds a policy for a tier holding at most capacity_blocks blocks ("lru", "arc").
 // Unknown names are InvalidArgument listing the known ones.
-Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
+KVOFFLOAD_EXPORT Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
                                                           size_t capacity_blocks);
 
 // Registration, so that a new policy is one new file: define a factory there and register it
 // with a namespace-scope `const bool kRegistered = RegisterEvictionPolicy("name", &Factory);`.
 using EvictionPolicyFactory = std::unique_ptr<EvictionPolicy> (*)(size_t capacity_blocks);
-bool RegisterEvictionPolicy(std::string_view name, EvictionPolicyFactory factory);
-std::vector<std::string> EvictionPolicyNames();
+KVOFFLOAD_EXPORT bool RegisterEvictionPolicy(std::string_view name, EvictionPolicyFactory factory);
+KVOFFLOAD_EXPORT std::vector<std::string> EvictionPolicyNames();
 
 }  // namespace kvoffload
 
