@@ -1,0 +1,115 @@
+/* The stable C API of libkvoffload, for the Python (ctypes) vLLM adapter and other FFI users.
+ * Opaque engine handle, status codes, and a per-thread last-error message. Every function is
+ * thread-safe for distinct engines and for one engine shared by threads. Nothing here throws;
+ * pointers passed in are borrowed for the duration of the call unless stated otherwise. */
+#ifndef KVOFFLOAD_C_H_
+#define KVOFFLOAD_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define KVO_API __attribute__((visibility("default")))
+#else
+#define KVO_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvo_engine kvo_engine;
+
+/* Same values as kvoffload::StatusCode. */
+typedef enum kvo_status {
+  KVO_OK = 0,
+  KVO_INVALID_ARGUMENT = 1,
+  KVO_NOT_FOUND = 2,
+  KVO_ALREADY_EXISTS = 3,
+  KVO_IO_ERROR = 4,
+  KVO_RESOURCE_EXHAUSTED = 5,
+  KVO_CORRUPTION = 6,
+  KVO_UNAVAILABLE = 7,
+  KVO_FAILED_PRECONDITION = 8,
+  KVO_DEADLINE_EXCEEDED = 9,
+  KVO_UNIMPLEMENTED = 10,
+  KVO_INTERNAL = 11,
+  KVO_PENDING = 100 /* kvo_job_poll: the job is still running */
+} kvo_status;
+
+typedef struct kvo_key {
+  uint64_t hi;
+  uint64_t lo;
+} kvo_key;
+
+/* Tier numbers reported by kvo_lookup: 0 = pinned host (cpu), 1 + i = disk tier i. */
+#define KVO_TIER_CPU 0
+
+/* Versioned structs: the caller sets struct_size = sizeof(the struct) as it was compiled.
+ * Fields are only ever appended, so a library can tell which ones the caller knows. */
+typedef struct kvo_options {
+  size_t struct_size;    /* sizeof(kvo_options); required */
+  size_t block_bytes;    /* required */
+  const char* model;     /* required; with the four below: the model fingerprint */
+  const char* revision;  /* NULL = "" */
+  const char* dtype;
+  const char* layout;
+  int32_t rank;
+  const char* device;  /* "host" | "cuda"; NULL = "host" */
+  const char* disk_io; /* "auto" | "uring" | "psync"; NULL = "auto" */
+  /* Non-zero: read KVOFFLOAD_CPU_BYTES / KVOFFLOAD_EVICTION_POLICY / KVOFFLOAD_TIERS from the
+   * environment and ignore the three fields below. */
+  int from_env;
+  uint64_t cpu_bytes;
+  const char* eviction_policy; /* NULL = "lru" */
+  const char* tiers_json;      /* KVOFFLOAD_TIERS format; NULL = no disk tier */
+} kvo_options;
+
+#define KVO_MAX_TIERS 16
+
+typedef struct kvo_tier_stats {
+  uint64_t capacity_bytes, used_bytes, blocks;
+  uint64_t hits, misses, evictions, dropped, io_errors, corrupt;
+  uint64_t bytes_read, bytes_written, read_ns, write_ns;
+} kvo_tier_stats;
+
+typedef struct kvo_stats {
+  size_t struct_size; /* sizeof(kvo_stats); set by the caller, the library fills that much */
+  uint32_t num_tiers; /* [0] = cpu, then disk tiers; at most KVO_MAX_TIERS reported */
+  kvo_tier_stats tiers[KVO_MAX_TIERS];
+  uint64_t stored_blocks, loaded_blocks, failed_loads, failed_stores;
+  uint64_t d2h_bytes, d2h_ns, h2d_bytes, h2d_ns;
+  uint64_t queue_depth;
+} kvo_stats;
+
+/* The message of the last failed call on this thread ("" when none). Valid until the next
+ * call on this thread. */
+KVO_API const char* kvo_last_error(void);
+
+KVO_API kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out);
+/* Waits for running jobs; queued jobs are cancelled. NULL is ignored. */
+KVO_API void kvo_engine_destroy(kvo_engine* engine);
+
+/* Starts copying n blocks from device memory into the offload tiers; *job identifies it. */
+KVO_API kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+                     uint64_t* job);
+/* *prefix = number of leading keys stored; tiers[i] (n entries, may be NULL) = tier of key i
+ * for i < *prefix, -1 after. */
+KVO_API kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
+                      int32_t* tiers);
+KVO_API kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+                    uint64_t* job);
+/* KVO_PENDING while running; then the job's result (the job is then forgotten). */
+KVO_API kvo_status kvo_job_poll(kvo_engine* engine, uint64_t job);
+KVO_API kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job);
+
+KVO_API kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);
+/* Writes the startup report (backends chosen per tier) into buf (NUL-terminated, truncated to
+ * len); returns the full length needed, excluding the NUL. */
+KVO_API size_t kvo_describe(kvo_engine* engine, char* buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVOFFLOAD_C_H_ */

@@ -1,0 +1,60 @@
+// Engine configuration: what the webhook puts in the environment plus what only the caller
+// knows (block size, model fingerprint). Value types; parsing functions are thread-safe.
+#ifndef KVOFFLOAD_CONFIG_H_
+#define KVOFFLOAD_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvoffload/block_key.h"
+#include "kvoffload/export.h"
+#include "kvoffload/status.h"
+
+namespace kvoffload {
+
+// One secondary tier, as in KVOFFLOAD_TIERS.
+struct DiskTierConfig {
+  std::string path;
+  std::string kind;  // "emptyDir" | "pvcSpec" | "pvcRef"
+  uint64_t capacity_bytes = 0;
+  // Survives the pod: blocks found at start are served again. False: the tier starts empty.
+  bool persistent = false;
+  // Several processes (replicas) may use the directory at once.
+  bool shared = false;
+};
+
+struct KVOFFLOAD_EXPORT EngineConfig {
+  // From the environment (or set in code).
+  uint64_t cpu_bytes = 0;
+  std::string eviction_policy = "lru";
+  std::vector<DiskTierConfig> tiers;
+  // From the caller.
+  size_t block_bytes = 0;
+  ModelFingerprint fingerprint;
+  std::string device = "host";   // "host" | "cuda"
+  std::string disk_io = "auto";  // "auto" | "uring" | "psync"
+  size_t worker_threads = 2;     // jobs run concurrently
+  size_t io_parallelism = 4;     // psync threads / uring rings per tier
+
+  // Checks every field; errors name the field and the value.
+  Status Validate() const;
+};
+
+// Reads KVOFFLOAD_CPU_BYTES (required), KVOFFLOAD_EVICTION_POLICY (default lru) and
+// KVOFFLOAD_TIERS (JSON array, default none) into `base`. Errors name the variable and value.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+KVOFFLOAD_EXPORT Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env);
+// The process environment.
+KVOFFLOAD_EXPORT std::optional<std::string> ProcessEnv(std::string_view name);
+
+// Parses the KVOFFLOAD_TIERS JSON array.
+KVOFFLOAD_EXPORT Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json);
+
+}  // namespace kvoffload
+
+#endif  // KVOFFLOAD_CONFIG_H_

@@ -1,0 +1,72 @@
+// The offload engine: stores KV blocks from the device into the pinned host tier, cascades
+// evictions down the disk tiers, looks up prefixes and loads blocks back to the device.
+// Thread-safe: every method may be called from any thread. Store and Load are asynchronous jobs.
+#ifndef KVOFFLOAD_ENGINE_H_
+#define KVOFFLOAD_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvoffload/block_key.h"
+#include "kvoffload/config.h"
+#include "kvoffload/disk_io.h"
+#include "kvoffload/export.h"
+#include "kvoffload/stats.h"
+#include "kvoffload/status.h"
+
+namespace kvoffload {
+
+// Where a block lives: kTierCpu is the pinned host tier, kTierCpu + 1 + i disk tier i.
+inline constexpr int kTierMiss = -1;
+inline constexpr int kTierCpu = 0;
+
+struct LookupResult {
+  size_t prefix = 0;       // keys[0, prefix) are all stored somewhere
+  std::vector<int> tiers;  // tier of each of the first `prefix` keys
+};
+
+using JobId = uint64_t;
+
+// Test and integration hooks.
+struct EngineHooks {
+  // Wraps the disk I/O backend of disk tier `tier` (fault injection).
+  std::function<std::unique_ptr<DiskIo>(size_t tier, std::unique_ptr<DiskIo> base)> wrap_disk_io;
+};
+
+class KVOFFLOAD_EXPORT Engine {
+ public:
+  // Allocates the pinned pool, probes and opens the disk tiers (scanning persistent ones).
+  static Result<std::unique_ptr<Engine>> Open(const EngineConfig& config,
+                                              EngineHooks hooks = {});
+
+  // Finishes running jobs, cancels queued ones (Unavailable), then frees the tiers.
+  virtual ~Engine() = default;
+
+  // Copies each block (block_bytes at device_ptrs[i]) into the pinned tier. Blocks already
+  // stored are skipped. The device memory must stay valid until the job is waited.
+  // REQUIRES: keys.size() == device_ptrs.size().
+  virtual Result<JobId> Store(std::span<const BlockKey> keys,
+                              std::span<void* const> device_ptrs) = 0;
+  // Longest prefix of keys stored in any tier, with the tier of each.
+  virtual LookupResult Lookup(std::span<const BlockKey> keys) = 0;
+  // Copies each block to device_ptrs[i], promoting disk blocks to the pinned tier. The job
+  // fails (NotFound / IOError) when any block could not be delivered; the others are delivered.
+  virtual Result<JobId> Load(std::span<const BlockKey> keys,
+                             std::span<void* const> device_ptrs) = 0;
+  // false while the job runs; true when it finished OK; its error when it failed. A finished
+  // job is forgotten once its result was returned (by Poll or Wait).
+  virtual Result<bool> Poll(JobId job) = 0;
+  virtual Status Wait(JobId job) = 0;
+
+  virtual EngineStats Stats() const = 0;
+  // Startup report: device backend, disk I/O backend and O_DIRECT per tier, policies.
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace kvoffload
+
+#endif  // KVOFFLOAD_ENGINE_H_

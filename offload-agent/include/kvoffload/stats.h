@@ -1,0 +1,43 @@
+// Counters an engine exposes; a snapshot copied out under the engine's locks.
+#ifndef KVOFFLOAD_STATS_H_
+#define KVOFFLOAD_STATS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvoffload {
+
+struct TierStats {
+  std::string name;  // "cpu", "disk0", ...
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // bytes this tier holds now (disk: whole files)
+  uint64_t blocks = 0;
+  uint64_t hits = 0;        // lookups that found the block here
+  uint64_t misses = 0;      // lookups whose first missing block was not here either
+  uint64_t evictions = 0;   // blocks pushed out to make room
+  uint64_t dropped = 0;     // evicted blocks that no lower tier took
+  uint64_t io_errors = 0;   // failed reads/writes (ENOSPC, EIO, short transfers)
+  uint64_t corrupt = 0;     // files that failed their checksum or size check (removed)
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t read_ns = 0;
+  uint64_t write_ns = 0;
+};
+
+struct EngineStats {
+  std::vector<TierStats> tiers;  // [0] = cpu (pinned host), then the disk tiers in order
+  uint64_t stored_blocks = 0;
+  uint64_t loaded_blocks = 0;
+  uint64_t failed_loads = 0;   // blocks a load could not deliver (missing, corrupt, I/O error)
+  uint64_t failed_stores = 0;  // blocks a store could not keep (no room, copy error)
+  uint64_t d2h_bytes = 0;
+  uint64_t d2h_ns = 0;
+  uint64_t h2d_bytes = 0;
+  uint64_t h2d_ns = 0;
+  uint64_t queue_depth = 0;  // jobs submitted and not yet finished
+};
+
+}  // namespace kvoffload
+
+#endif  // KVOFFLOAD_STATS_H_

@@ -1,0 +1,212 @@
+// The C API: a thin shell over kvoffload::Engine that turns Status into codes plus a
+// thread-local message, and never lets an exception cross into C.
+#include "kvoffload/c.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "kvoffload/engine.h"
+
+struct kvo_engine {
+  std::unique_ptr<kvoffload::Engine> engine;
+};
+
+namespace {
+
+using kvoffload::Status;
+
+thread_local std::string last_error;
+
+kvo_status Report(const Status& s) {
+  last_error = s.ok() ? std::string() : s.ToString();
+  return static_cast<kvo_status>(s.code());
+}
+
+// Runs fn, turning a stray exception (std::bad_alloc) into KVO_INTERNAL.
+template <typename Fn>
+kvo_status Guard(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Report(Status::Internal(std::string("unexpected exception: ") + e.what()));
+  }
+}
+
+const char* Or(const char* v, const char* fallback) { return v != nullptr ? v : fallback; }
+
+std::vector<kvoffload::BlockKey> Keys(const kvo_key* keys, size_t n) {
+  std::vector<kvoffload::BlockKey> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = kvoffload::BlockKey{keys[i].hi, keys[i].lo};
+  return out;
+}
+
+kvo_status CheckEngine(kvo_engine* engine) {
+  if (engine == nullptr) return Report(Status::InvalidArgument("engine is NULL"));
+  return KVO_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kvo_last_error(void) { return last_error.c_str(); }
+
+kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
+  return Guard([&] {
+    if (options == nullptr || out == nullptr) {
+      return Report(Status::InvalidArgument("options and out must not be NULL"));
+    }
+    *out = nullptr;
+    if (options->struct_size != sizeof(kvo_options)) {
+      return Report(Status::InvalidArgument(
+          "kvo_options.struct_size=" + std::to_string(options->struct_size) + " but this " +
+          "libkvoffload expects " + std::to_string(sizeof(kvo_options)) + "; set it to sizeof"));
+    }
+    kvoffload::EngineConfig config;
+    config.block_bytes = options->block_bytes;
+    config.fingerprint = {Or(options->model, ""), Or(options->revision, ""),
+                          Or(options->dtype, ""), Or(options->layout, ""), options->rank};
+    config.device = Or(options->device, "host");
+    config.disk_io = Or(options->disk_io, "auto");
+    if (options->from_env != 0) {
+      kvoffload::Result<kvoffload::EngineConfig> env =
+          kvoffload::ConfigFromEnv(config, kvoffload::ProcessEnv);
+      if (!env.ok()) return Report(env.status());
+      config = std::move(env).value();
+    } else {
+      config.cpu_bytes = options->cpu_bytes;
+      config.eviction_policy = Or(options->eviction_policy, "lru");
+      if (options->tiers_json != nullptr) {
+        auto tiers = kvoffload::ParseTiersJson(options->tiers_json);
+        if (!tiers.ok()) return Report(tiers.status());
+        config.tiers = std::move(tiers).value();
+      }
+    }
+    kvoffload::Result<std::unique_ptr<kvoffload::Engine>> engine =
+        kvoffload::Engine::Open(config);
+    if (!engine.ok()) return Report(engine.status());
+    *out = new kvo_engine{std::move(engine).value()};
+    return Report(Status::Ok());
+  });
+}
+
+void kvo_engine_destroy(kvo_engine* engine) { delete engine; }
+
+kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+                     uint64_t* job) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if ((n > 0 && (keys == nullptr || device_ptrs == nullptr)) || job == nullptr) {
+      return Report(Status::InvalidArgument("keys, device_ptrs and job must not be NULL"));
+    }
+    std::vector<kvoffload::BlockKey> k = Keys(keys, n);
+    auto id = engine->engine->Store(k, std::span<void* const>(device_ptrs, n));
+    if (!id.ok()) return Report(id.status());
+    *job = *id;
+    return Report(Status::Ok());
+  });
+}
+
+kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+                    uint64_t* job) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if ((n > 0 && (keys == nullptr || device_ptrs == nullptr)) || job == nullptr) {
+      return Report(Status::InvalidArgument("keys, device_ptrs and job must not be NULL"));
+    }
+    std::vector<kvoffload::BlockKey> k = Keys(keys, n);
+    auto id = engine->engine->Load(k, std::span<void* const>(device_ptrs, n));
+    if (!id.ok()) return Report(id.status());
+    *job = *id;
+    return Report(Status::Ok());
+  });
+}
+
+kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
+                      int32_t* tiers) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if ((n > 0 && keys == nullptr) || prefix == nullptr) {
+      return Report(Status::InvalidArgument("keys and prefix must not be NULL"));
+    }
+    kvoffload::LookupResult r = engine->engine->Lookup(Keys(keys, n));
+    *prefix = r.prefix;
+    if (tiers != nullptr) {
+      for (size_t i = 0; i < n; ++i) tiers[i] = i < r.prefix ? r.tiers[i] : kvoffload::kTierMiss;
+    }
+    return Report(Status::Ok());
+  });
+}
+
+kvo_status kvo_job_poll(kvo_engine* engine, uint64_t job) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    kvoffload::Result<bool> done = engine->engine->Poll(job);
+    if (!done.ok()) return Report(done.status());
+    if (!*done) {
+      last_error.clear();
+      return KVO_PENDING;
+    }
+    return Report(Status::Ok());
+  });
+}
+
+kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    return Report(engine->engine->Wait(job));
+  });
+}
+
+kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if (out == nullptr) return Report(Status::InvalidArgument("out must not be NULL"));
+    const size_t caller_size = out->struct_size;
+    if (caller_size < offsetof(kvo_stats, tiers)) {
+      return Report(Status::InvalidArgument("kvo_stats.struct_size=" +
+                                            std::to_string(caller_size) + " is too small"));
+    }
+    const kvoffload::EngineStats s = engine->engine->Stats();
+    kvo_stats all;
+    std::memset(&all, 0, sizeof(all));
+    all.struct_size = std::min(caller_size, sizeof(kvo_stats));
+    all.num_tiers = static_cast<uint32_t>(std::min<size_t>(s.tiers.size(), KVO_MAX_TIERS));
+    for (uint32_t i = 0; i < all.num_tiers; ++i) {
+      const kvoffload::TierStats& t = s.tiers[i];
+      all.tiers[i] = kvo_tier_stats{t.capacity_bytes, t.used_bytes, t.blocks,        t.hits,
+                                    t.misses,         t.evictions,  t.dropped,       t.io_errors,
+                                    t.corrupt,        t.bytes_read, t.bytes_written, t.read_ns,
+                                    t.write_ns};
+    }
+    all.stored_blocks = s.stored_blocks;
+    all.loaded_blocks = s.loaded_blocks;
+    all.failed_loads = s.failed_loads;
+    all.failed_stores = s.failed_stores;
+    all.d2h_bytes = s.d2h_bytes;
+    all.d2h_ns = s.d2h_ns;
+    all.h2d_bytes = s.h2d_bytes;
+    all.h2d_ns = s.h2d_ns;
+    all.queue_depth = s.queue_depth;
+    // An older caller's struct is a prefix of ours: hand back what it has room for.
+    std::memcpy(out, &all, all.struct_size);
+    return Report(Status::Ok());
+  });
+}
+
+size_t kvo_describe(kvo_engine* engine, char* buf, size_t len) {
+  if (engine == nullptr) return 0;
+  std::string d = engine->engine->Describe();
+  if (buf != nullptr && len > 0) {
+    size_t n = std::min(d.size(), len - 1);
+    std::memcpy(buf, d.data(), n);
+    buf[n] = '\0';
+  }
+  return d.size();
+}
+
+}  // extern "C"

@@ -1,0 +1,142 @@
+// Configuration from the webhook's environment variables and its validation.
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "kvoffload/config.h"
+#include "kvoffload/eviction_policy.h"
+
+namespace kvoffload {
+namespace {
+
+std::string Quote(std::string_view v) { return "\"" + std::string(v) + "\""; }
+
+Result<uint64_t> ParseBytes(std::string_view name, std::string_view value) {
+  uint64_t out = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+    return Status::InvalidArgument(std::string(name) + "=" + Quote(value) +
+                                   " is not an integer byte count (the webhook writes bytes, "
+                                   "e.g. 10737418240)");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> ProcessEnv(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
+  const std::string where = "KVOFFLOAD_TIERS=" + Quote(json);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(where + " is not JSON: " + e.what());
+  }
+  if (!doc.is_array()) return Status::InvalidArgument(where + " must be a JSON array");
+  std::vector<DiskTierConfig> tiers;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const nlohmann::json& t = doc[i];
+    const std::string at = "KVOFFLOAD_TIERS[" + std::to_string(i) + "]";
+    if (!t.is_object()) return Status::InvalidArgument(at + " must be an object");
+    DiskTierConfig tier;
+    if (!t.contains("path") || !t["path"].is_string() || t["path"].get<std::string>().empty()) {
+      return Status::InvalidArgument(at + ".path must be a non-empty string in " + where);
+    }
+    tier.path = t["path"].get<std::string>();
+    if (t.contains("kind")) {
+      if (!t["kind"].is_string()) return Status::InvalidArgument(at + ".kind must be a string");
+      tier.kind = t["kind"].get<std::string>();
+      if (tier.kind != "emptyDir" && tier.kind != "pvcSpec" && tier.kind != "pvcRef") {
+        return Status::InvalidArgument(at + ".kind=" + Quote(tier.kind) +
+                                       " must be emptyDir, pvcSpec or pvcRef");
+      }
+    }
+    if (!t.contains("capacityBytes") || !t["capacityBytes"].is_number_unsigned()) {
+      return Status::InvalidArgument(at + ".capacityBytes must be a non-negative integer in " +
+                                     where);
+    }
+    tier.capacity_bytes = t["capacityBytes"].get<uint64_t>();
+    for (const char* flag : {"persistent", "shared"}) {
+      if (t.contains(flag) && !t[flag].is_boolean()) {
+        return Status::InvalidArgument(at + "." + flag + " must be true or false");
+      }
+    }
+    tier.persistent = t.value("persistent", tier.kind == "pvcRef");
+    tier.shared = t.value("shared", false);
+    tiers.push_back(std::move(tier));
+  }
+  return tiers;
+}
+
+Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env) {
+  std::optional<std::string> cpu = env("KVOFFLOAD_CPU_BYTES");
+  if (!cpu) {
+    return Status::InvalidArgument(
+        "KVOFFLOAD_CPU_BYTES is not set; the webhook sets it from kvCacheOffloading.cpu");
+  }
+  Result<uint64_t> cpu_bytes = ParseBytes("KVOFFLOAD_CPU_BYTES", *cpu);
+  if (!cpu_bytes.ok()) return cpu_bytes.status();
+  base.cpu_bytes = *cpu_bytes;
+  if (std::optional<std::string> policy = env("KVOFFLOAD_EVICTION_POLICY");
+      policy && !policy->empty()) {
+    if (*policy != "lru" && *policy != "arc") {
+      return Status::InvalidArgument("KVOFFLOAD_EVICTION_POLICY=" + Quote(*policy) +
+                                     " must be lru or arc");
+    }
+    base.eviction_policy = *policy;
+  }
+  if (std::optional<std::string> tiers = env("KVOFFLOAD_TIERS"); tiers && !tiers->empty()) {
+    Result<std::vector<DiskTierConfig>> parsed = ParseTiersJson(*tiers);
+    if (!parsed.ok()) return parsed.status();
+    base.tiers = std::move(parsed).value();
+  }
+  if (Status s = base.Validate(); !s.ok()) return s;
+  return base;
+}
+
+Status EngineConfig::Validate() const {
+  if (block_bytes == 0) return Status::InvalidArgument("block_bytes must be > 0");
+  if (fingerprint.model.empty()) {
+    return Status::InvalidArgument("fingerprint.model must be set: blocks are scoped by model");
+  }
+  if (cpu_bytes < block_bytes) {
+    return Status::InvalidArgument("KVOFFLOAD_CPU_BYTES=" + std::to_string(cpu_bytes) +
+                                   " holds no block of " + std::to_string(block_bytes) +
+                                   " bytes; raise kvCacheOffloading.cpu");
+  }
+  bool known_policy = false;
+  for (const std::string& n : EvictionPolicyNames()) known_policy |= (n == eviction_policy);
+  if (!known_policy) {
+    return Status::InvalidArgument("eviction policy " + Quote(eviction_policy) + " is not known");
+  }
+  if (device != "host" && device != "cuda") {
+    return Status::InvalidArgument("device " + Quote(device) + " must be host or cuda");
+  }
+  if (disk_io != "auto" && disk_io != "uring" && disk_io != "psync") {
+    return Status::InvalidArgument("disk_io " + Quote(disk_io) + " must be auto, uring or psync");
+  }
+  if (worker_threads == 0 || io_parallelism == 0) {
+    return Status::InvalidArgument("worker_threads and io_parallelism must be > 0");
+  }
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const DiskTierConfig& t = tiers[i];
+    const std::string at = "KVOFFLOAD_TIERS[" + std::to_string(i) + "]";
+    if (t.path.empty() || t.path[0] != '/') {
+      return Status::InvalidArgument(at + ".path=" + Quote(t.path) + " must be absolute");
+    }
+    if (t.capacity_bytes == 0) {
+      return Status::InvalidArgument(at + ".capacityBytes must be > 0 (path " + t.path + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvoffload

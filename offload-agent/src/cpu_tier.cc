@@ -1,0 +1,132 @@
+// Pinned host tier: slot reservation with eviction to the sink, pins, publication.
+#include "cpu_tier.h"
+
+#include "block_file.h"
+
+namespace kvoffload {
+
+CpuTier::CpuTier(std::unique_ptr<PinnedRegion> pool, size_t block_bytes,
+                 std::unique_ptr<EvictionPolicy> policy)
+    : pool_(std::move(pool)),
+      slot_bytes_(BlockFileBytes(block_bytes)),
+      slot_count_(pool_->size() / slot_bytes_),
+      policy_(std::move(policy)) {
+  free_.reserve(slot_count_);
+  for (size_t i = slot_count_; i > 0; --i) free_.push_back(i - 1);
+  stats_.name = "cpu";
+  stats_.capacity_bytes = slot_count_ * slot_bytes_;
+}
+
+bool CpuTier::Contains(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() &&
+         (it->second.state == State::kResident || it->second.state == State::kEvicting);
+}
+
+Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  if (entries_.contains(key)) {
+    return Status::AlreadyExists("block " + key.ToHex() + " is already in the cpu tier");
+  }
+  entries_.emplace(key, Entry{});
+  policy_->OnInsert(key);
+  // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
+  auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
+    const Entry& e = entries_.at(k);
+    return e.pins > 0 || e.state != State::kResident;
+  };
+  while (free_.empty()) {
+    std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
+    if (!victim) {
+      if (evictions_in_flight_ > 0) {
+        cv_.Wait();
+        continue;
+      }
+      entries_.erase(key);
+      policy_->OnRemove(key);
+      return Status::ResourceExhausted("all " + std::to_string(slot_count_) +
+                                       " pinned host slots are in use by copies in flight");
+    }
+    Entry& v = entries_.at(*victim);
+    v.state = State::kEvicting;
+    ++stats_.evictions;
+    ++evictions_in_flight_;
+    const size_t slot = v.slot;
+    lock.Unlock();
+    // Pins only block slot reuse, not the demotion: readers and the disk write both only read.
+    const bool taken = sink_ && sink_(*victim, SlotPtr(slot));
+    lock.Lock();
+    if (!taken) ++stats_.dropped;
+    Entry& demoted = entries_.at(*victim);
+    if (demoted.pins == 0) {
+      entries_.erase(*victim);
+      free_.push_back(slot);
+    } else {
+      demoted.state = State::kZombie;  // a copy still reads it; Unpin frees the slot
+    }
+    --evictions_in_flight_;
+    cv_.SignalAll();
+  }
+  Entry& e = entries_.at(key);
+  e.slot = free_.back();
+  free_.pop_back();
+  return SlotPtr(e.slot);
+}
+
+void CpuTier::CommitInsert(const BlockKey& key, bool keep_pinned) {
+  MutexLock lock(&mu_);
+  Entry& e = entries_.at(key);
+  e.state = State::kResident;
+  if (keep_pinned) ++e.pins;
+}
+
+void CpuTier::AbortInsert(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  free_.push_back(it->second.slot);
+  entries_.erase(it);
+  policy_->OnRemove(key);
+  cv_.SignalAll();
+}
+
+std::byte* CpuTier::Pin(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  Entry& e = it->second;
+  if (e.state != State::kResident && e.state != State::kEvicting) return nullptr;
+  ++e.pins;
+  if (e.state == State::kResident) policy_->OnAccess(key);
+  return SlotPtr(e.slot);
+}
+
+void CpuTier::Unpin(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  Entry& e = it->second;
+  if (--e.pins == 0 && e.state == State::kZombie) {
+    free_.push_back(e.slot);
+    entries_.erase(it);
+    cv_.SignalAll();
+  }
+}
+
+void CpuTier::RecordLookup(bool hit) {
+  MutexLock lock(&mu_);
+  ++(hit ? stats_.hits : stats_.misses);
+}
+
+TierStats CpuTier::Stats() {
+  MutexLock lock(&mu_);
+  TierStats s = stats_;
+  size_t resident = 0;
+  for (const auto& [key, e] : entries_) {
+    resident += e.state == State::kResident || e.state == State::kEvicting ? 1 : 0;
+  }
+  s.blocks = resident;
+  s.used_bytes = (slot_count_ - free_.size()) * slot_bytes_;
+  return s;
+}
+
+}  // namespace kvoffload

@@ -1,0 +1,85 @@
+// The pinned host tier: one pool allocated up front and cut into fixed slots (BlockFileBytes
+// each, so a slot is also a ready O_DIRECT buffer for its block file). Evicted blocks go to a
+// sink (disk tier 0) before their slot is reused.
+// Thread-safe: one mutex guards the index; the sink runs outside it; pinned slots (copies and
+// reads in flight) are never victims and are not reused until unpinned. No call waits for a
+// pin to be released (a job holding pins may be the one asking), which keeps jobs deadlock-free.
+#ifndef KVOFFLOAD_SRC_CPU_TIER_H_
+#define KVOFFLOAD_SRC_CPU_TIER_H_
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kvoffload/block_key.h"
+#include "kvoffload/device.h"
+#include "kvoffload/eviction_policy.h"
+#include "kvoffload/stats.h"
+#include "mutex.h"
+
+namespace kvoffload {
+
+class CpuTier {
+ public:
+  // Receives an evicted block: its slot (payload + room for the trailer), valid during the call.
+  // Returns whether a lower tier took it (false: the block is dropped and counted).
+  using EvictSink = std::function<bool(const BlockKey& key, std::byte* slot)>;
+
+  // REQUIRES: pool->size() >= one slot; policy sized for pool->size() / slot bytes.
+  CpuTier(std::unique_ptr<PinnedRegion> pool, size_t block_bytes,
+          std::unique_ptr<EvictionPolicy> policy);
+
+  // REQUIRES: called once, before any insert.
+  void SetEvictSink(EvictSink sink) { sink_ = std::move(sink); }
+
+  // Resident (published) blocks only.
+  bool Contains(const BlockKey& key);
+
+  // Reserves a slot for a new block, evicting as needed. The block is invisible until
+  // CommitInsert. AlreadyExists when the key is known here (resident, being inserted, or
+  // evicted but its slot still pinned); ResourceExhausted when every slot is pinned.
+  Result<std::byte*> BeginInsert(const BlockKey& key);
+  // Publishes the block; with keep_pinned the caller holds a pin to release with Unpin.
+  void CommitInsert(const BlockKey& key, bool keep_pinned);
+  void AbortInsert(const BlockKey& key);
+
+  // Pins a resident block and returns its slot; nullptr when absent or not yet published.
+  std::byte* Pin(const BlockKey& key);
+  void Unpin(const BlockKey& key);
+
+  void RecordLookup(bool hit);
+  TierStats Stats();
+  size_t slot_bytes() const { return slot_bytes_; }
+  size_t slots() const { return slot_count_; }
+
+ private:
+  // kEvicting: being demoted, still readable. kZombie: demoted while pinned; the slot is freed by
+  // the last Unpin.
+  enum class State { kInserting, kResident, kEvicting, kZombie };
+  struct Entry {
+    size_t slot = 0;
+    uint32_t pins = 0;
+    State state = State::kInserting;
+  };
+
+  std::byte* SlotPtr(size_t slot) const { return pool_->data() + slot * slot_bytes_; }
+
+  const std::unique_ptr<PinnedRegion> pool_;
+  const size_t slot_bytes_;
+  const size_t slot_count_;
+  EvictSink sink_;
+
+  Mutex mu_;
+  CondVar cv_{&mu_};  // an eviction finished or a slot was freed
+  std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
+  std::vector<size_t> free_ GUARDED_BY(mu_);
+  size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  TierStats stats_ GUARDED_BY(mu_);
+};
+
+}  // namespace kvoffload
+
+#endif  // KVOFFLOAD_SRC_CPU_TIER_H_

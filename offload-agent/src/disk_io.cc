@@ -1,0 +1,47 @@
+// The disk I/O factory ("auto" probes io_uring and falls back to psync) and the O_DIRECT probe.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "disk_io_backends.h"
+#include "kvoffload/disk_io.h"
+
+namespace kvoffload {
+
+Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOptions& options) {
+  if (name == "psync") return NewPsyncIo(options);
+  if (name == "uring") return NewUringIo(options);
+  if (name == "auto") {
+    Result<std::unique_ptr<DiskIo>> uring = NewUringIo(options);
+    if (uring.ok()) return uring;
+    return NewPsyncIo(options);
+  }
+  return Status::InvalidArgument("disk I/O backend \"" + std::string(name) +
+                                 "\" is not known; use auto, uring or psync");
+}
+
+bool SupportsODirect(const std::string& dir) {
+  static std::atomic<unsigned> counter{0};
+  std::string path = dir + "/.kvoffload-odirect-probe." + std::to_string(::getpid()) + "." +
+                     std::to_string(counter.fetch_add(1));
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;  // EINVAL: the file system refuses O_DIRECT (tmpfs)
+  constexpr size_t kLen = 4096;
+  void* buf = std::aligned_alloc(kLen, kLen);
+  bool ok = buf != nullptr;
+  if (ok) {
+    std::memset(buf, 0x5A, kLen);
+    ok = ::pwrite(fd, buf, kLen, 0) == static_cast<ssize_t>(kLen) &&
+         ::pread(fd, buf, kLen, 0) == static_cast<ssize_t>(kLen);
+  }
+  std::free(buf);
+  ::close(fd);
+  ::unlink(path.c_str());
+  return ok;
+}
+
+}  // namespace kvoffload

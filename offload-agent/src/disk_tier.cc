@@ -1,0 +1,440 @@
+// Disk tier: publish (temp file + link), verified reads, eviction cascade, recovery scan.
+#include "disk_tier.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "block_file.h"
+#include "io_status.h"
+
+namespace kvoffload {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A temp file this old in a shared tier belongs to a writer that died.
+constexpr auto kStaleTempAge = std::chrono::hours(1);
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte, AlignedFree>;
+
+AlignedBuffer AllocAligned(size_t bytes) {
+  return AlignedBuffer(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, bytes)));
+}
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
+    : options_(options),
+      file_bytes_(BlockFileBytes(options.block_bytes)),
+      dir_(FingerprintDir(options.config.path, options.fingerprint)),
+      io_(std::move(io)) {
+  stats_.name = options.name;
+  stats_.capacity_bytes = options.config.capacity_bytes;
+}
+
+DiskTier::~DiskTier() = default;
+
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
+                                                 std::unique_ptr<DiskIo> io) {
+  std::unique_ptr<DiskTier> tier(new DiskTier(options, std::move(io)));
+  if (Status s = tier->Init(); !s.ok()) return s;
+  return tier;
+}
+
+Status DiskTier::Init() {
+  const DiskTierConfig& c = options_.config;
+  const std::string where = options_.name + " (" + c.path + ")";
+  if (c.capacity_bytes < file_bytes_) {
+    return Status::InvalidArgument(where + ": capacityBytes=" + std::to_string(c.capacity_bytes) +
+                                   " holds no block file of " + std::to_string(file_bytes_) +
+                                   " bytes");
+  }
+  std::error_code ec;
+  // A fresh pod starts empty; a shared directory is never wiped (other replicas are using it).
+  if (!c.persistent && !c.shared) fs::remove_all(FormatRoot(c.path), ec);
+  fs::create_directories(dir_, ec);
+  if (ec) return Status::IOError(where + ": cannot create " + dir_ + ": " + ec.message());
+  direct_ = SupportsODirect(dir_);
+
+  Result<std::unique_ptr<EvictionPolicy>> policy =
+      NewEvictionPolicy(options_.policy, std::max<size_t>(1, c.capacity_bytes / file_bytes_));
+  if (!policy.ok()) return policy.status();
+  {
+    MutexLock lock(&mu_);
+    policy_ = std::move(policy).value();
+  }
+
+  uint64_t scanned_bytes = 0;
+  if (c.persistent) {
+    if (Status s = Scan(&scanned_bytes); !s.ok()) return s;
+  }
+  std::unique_ptr<CapacityLedger> ledger;
+  if (c.shared) {
+    Result<std::unique_ptr<CapacityLedger>> file = OpenFileLedger(
+        FormatRoot(c.path) + "/ledger", c.capacity_bytes, [this] { return ScanUsedBytes(); });
+    if (!file.ok()) return file.status();
+    ledger = std::move(file).value();
+  } else {
+    ledger = NewMemoryLedger(c.capacity_bytes, scanned_bytes);
+  }
+  // A tier reopened with a smaller capacity sheds its oldest blocks (nothing below takes them
+  // yet: sinks are connected after opening).
+  MutexLock lock(&mu_);
+  ledger_ = std::move(ledger);
+  while (ledger_->used() > c.capacity_bytes) {
+    if (!foreign_.empty()) {
+      auto [path, bytes] = foreign_.back();
+      foreign_.pop_back();
+      if (::unlink(path.c_str()) == 0) ledger_->Release(bytes);
+      continue;
+    }
+    std::optional<BlockKey> victim = policy_->SelectVictim(nullptr);
+    if (!victim) break;
+    ++stats_.evictions;
+    ++stats_.dropped;
+    RemoveLocked(*victim);
+  }
+  return Status::Ok();
+}
+
+Status DiskTier::Scan(uint64_t* bytes) {
+  std::error_code ec;
+  std::vector<std::pair<int64_t, BlockKey>> own;
+  std::vector<std::tuple<int64_t, std::string, uint64_t>> foreign;
+  uint64_t corrupt = 0;
+  const auto now = fs::file_time_type::clock::now();
+  for (const fs::directory_entry& fp_dir : fs::directory_iterator(FormatRoot(options_.config.path), ec)) {
+    if (!fp_dir.is_directory(ec)) continue;
+    const bool ours = fp_dir.path().string() == dir_;
+    for (const fs::directory_entry& f : fs::directory_iterator(fp_dir.path(), ec)) {
+      const std::string name = f.path().filename().string();
+      struct stat st {};
+      if (::stat(f.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      const auto size = static_cast<uint64_t>(st.st_size);
+      if (name.ends_with(".tmp")) {
+        // Private tier: any temp file is a leftover of a crash. Shared: only old ones are.
+        auto age = now - f.last_write_time(ec);
+        if (!options_.config.shared || age > kStaleTempAge) {
+          fs::remove(f.path(), ec);
+        } else {
+          *bytes += size;
+        }
+        continue;
+      }
+      BlockKey key;
+      if (!ParseBlockFileName(name, &key)) continue;
+      if (!ours) {
+        foreign.emplace_back(MtimeNs(st), f.path().string(), size);
+        *bytes += size;
+      } else if (size != file_bytes_) {
+        fs::remove(f.path(), ec);  // truncated (or another block size): never served
+        ++corrupt;
+      } else {
+        own.emplace_back(MtimeNs(st), key);
+        *bytes += size;
+      }
+    }
+  }
+  std::sort(own.begin(), own.end());
+  MutexLock lock(&mu_);
+  stats_.corrupt += corrupt;
+  for (const auto& [mtime, key] : own) {
+    entries_.emplace(key, Entry{});
+    policy_->OnInsert(key);  // oldest first: the least recently written are the first victims
+  }
+  recovered_ = own.size();
+  std::sort(foreign.rbegin(), foreign.rend());
+  for (auto& [mtime, path, size] : foreign) foreign_.emplace_back(std::move(path), size);
+  return Status::Ok();
+}
+
+uint64_t DiskTier::ScanUsedBytes() const {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& f :
+       fs::recursive_directory_iterator(FormatRoot(options_.config.path), ec)) {
+    const std::string name = f.path().filename().string();
+    if (f.is_regular_file(ec) && (name.ends_with(".blk") || name.ends_with(".tmp"))) {
+      total += f.file_size(ec);
+    }
+  }
+  return total;
+}
+
+int DiskTier::OpenFlags(int base) const { return base | O_CLOEXEC | (direct_ ? O_DIRECT : 0); }
+
+bool DiskTier::IsPinnedLocked(const BlockKey& key) const {
+  if (inserting_.contains(key)) return true;
+  auto it = entries_.find(key);
+  return it != entries_.end() && (it->second.pins > 0 || it->second.evicting);
+}
+
+bool DiskTier::Contains(const BlockKey& key) {
+  {
+    MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) return !it->second.doomed;
+    if (!options_.config.shared) return false;
+  }
+  // Shared tier: another process may have published it since we started.
+  struct stat st {};
+  if (::stat(BlockPath(dir_, key).c_str(), &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != file_bytes_) {
+    return false;
+  }
+  MutexLock lock(&mu_);
+  if (!entries_.contains(key) && !inserting_.contains(key)) {
+    entries_.emplace(key, Entry{});
+    policy_->OnInsert(key);
+  }
+  return true;
+}
+
+Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
+  MutexLock lock(&mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    if (!it->second.evicting && !it->second.doomed) return Status::Ok();  // already here
+    // The old copy is leaving. Waiting for it could wait on a job that waits on us, so this
+    // copy is given up (the caller counts it as dropped).
+    return Status::Unavailable("block " + key.ToHex() + " is being removed from " +
+                               options_.name);
+  }
+  if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
+  inserting_.insert(key);
+  policy_->OnInsert(key);
+  Status s = Reserve();
+  if (!s.ok()) {
+    inserting_.erase(key);
+    policy_->OnRemove(key);
+    cv_.SignalAll();
+    return s;
+  }
+  lock.Unlock();
+  Result<bool> published = WriteFile(key, file);
+  lock.Lock();
+  inserting_.erase(key);
+  if (published.ok()) {
+    entries_.emplace(key, Entry{});
+    if (!*published) ledger_->Release(file_bytes_);  // another process's file holds the bytes
+  } else {
+    policy_->OnRemove(key);
+    ledger_->Release(file_bytes_);
+    ++stats_.io_errors;
+  }
+  cv_.SignalAll();
+  return published.status();
+}
+
+Status DiskTier::Reserve() {
+  for (;;) {
+    if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
+    if (!foreign_.empty()) {
+      auto [path, bytes] = foreign_.back();
+      foreign_.pop_back();
+      if (::unlink(path.c_str()) == 0) ledger_->Release(bytes);
+      ++stats_.evictions;
+      continue;
+    }
+    std::optional<BlockKey> victim =
+        // Called inside this locked scope (the analysis cannot see into lambdas).
+        policy_->SelectVictim(
+            [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return IsPinnedLocked(k); });
+    if (victim) {
+      entries_[*victim].evicting = true;
+      ++stats_.evictions;
+      ++evictions_in_flight_;
+      mu_.Unlock();
+      Evict(*victim);
+      mu_.Lock();
+      --evictions_in_flight_;
+      cv_.SignalAll();
+      continue;
+    }
+    if (evictions_in_flight_ > 0) {  // room is being made by another thread
+      cv_.Wait();
+      continue;
+    }
+    return Status::ResourceExhausted(options_.name + " (" + options_.config.path +
+                                     ") is full: " + std::to_string(ledger_->used()) + " of " +
+                                     std::to_string(ledger_->capacity()) +
+                                     " bytes and no block of ours can be evicted");
+  }
+}
+
+void DiskTier::Evict(const BlockKey& key) {
+  AlignedBuffer buf = AllocAligned(file_bytes_);
+  std::byte* dst = buf.get();
+  Status result;
+  ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1));
+  const bool taken = result.ok() && sink_ && sink_(key, dst);
+  MutexLock lock(&mu_);
+  if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
+  if (!taken) ++stats_.dropped;
+  // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks.
+  RemoveLocked(key);
+}
+
+void DiskTier::RemoveLocked(const BlockKey& key) {
+  policy_->OnRemove(key);
+  // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
+  if (::unlink(BlockPath(dir_, key).c_str()) == 0) ledger_->Release(file_bytes_);
+  entries_.erase(key);
+  cv_.SignalAll();
+}
+
+Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string final_path = BlockPath(dir_, key);
+  const std::string tmp = dir_ + "/" + key.ToHex() + "." + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1)) + ".tmp";
+  int fd = ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
+  if (fd < 0) return ErrnoStatus(errno, "create " + tmp);
+  IoOp op{IoOp::Kind::kWrite, fd, file, file_bytes_, 0, 0, Status::Ok()};
+  const uint64_t t0 = NowNs();
+  io_->Execute(std::span(&op, 1));
+  const uint64_t t1 = NowNs();
+  ::close(fd);
+  {
+    MutexLock lock(&mu_);
+    stats_.bytes_written += op.done;
+    stats_.write_ns += t1 - t0;
+  }
+  if (!op.status.ok()) {
+    ::unlink(tmp.c_str());
+    return Status(op.status.code() == StatusCode::kResourceExhausted
+                      ? op.status
+                      : Status::IOError("write " + tmp + ": " + op.status.message()));
+  }
+  // link(2) publishes atomically and, unlike rename, never replaces a block another process
+  // published meanwhile (so the shared ledger counts every file exactly once).
+  const int rc = ::link(tmp.c_str(), final_path.c_str());
+  const int err = errno;
+  ::unlink(tmp.c_str());
+  if (rc == 0) return true;
+  if (err == EEXIST) return false;
+  return ErrnoStatus(err, "publish " + final_path);
+}
+
+void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
+                         std::span<Status> results) {
+  std::vector<IoOp> ops;
+  std::vector<size_t> op_index;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!results[i].ok()) continue;
+    const std::string path = BlockPath(dir_, keys[i]);
+    int fd = ::open(path.c_str(), OpenFlags(O_RDONLY));
+    if (fd < 0) {
+      results[i] = errno == ENOENT ? Status::NotFound("block " + keys[i].ToHex() + " is gone")
+                                   : ErrnoStatus(errno, "open " + path);
+      continue;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != file_bytes_) {
+      results[i] = Status::Corruption("block " + keys[i].ToHex() + ": file is " +
+                                      std::to_string(st.st_size) + " bytes, expected " +
+                                      std::to_string(file_bytes_));
+      ::close(fd);
+      continue;
+    }
+    ops.push_back(IoOp{IoOp::Kind::kRead, fd, dsts[i], file_bytes_, 0, 0, Status::Ok()});
+    op_index.push_back(i);
+  }
+  const uint64_t t0 = NowNs();
+  if (!ops.empty()) io_->Execute(ops);
+  const uint64_t t1 = NowNs();
+  uint64_t bytes = 0;
+  for (size_t j = 0; j < ops.size(); ++j) {
+    ::close(ops[j].fd);
+    size_t i = op_index[j];
+    bytes += ops[j].done;
+    results[i] = ops[j].status.ok()
+                     ? VerifyBlockFile(dsts[i], options_.block_bytes, options_.fingerprint, keys[i])
+                     : ops[j].status;
+  }
+  MutexLock lock(&mu_);
+  stats_.bytes_read += bytes;
+  stats_.read_ns += t1 - t0;
+}
+
+void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    // A block being evicted is on its way down: a miss here, so no reader ever delays eviction.
+    if (it == entries_.end() || it->second.doomed || it->second.evicting) {
+      results[i] = Status::NotFound("block " + keys[i].ToHex() + " is not in " + options_.name);
+      continue;
+    }
+    ++it->second.pins;
+    policy_->OnAccess(keys[i]);
+    results[i] = Status::Ok();
+  }
+}
+
+void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
+                          std::span<Status> results) {
+  std::vector<bool> pinned(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
+  ReadFiles(keys, dsts, results);
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!pinned[i]) continue;
+    Entry& e = entries_[keys[i]];
+    --e.pins;
+    const StatusCode code = results[i].code();
+    if (code == StatusCode::kCorruption) {
+      ++stats_.corrupt;
+      e.doomed = true;
+    } else if (code == StatusCode::kNotFound) {
+      e.doomed = true;  // removed by another process sharing the tier
+    } else if (!results[i].ok()) {
+      ++stats_.io_errors;
+    }
+    if (e.pins == 0 && e.doomed) RemoveLocked(keys[i]);
+  }
+  cv_.SignalAll();
+}
+
+void DiskTier::RecordLookup(bool hit) {
+  MutexLock lock(&mu_);
+  ++(hit ? stats_.hits : stats_.misses);
+}
+
+TierStats DiskTier::Stats() {
+  MutexLock lock(&mu_);
+  TierStats s = stats_;
+  s.used_bytes = ledger_->used();
+  s.blocks = entries_.size();
+  return s;
+}
+
+std::string DiskTier::Describe() const {
+  const DiskTierConfig& c = options_.config;
+  return options_.name + " " + c.path + " (" + (c.kind.empty() ? "dir" : c.kind) + ", " +
+         std::to_string(c.capacity_bytes) + " bytes, policy " + options_.policy +
+         (c.persistent ? ", persistent" : "") + (c.shared ? ", shared" : "") + "): " +
+         io_->Describe() + ", O_DIRECT " + (direct_ ? "on" : "off (file system refuses it)") +
+         ", " + std::to_string(recovered_) + " blocks recovered";
+}
+
+}  // namespace kvoffload

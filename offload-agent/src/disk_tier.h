@@ -1,0 +1,122 @@
+// One disk tier: a directory of checksummed block files with an eviction policy and a capacity
+// it never exceeds. Evicted blocks are handed to a sink (the next tier, or dropped).
+// Thread-safe: one mutex guards the index; file I/O and the sink run outside it. Blocks being
+// read are pinned so that eviction skips them; no call ever waits for a pin to drop (the pin
+// holder may be a job waiting on this tier), which keeps the cascade deadlock-free.
+#ifndef KVOFFLOAD_SRC_DISK_TIER_H_
+#define KVOFFLOAD_SRC_DISK_TIER_H_
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "capacity_ledger.h"
+#include "kvoffload/block_key.h"
+#include "kvoffload/config.h"
+#include "kvoffload/disk_io.h"
+#include "kvoffload/eviction_policy.h"
+#include "kvoffload/stats.h"
+#include "mutex.h"
+
+namespace kvoffload {
+
+struct DiskTierOptions {
+  std::string name;  // "disk0"
+  DiskTierConfig config;
+  size_t block_bytes = 0;
+  BlockKey fingerprint;  // ModelFingerprint::Digest()
+  std::string policy = "lru";
+};
+
+class DiskTier {
+ public:
+  // Receives an evicted block: file bytes (payload + trailer) in an aligned buffer that is
+  // valid only during the call. Returns whether the next tier took it; the last tier has no
+  // sink: its victims are dropped (and counted).
+  using EvictSink = std::function<bool(const BlockKey& key, std::byte* file)>;
+
+  // Creates the directories, probes O_DIRECT, then either clears the tier (not persistent) or
+  // scans it so its blocks are served again (persistent).
+  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
+                                                std::unique_ptr<DiskIo> io);
+  ~DiskTier();
+
+  // REQUIRES: called once, before any Insert.
+  void SetEvictSink(EvictSink sink) { sink_ = std::move(sink); }
+
+  // Whether the block is here. Shared tiers also look for a file another process published.
+  bool Contains(const BlockKey& key);
+
+  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned, trailer encoded) to a
+  // temp file and publishes it atomically, evicting to make room first. OK when the block is
+  // (now) here; ResourceExhausted when no room can be made; IOError on a failed write.
+  Status Insert(const BlockKey& key, std::byte* file);
+
+  // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
+  // takes them before ReadPinned. Callers pin before making room anywhere in the cascade.
+  void Pin(std::span<const BlockKey> keys, std::span<Status> results);
+  // Reads and verifies each pinned block (results[i] OK) into dsts[i] (BlockFileBytes each,
+  // aligned), then unpins it. A block that fails verification is removed and reported as
+  // Corruption; one that another process removed, as NotFound.
+  void ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
+                  std::span<Status> results);
+
+  void RecordLookup(bool hit);
+  TierStats Stats();
+  std::string Describe() const;
+
+ private:
+  struct Entry {
+    uint32_t pins = 0;       // reads in flight
+    bool evicting = false;   // chosen as victim (unpinned then); being cascaded and removed
+    bool doomed = false;     // found corrupt or gone; removed once pins drop to 0
+  };
+
+  DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io);
+  Status Init();
+  // Indexes our fingerprint's blocks (oldest first into the policy) and other fingerprints'.
+  Status Scan(uint64_t* bytes);
+  // Bytes of every block and temp file under the tier (the shared ledger's starting point).
+  uint64_t ScanUsedBytes() const;
+  // Reads and verifies without touching the index (callers pin or own the entries).
+  void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
+                 std::span<Status> results);
+  // Makes room for one file; mu_ is released while victims are cascaded.
+  Status Reserve() REQUIRES(mu_);
+  void Evict(const BlockKey& key);
+  // True when this call published the file; false when another process had already.
+  Result<bool> WriteFile(const BlockKey& key, std::byte* file);
+  // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
+  void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
+  bool IsPinnedLocked(const BlockKey& key) const REQUIRES(mu_);
+  int OpenFlags(int base) const;
+
+  const DiskTierOptions options_;
+  const size_t file_bytes_;
+  const std::string dir_;
+  std::unique_ptr<DiskIo> io_;
+  std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  std::unique_ptr<CapacityLedger> ledger_ GUARDED_BY(mu_);
+  EvictSink sink_;
+  bool direct_ = false;
+  size_t recovered_ = 0;
+
+  mutable Mutex mu_;
+  CondVar cv_{&mu_};  // an eviction or an insert finished
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, BlockKeyHash> inserting_ GUARDED_BY(mu_);
+  // Other fingerprints' block files (path, bytes) in a persistent tier, newest first: evicted
+  // before any of ours, from the back.
+  std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
+  size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  TierStats stats_ GUARDED_BY(mu_);
+};
+
+}  // namespace kvoffload
+
+#endif  // KVOFFLOAD_SRC_DISK_TIER_H_

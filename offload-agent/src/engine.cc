@@ -1,0 +1,420 @@
+// The engine: wires the device, the pinned host tier and the disk tiers into the store /
+// lookup / load paths, and runs store and load as asynchronous jobs on worker threads.
+#include "kvoffload/engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "block_file.h"
+#include "cpu_tier.h"
+#include "disk_tier.h"
+#include "kvoffload/device.h"
+#include "mutex.h"
+
+namespace kvoffload {
+namespace {
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte, AlignedFree>;
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(const EngineConfig& config)
+      : config_(config), fingerprint_(config.fingerprint.Digest()) {}
+
+  ~EngineImpl() override {
+    {
+      MutexLock lock(&jobs_mu_);
+      stop_ = true;
+      // Queued jobs never started: their device memory was not touched; say so to waiters.
+      for (const auto& [id, fn] : queue_) {
+        jobs_[id] = JobRecord{true, Status::Unavailable("engine shut down before the job ran")};
+      }
+      queue_.clear();
+    }
+    jobs_cv_.SignalAll();
+    for (std::thread& t : workers_) t.join();  // running jobs finish: their copies complete
+  }
+
+  Status Init(const EngineHooks& hooks) {
+    if (Status s = config_.Validate(); !s.ok()) return s;
+    Result<std::unique_ptr<DeviceBackend>> device = NewDeviceBackend(config_.device);
+    if (!device.ok()) return device.status();
+    device_ = std::move(device).value();
+
+    const size_t slot_bytes = BlockFileBytes(config_.block_bytes);
+    const size_t slots = static_cast<size_t>(config_.cpu_bytes / slot_bytes);
+    if (slots == 0) {
+      return Status::InvalidArgument("KVOFFLOAD_CPU_BYTES=" + std::to_string(config_.cpu_bytes) +
+                                     " holds no pinned slot of " + std::to_string(slot_bytes) +
+                                     " bytes (block " + std::to_string(config_.block_bytes) +
+                                     " + trailer, 4 KiB aligned)");
+    }
+    Result<std::unique_ptr<PinnedRegion>> pool = device_->AllocatePinned(slots * slot_bytes);
+    if (!pool.ok()) return pool.status();
+    Result<std::unique_ptr<EvictionPolicy>> policy =
+        NewEvictionPolicy(config_.eviction_policy, slots);
+    if (!policy.ok()) return policy.status();
+    std::byte* pool_base = (*pool)->data();
+    cpu_ = std::make_unique<CpuTier>(std::move(pool).value(), config_.block_bytes,
+                                     std::move(policy).value());
+
+    for (size_t i = 0; i < config_.tiers.size(); ++i) {
+      DiskIoOptions io_options;
+      io_options.registered_base = pool_base;
+      io_options.registered_len = slots * slot_bytes;
+      io_options.parallelism = config_.io_parallelism;
+      Result<std::unique_ptr<DiskIo>> io = NewDiskIo(config_.disk_io, io_options);
+      if (!io.ok()) return io.status();
+      std::unique_ptr<DiskIo> backend = std::move(io).value();
+      if (hooks.wrap_disk_io) backend = hooks.wrap_disk_io(i, std::move(backend));
+      DiskTierOptions options{"disk" + std::to_string(i), config_.tiers[i], config_.block_bytes,
+                              fingerprint_, config_.eviction_policy};
+      Result<std::unique_ptr<DiskTier>> tier = DiskTier::Open(options, std::move(backend));
+      if (!tier.ok()) return tier.status();
+      disks_.push_back(std::move(tier).value());
+    }
+    // The cascade: cpu -> disk0 -> disk1 -> ... -> dropped.
+    if (!disks_.empty()) {
+      cpu_->SetEvictSink([this](const BlockKey& key, std::byte* slot) {
+        EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key);
+        return disks_[0]->Insert(key, slot).ok();
+      });
+    }
+    for (size_t i = 0; i + 1 < disks_.size(); ++i) {
+      disks_[i]->SetEvictSink([this, i](const BlockKey& key, std::byte* file) {
+        return disks_[i + 1]->Insert(key, file).ok();
+      });
+    }
+    for (size_t i = 0; i < config_.worker_threads; ++i) {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    }
+    return Status::Ok();
+  }
+
+  Result<JobId> Store(std::span<const BlockKey> keys,
+                      std::span<void* const> device_ptrs) override {
+    if (Status s = CheckBatch(keys, device_ptrs); !s.ok()) return s;
+    std::vector<BlockKey> k(keys.begin(), keys.end());
+    std::vector<void*> p(device_ptrs.begin(), device_ptrs.end());
+    return Submit([this, k = std::move(k), p = std::move(p)] { return RunStore(k, p); });
+  }
+
+  Result<JobId> Load(std::span<const BlockKey> keys,
+                     std::span<void* const> device_ptrs) override {
+    if (Status s = CheckBatch(keys, device_ptrs); !s.ok()) return s;
+    std::vector<BlockKey> k(keys.begin(), keys.end());
+    std::vector<void*> p(device_ptrs.begin(), device_ptrs.end());
+    return Submit([this, k = std::move(k), p = std::move(p)] { return RunLoad(k, p); });
+  }
+
+  LookupResult Lookup(std::span<const BlockKey> keys) override {
+    LookupResult result;
+    for (const BlockKey& key : keys) {
+      int tier = Locate(key, /*record=*/true);
+      if (tier == kTierMiss) break;
+      result.tiers.push_back(tier);
+    }
+    result.prefix = result.tiers.size();
+    return result;
+  }
+
+  Result<bool> Poll(JobId job) override {
+    MutexLock lock(&jobs_mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
+    if (!it->second.done) return false;
+    Status s = it->second.status;
+    jobs_.erase(it);
+    if (!s.ok()) return s;
+    return true;
+  }
+
+  Status Wait(JobId job) override {
+    MutexLock lock(&jobs_mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
+    while (!it->second.done) jobs_cv_.Wait();
+    Status s = it->second.status;
+    jobs_.erase(it);
+    return s;
+  }
+
+  EngineStats Stats() const override {
+    EngineStats s;
+    s.tiers.push_back(cpu_->Stats());
+    for (const auto& d : disks_) s.tiers.push_back(d->Stats());
+    s.stored_blocks = stored_blocks_.load();
+    s.loaded_blocks = loaded_blocks_.load();
+    s.failed_loads = failed_loads_.load();
+    s.failed_stores = failed_stores_.load();
+    s.d2h_bytes = d2h_bytes_.load();
+    s.d2h_ns = d2h_ns_.load();
+    s.h2d_bytes = h2d_bytes_.load();
+    s.h2d_ns = h2d_ns_.load();
+    MutexLock lock(&jobs_mu_);
+    for (const auto& [id, job] : jobs_) s.queue_depth += job.done ? 0 : 1;
+    return s;
+  }
+
+  std::string Describe() const override {
+    std::string out = "kvoffload: device " + device_->Describe() + "; cpu tier " +
+                      std::to_string(cpu_->slots()) + " slots x " +
+                      std::to_string(cpu_->slot_bytes()) + " bytes, policy " +
+                      config_.eviction_policy;
+    for (const auto& d : disks_) out += "; " + d->Describe();
+    return out;
+  }
+
+ private:
+  struct JobRecord {
+    bool done = false;
+    Status status;
+  };
+
+  static Status CheckBatch(std::span<const BlockKey> keys, std::span<void* const> ptrs) {
+    if (keys.size() != ptrs.size()) {
+      return Status::InvalidArgument(std::to_string(keys.size()) + " keys but " +
+                                     std::to_string(ptrs.size()) + " device pointers");
+    }
+    for (void* p : ptrs) {
+      if (p == nullptr) return Status::InvalidArgument("null device pointer in batch");
+    }
+    return Status::Ok();
+  }
+
+  Result<JobId> Submit(std::function<Status()> fn) {
+    MutexLock lock(&jobs_mu_);
+    if (stop_) return Status::Unavailable("engine is shutting down");
+    JobId id = next_job_++;
+    jobs_.emplace(id, JobRecord{});
+    queue_.emplace_back(id, std::move(fn));
+    jobs_cv_.SignalAll();
+    return id;
+  }
+
+  void WorkerLoop() {
+    MutexLock lock(&jobs_mu_);
+    for (;;) {
+      while (!stop_ && queue_.empty()) jobs_cv_.Wait();
+      if (queue_.empty()) return;
+      auto [id, fn] = std::move(queue_.front());
+      queue_.pop_front();
+      lock.Unlock();
+      Status s = fn();
+      lock.Lock();
+      jobs_[id] = JobRecord{true, std::move(s)};
+      jobs_cv_.SignalAll();
+    }
+  }
+
+  // kTierCpu, kTierCpu + 1 + i for disk i, or kTierMiss.
+  int Locate(const BlockKey& key, bool record) {
+    bool hit = cpu_->Contains(key);
+    if (record) cpu_->RecordLookup(hit);
+    if (hit) return kTierCpu;
+    for (size_t i = 0; i < disks_.size(); ++i) {
+      hit = disks_[i]->Contains(key);
+      if (record) disks_[i]->RecordLookup(hit);
+      if (hit) return kTierCpu + 1 + static_cast<int>(i);
+    }
+    return kTierMiss;
+  }
+
+  Status RunStore(const std::vector<BlockKey>& keys, const std::vector<void*>& ptrs) {
+    std::vector<size_t> taken;  // slots reserved, data not copied yet
+    std::vector<CopyOp> ops;
+    Status first_error;
+    // Copies the reserved blocks in and publishes them, freeing their pins for eviction: a
+    // batch larger than the pinned tier is stored in pieces that fit.
+    auto flush = [&] {
+      if (ops.empty()) return;
+      const uint64_t t0 = NowNs();
+      Status copied = CopyAndWait(CopyDirection::kDeviceToHost, ops);
+      d2h_ns_ += NowNs() - t0;
+      for (size_t i : taken) {
+        if (copied.ok()) {
+          cpu_->CommitInsert(keys[i], /*keep_pinned=*/false);
+        } else {
+          cpu_->AbortInsert(keys[i]);
+        }
+      }
+      if (copied.ok()) {
+        stored_blocks_ += taken.size();
+        d2h_bytes_ += taken.size() * config_.block_bytes;
+      } else {
+        failed_stores_ += taken.size();
+        if (first_error.ok()) first_error = copied;
+      }
+      taken.clear();
+      ops.clear();
+    };
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (Locate(keys[i], /*record=*/false) != kTierMiss) continue;  // already offloaded
+      Result<std::byte*> slot = cpu_->BeginInsert(keys[i]);
+      if (slot.status().code() == StatusCode::kResourceExhausted && !taken.empty()) {
+        flush();  // our own reserved slots were the pinned ones
+        slot = cpu_->BeginInsert(keys[i]);
+      }
+      if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
+      if (!slot.ok()) {
+        ++failed_stores_;
+        if (first_error.ok()) first_error = slot.status();
+        continue;
+      }
+      taken.push_back(i);
+      ops.push_back(CopyOp{*slot, ptrs[i], config_.block_bytes});
+    }
+    flush();
+    return first_error;
+  }
+
+  Status RunLoad(const std::vector<BlockKey>& keys, const std::vector<void*>& ptrs) {
+    const size_t n = keys.size();
+    std::vector<const std::byte*> src(n, nullptr);
+    std::vector<bool> pinned(n, false);
+    std::vector<Status> result(n);
+    std::vector<std::vector<size_t>> from_disk(disks_.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (std::byte* p = cpu_->Pin(keys[i])) {
+        src[i] = p;
+        pinned[i] = true;
+        continue;
+      }
+      int tier = Locate(keys[i], /*record=*/false);
+      if (tier <= kTierCpu) {
+        result[i] = Status::NotFound("block " + keys[i].ToHex() + " is not offloaded");
+        continue;
+      }
+      from_disk[static_cast<size_t>(tier - 1)].push_back(i);
+    }
+    // Pin every disk block first: making room for promotions cascades evictions down the
+    // tiers, which must not take the blocks this job is about to read.
+    std::vector<DiskBatch> batches(disks_.size());
+    for (size_t t = 0; t < disks_.size(); ++t) {
+      for (size_t i : from_disk[t]) batches[t].keys.push_back(keys[i]);
+      batches[t].result.resize(batches[t].keys.size());
+      if (!batches[t].keys.empty()) disks_[t]->Pin(batches[t].keys, batches[t].result);
+    }
+    std::vector<AlignedBuffer> bounce;
+    for (size_t t = 0; t < disks_.size(); ++t) {
+      if (!from_disk[t].empty()) Promote(t, from_disk[t], batches[t], src, pinned, result, bounce);
+    }
+    std::vector<CopyOp> ops;
+    for (size_t i = 0; i < n; ++i) {
+      if (result[i].ok()) ops.push_back(CopyOp{ptrs[i], src[i], config_.block_bytes});
+    }
+    Status copied;
+    if (!ops.empty()) {
+      const uint64_t t0 = NowNs();
+      copied = CopyAndWait(CopyDirection::kHostToDevice, ops);
+      h2d_ns_ += NowNs() - t0;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (pinned[i]) cpu_->Unpin(keys[i]);
+    }
+    if (!copied.ok()) {
+      failed_loads_ += n;
+      return copied;
+    }
+    loaded_blocks_ += ops.size();
+    h2d_bytes_ += ops.size() * config_.block_bytes;
+    const size_t failed = n - ops.size();
+    if (failed == 0) return Status::Ok();
+    failed_loads_ += failed;
+    for (size_t i = 0; i < n; ++i) {
+      if (result[i].ok()) continue;
+      std::string msg = std::to_string(failed) + " of " + std::to_string(n) +
+                        " blocks not loaded; first: " + result[i].message();
+      return result[i].code() == StatusCode::kIOError ? Status::IOError(std::move(msg))
+                                                       : Status::NotFound(std::move(msg));
+    }
+    return Status::Ok();
+  }
+
+  // The blocks one load reads from one disk tier, pinned there.
+  struct DiskBatch {
+    std::vector<BlockKey> keys;
+    std::vector<Status> result;  // from DiskTier::Pin, then from the read
+  };
+
+  // Reads the pinned blocks of disk tier t into fresh pinned slots (promotion), or into
+  // private buffers when the cpu tier cannot take them now; a failed read sets result[i].
+  void Promote(size_t t, const std::vector<size_t>& idx, DiskBatch& batch,
+               std::vector<const std::byte*>& src, std::vector<bool>& pinned,
+               std::vector<Status>& result, std::vector<AlignedBuffer>& bounce) {
+    const size_t file_bytes = BlockFileBytes(config_.block_bytes);
+    std::vector<std::byte*> dst(idx.size(), nullptr);
+    std::vector<bool> promoted(idx.size(), false);
+    for (size_t j = 0; j < idx.size(); ++j) {
+      if (!batch.result[j].ok()) continue;  // gone since the lookup
+      Result<std::byte*> slot = cpu_->BeginInsert(batch.keys[j]);
+      promoted[j] = slot.ok();
+      if (slot.ok()) {
+        dst[j] = *slot;
+      } else {
+        bounce.emplace_back(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, file_bytes)));
+        dst[j] = bounce.back().get();
+      }
+    }
+    disks_[t]->ReadPinned(batch.keys, dst, batch.result);
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const size_t i = idx[j];
+      if (batch.result[j].ok()) {
+        src[i] = dst[j];
+        if (promoted[j]) {
+          cpu_->CommitInsert(batch.keys[j], /*keep_pinned=*/true);
+          pinned[i] = true;
+        }
+      } else {
+        result[i] = batch.result[j];
+        if (promoted[j]) cpu_->AbortInsert(batch.keys[j]);
+      }
+    }
+  }
+
+  Status CopyAndWait(CopyDirection direction, const std::vector<CopyOp>& ops) {
+    Result<std::unique_ptr<CopyTicket>> ticket = device_->CopyAsync(direction, ops);
+    if (!ticket.ok()) return ticket.status();
+    return (*ticket)->Wait();
+  }
+
+  const EngineConfig config_;
+  const BlockKey fingerprint_;
+  std::unique_ptr<DeviceBackend> device_;
+  std::unique_ptr<CpuTier> cpu_;
+  std::vector<std::unique_ptr<DiskTier>> disks_;
+
+  std::atomic<uint64_t> stored_blocks_{0}, loaded_blocks_{0}, failed_loads_{0}, failed_stores_{0};
+  std::atomic<uint64_t> d2h_bytes_{0}, d2h_ns_{0}, h2d_bytes_{0}, h2d_ns_{0};
+
+  mutable Mutex jobs_mu_;
+  CondVar jobs_cv_{&jobs_mu_};  // a job was queued or finished, or the engine is stopping
+  std::map<JobId, JobRecord> jobs_ GUARDED_BY(jobs_mu_);
+  std::deque<std::pair<JobId, std::function<Status()>>> queue_ GUARDED_BY(jobs_mu_);
+  JobId next_job_ GUARDED_BY(jobs_mu_) = 1;
+  bool stop_ GUARDED_BY(jobs_mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineConfig& config, EngineHooks hooks) {
+  auto engine = std::make_unique<EngineImpl>(config);
+  if (Status s = engine->Init(hooks); !s.ok()) return s;
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+}  // namespace kvoffload

@@ -1,0 +1,112 @@
+// The portable disk backend: pread/pwrite on a small thread pool, so a batch of block files is
+// read or written in parallel without io_uring.
+#include <unistd.h>
+
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "io_status.h"
+#include "mutex.h"
+#include "disk_io_backends.h"
+
+namespace kvoffload {
+namespace {
+
+// Moves all of op.len, retrying short transfers and EINTR.
+void RunOp(IoOp& op) {
+  while (op.done < op.len) {
+    std::byte* p = op.buf + op.done;
+    size_t n = op.len - op.done;
+    auto off = static_cast<off_t>(op.offset + op.done);
+    ssize_t r = op.kind == IoOp::Kind::kRead ? ::pread(op.fd, p, n, off) : ::pwrite(op.fd, p, n, off);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      op.status = ErrnoStatus(errno, op.kind == IoOp::Kind::kRead ? "pread" : "pwrite");
+      return;
+    }
+    if (r == 0) {
+      op.status = Status::IOError(std::string(op.kind == IoOp::Kind::kRead ? "pread" : "pwrite") +
+                                  ": short transfer (" + std::to_string(op.done) + " of " +
+                                  std::to_string(op.len) + " bytes)");
+      return;
+    }
+    op.done += static_cast<size_t>(r);
+  }
+  op.status = Status::Ok();
+}
+
+class PsyncIo final : public DiskIo {
+ public:
+  explicit PsyncIo(size_t threads) {
+    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  }
+  ~PsyncIo() override {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    cv_.SignalAll();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  std::string_view name() const override { return "psync"; }
+  std::string Describe() const override {
+    return "psync: pread/pwrite on " + std::to_string(workers_.size()) + " threads";
+  }
+
+  void Execute(std::span<IoOp> ops) override {
+    if (ops.size() == 1) {  // no hand-off for a single op
+      RunOp(ops[0]);
+      return;
+    }
+    Batch batch(&mu_);
+    batch.remaining = ops.size();
+    {
+      MutexLock lock(&mu_);
+      for (IoOp& op : ops) queue_.push_back(Task{&op, &batch});
+    }
+    cv_.SignalAll();
+    MutexLock lock(&mu_);
+    while (batch.remaining != 0) batch.done_cv.Wait();
+  }
+
+ private:
+  struct Batch {
+    explicit Batch(Mutex* mu) : done_cv(mu) {}
+    size_t remaining = 0;  // guarded by the PsyncIo's mu_
+    CondVar done_cv;
+  };
+  struct Task {
+    IoOp* op;
+    Batch* batch;
+  };
+
+  void WorkerLoop() {
+    MutexLock lock(&mu_);
+    for (;;) {
+      while (!stop_ && queue_.empty()) cv_.Wait();
+      if (queue_.empty()) return;  // stop_ and drained
+      Task task = queue_.front();
+      queue_.pop_front();
+      lock.Unlock();
+      RunOp(*task.op);
+      lock.Lock();
+      if (--task.batch->remaining == 0) task.batch->done_cv.SignalAll();
+    }
+  }
+
+  Mutex mu_;
+  CondVar cv_{&mu_};  // work was queued or the pool is stopping
+  std::deque<Task> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<DiskIo> NewPsyncIo(const DiskIoOptions& options) {
+  return std::make_unique<PsyncIo>(options.parallelism);
+}
+
+}  // namespace kvoffload

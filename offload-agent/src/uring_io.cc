@@ -1,0 +1,239 @@
+// The io_uring disk backend: batches of block reads/writes submitted with one syscall and
+// reaped together, on rings that have the pinned host pool registered as fixed buffers (no
+// per-I/O page pinning). Several rings so that concurrent jobs do not serialise on one.
+#include "disk_io_backends.h"
+
+#if KVOFFLOAD_HAVE_LIBURING
+
+#include <liburing.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "io_status.h"
+#include "mutex.h"
+
+namespace kvoffload {
+namespace {
+
+// A registered buffer (iovec) may not exceed 1 GiB.
+constexpr size_t kMaxFixedBuffer = size_t{1} << 30;
+
+class Ring {
+ public:
+  ~Ring() {
+    if (initialised_) io_uring_queue_exit(&ring_);
+  }
+
+  Status Init(unsigned entries) {
+    int rc = io_uring_queue_init(entries, &ring_, 0);
+    if (rc < 0) return ErrnoStatus(-rc, "io_uring_queue_init");
+    initialised_ = true;
+    return Status::Ok();
+  }
+
+  // Registration can fail (RLIMIT_MEMLOCK on older kernels); the ring then uses plain ops.
+  bool RegisterBuffers(const std::vector<iovec>& iovs) {
+    if (iovs.empty()) return false;
+    fixed_ = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size())) == 0;
+    return fixed_;
+  }
+
+  // Sends a no-op through the ring: proves the kernel really serves it (seccomp may not).
+  Status Nop() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    io_uring_prep_nop(sqe);
+    int rc = io_uring_submit(&ring_);
+    if (rc < 0) return ErrnoStatus(-rc, "io_uring_submit");
+    io_uring_cqe* cqe = nullptr;
+    rc = io_uring_wait_cqe(&ring_, &cqe);
+    if (rc < 0) return ErrnoStatus(-rc, "io_uring_wait_cqe");
+    io_uring_cqe_seen(&ring_, cqe);
+    return Status::Ok();
+  }
+
+  void Run(std::span<IoOp> ops, const std::vector<iovec>& iovs, unsigned depth) REQUIRES(mu) {
+    std::vector<size_t> pending;  // op indexes still to (re)submit
+    pending.reserve(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      ops[i].done = 0;
+      ops[i].status = broken_.ok() ? Status::Ok() : broken_;
+      if (ops[i].len > 0 && broken_.ok()) pending.push_back(i);
+    }
+    size_t queued = 0;     // prepared in the SQ ring, not yet accepted by the kernel
+    size_t in_flight = 0;  // accepted by the kernel, completion not reaped yet
+    while (!pending.empty() || queued > 0 || in_flight > 0) {
+      // Fill the submission queue, then submit everything and wait with one syscall.
+      while (!pending.empty() && queued + in_flight < depth) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        if (sqe == nullptr) break;
+        size_t i = pending.back();
+        pending.pop_back();
+        Prep(sqe, ops[i], iovs);
+        io_uring_sqe_set_data64(sqe, i);
+        ++queued;
+      }
+      int rc = io_uring_submit_and_wait(&ring_, 1);  // the loop guarantees work in flight
+      if (rc >= 0) {
+        queued -= std::min(queued, static_cast<size_t>(rc));
+        in_flight += static_cast<size_t>(rc);
+      } else if (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        // The prepared entries stay in the ring and would run with a later caller's data:
+        // this ring is unusable from now on; fail what remains once the kernel is done.
+        broken_ = ErrnoStatus(-rc, "io_uring_submit");
+        Drain(ops, in_flight);
+        for (IoOp& op : ops) {
+          if (op.status.ok() && op.done < op.len) op.status = broken_;
+        }
+        return;
+      }
+      Reap(ops, in_flight, pending);
+    }
+  }
+
+  // One caller at a time drives the ring.
+  Mutex mu;
+
+ private:
+  void Prep(io_uring_sqe* sqe, const IoOp& op, const std::vector<iovec>& iovs) {
+    std::byte* p = op.buf + op.done;
+    auto n = static_cast<unsigned>(op.len - op.done);
+    uint64_t off = op.offset + op.done;
+    int index = fixed_ ? FixedIndex(p, n, iovs) : -1;
+    if (op.kind == IoOp::Kind::kRead) {
+      if (index >= 0) {
+        io_uring_prep_read_fixed(sqe, op.fd, p, n, off, index);
+      } else {
+        io_uring_prep_read(sqe, op.fd, p, n, off);
+      }
+    } else if (index >= 0) {
+      io_uring_prep_write_fixed(sqe, op.fd, p, n, off, index);
+    } else {
+      io_uring_prep_write(sqe, op.fd, p, n, off);
+    }
+  }
+
+  static int FixedIndex(const std::byte* p, size_t n, const std::vector<iovec>& iovs) {
+    for (size_t i = 0; i < iovs.size(); ++i) {
+      const auto* base = static_cast<const std::byte*>(iovs[i].iov_base);
+      if (p >= base && p + n <= base + iovs[i].iov_len) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // Consumes the available completions; requeues short or interrupted transfers.
+  void Reap(std::span<IoOp> ops, size_t& in_flight, std::vector<size_t>& pending) {
+    io_uring_cqe* cqe = nullptr;
+    unsigned head = 0;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++seen;
+      --in_flight;
+      auto i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+      IoOp& op = ops[i];
+      const char* what = op.kind == IoOp::Kind::kRead ? "io_uring read" : "io_uring write";
+      if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
+        pending.push_back(i);
+      } else if (cqe->res < 0) {
+        op.status = ErrnoStatus(-cqe->res, what);
+      } else if (cqe->res == 0) {
+        op.status = Status::IOError(std::string(what) + ": short transfer (" +
+                                    std::to_string(op.done) + " of " + std::to_string(op.len) +
+                                    " bytes)");
+      } else {
+        op.done += static_cast<size_t>(cqe->res);
+        if (op.done < op.len) pending.push_back(i);  // resubmit the remainder
+      }
+    }
+    io_uring_cq_advance(&ring_, seen);
+  }
+
+  // Waits for every accepted entry, so no buffer is freed while the kernel may still use it.
+  void Drain(std::span<IoOp> ops, size_t in_flight) REQUIRES(mu) {
+    while (in_flight > 0) {
+      io_uring_cqe* cqe = nullptr;
+      if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
+      ops[static_cast<size_t>(io_uring_cqe_get_data64(cqe))].status = broken_;
+      io_uring_cqe_seen(&ring_, cqe);
+      --in_flight;
+    }
+  }
+
+  io_uring ring_{};
+  bool initialised_ = false;
+  bool fixed_ = false;
+  Status broken_ GUARDED_BY(mu);  // set when a submission failed for good
+};
+
+class UringIo final : public DiskIo {
+ public:
+  std::string_view name() const override { return "uring"; }
+  std::string Describe() const override {
+    return "uring: " + std::to_string(rings_.size()) + " rings x " + std::to_string(depth_) +
+           " entries, " + (fixed_ ? "fixed buffers registered" : "no fixed buffers");
+  }
+
+  Status Init(const DiskIoOptions& options) {
+    depth_ = static_cast<unsigned>(std::clamp<size_t>(options.queue_depth, 4, 4096));
+    for (size_t off = 0; off < options.registered_len; off += kMaxFixedBuffer) {
+      iovs_.push_back(iovec{options.registered_base + off,
+                            std::min(kMaxFixedBuffer, options.registered_len - off)});
+    }
+    fixed_ = !iovs_.empty();
+    for (size_t i = 0; i < std::max<size_t>(1, options.parallelism); ++i) {
+      auto ring = std::make_unique<Ring>();
+      if (Status s = ring->Init(depth_); !s.ok()) return s;
+      if (Status s = ring->Nop(); !s.ok()) return s;
+      fixed_ = ring->RegisterBuffers(iovs_) && fixed_;
+      rings_.push_back(std::move(ring));
+    }
+    if (!fixed_) iovs_.clear();
+    return Status::Ok();
+  }
+
+  void Execute(std::span<IoOp> ops) override {
+    // Take the first idle ring; when all are busy, queue on one chosen round-robin.
+    for (auto& ring : rings_) {
+      if (ring->mu.TryLock()) {
+        ring->Run(ops, iovs_, depth_);
+        ring->mu.Unlock();
+        return;
+      }
+    }
+    Ring& ring = *rings_[next_.fetch_add(1) % rings_.size()];
+    MutexLock lock(&ring.mu);
+    ring.Run(ops, iovs_, depth_);
+  }
+
+ private:
+  unsigned depth_ = 64;
+  bool fixed_ = false;
+  std::vector<iovec> iovs_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  std::atomic<size_t> next_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DiskIo>> NewUringIo(const DiskIoOptions& options) {
+  auto io = std::make_unique<UringIo>();
+  if (Status s = io->Init(options); !s.ok()) {
+    return Status::Unavailable("io_uring unavailable: " + s.message());
+  }
+  return std::unique_ptr<DiskIo>(std::move(io));
+}
+
+}  // namespace kvoffload
+
+#else  // !KVOFFLOAD_HAVE_LIBURING
+
+namespace kvoffload {
+
+Result<std::unique_ptr<DiskIo>> NewUringIo(const DiskIoOptions& /*options*/) {
+  return Status::Unavailable("io_uring unavailable: libkvoffload was built without liburing");
+}
+
+}  // namespace kvoffload
+
+#endif

@@ -1,0 +1,168 @@
+// The C API through libkvoffload.so: create from options and from the environment, the
+// store/lookup/load/poll/wait cycle, stats, the describe report and last-error messages.
+#include "kvoffload/c.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+extern "C" int kvo_c_round_trip(size_t block_bytes);
+
+namespace {
+
+using kvoffload::testing::kBlock;
+using kvoffload::testing::kSlot;
+using kvoffload::testing::TempDir;
+
+kvo_options Options(uint64_t cpu_blocks) {
+  kvo_options o{};
+  o.struct_size = sizeof(o);
+  o.block_bytes = kBlock;
+  o.model = "llama-3-8b";
+  o.revision = "rev1";
+  o.dtype = "bf16";
+  o.layout = "nhd";
+  o.cpu_bytes = cpu_blocks * kSlot;
+  return o;
+}
+
+TEST(CApiTest, RoundTripFromC) { EXPECT_EQ(kvo_c_round_trip(kBlock), 0); }
+
+TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
+  TempDir dir;
+  const std::string tiers = R"([{"path":")" + dir.path() +
+                            R"(","kind":"emptyDir","capacityBytes":)" +
+                            std::to_string(4 * kSlot) + "}]";
+  kvo_options o = Options(2);
+  o.eviction_policy = "arc";
+  o.tiers_json = tiers.c_str();
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+
+  std::vector<kvo_key> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+  for (uint64_t i = 0; i < 5; ++i) {
+    keys.push_back(kvo_key{100, i});
+    data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{100, i}, kBlock));
+  }
+  for (auto& d : data) ptrs.push_back(d.data());
+  uint64_t job = 0;
+  ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), keys.size(), &job), KVO_OK);
+  kvo_status polled = KVO_PENDING;
+  while (polled == KVO_PENDING) polled = kvo_job_poll(e, job);
+  ASSERT_EQ(polled, KVO_OK) << kvo_last_error();
+
+  size_t prefix = 0;
+  std::vector<int32_t> tiers_out(6, 99);
+  std::vector<kvo_key> query = keys;
+  query.push_back(kvo_key{7, 7});  // never stored
+  ASSERT_EQ(kvo_lookup(e, query.data(), query.size(), &prefix, tiers_out.data()), KVO_OK);
+  EXPECT_EQ(prefix, 5u);
+  EXPECT_EQ(tiers_out, (std::vector<int32_t>{1, 1, 1, 0, 0, -1}));
+
+  std::vector<std::vector<std::byte>> back(5, std::vector<std::byte>(kBlock));
+  std::vector<void*> back_ptrs;
+  for (auto& b : back) back_ptrs.push_back(b.data());
+  ASSERT_EQ(kvo_load(e, keys.data(), back_ptrs.data(), keys.size(), &job), KVO_OK);
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+  EXPECT_EQ(back, data);
+
+  kvo_stats s{};
+  s.struct_size = sizeof(s);
+  ASSERT_EQ(kvo_get_stats(e, &s), KVO_OK);
+  EXPECT_EQ(s.num_tiers, 2u);
+  EXPECT_EQ(s.stored_blocks, 5u);
+  EXPECT_EQ(s.loaded_blocks, 5u);
+  EXPECT_EQ(s.tiers[0].hits, 2u);
+  EXPECT_EQ(s.tiers[1].hits, 3u);
+  EXPECT_EQ(s.tiers[1].misses, 1u);
+  EXPECT_GT(s.tiers[1].bytes_written, 0u);
+  EXPECT_LE(s.tiers[1].used_bytes, s.tiers[1].capacity_bytes);
+
+  // A caller compiled against a shorter kvo_stats gets its prefix and nothing past it.
+  kvo_stats older;
+  std::memset(&older, 0xAB, sizeof(older));
+  older.struct_size = offsetof(kvo_stats, stored_blocks);
+  ASSERT_EQ(kvo_get_stats(e, &older), KVO_OK);
+  EXPECT_EQ(older.num_tiers, 2u);
+  EXPECT_EQ(older.tiers[1].hits, 3u);
+  EXPECT_EQ(older.stored_blocks, 0xABABABABABABABABULL) << "written past the caller's struct";
+
+  char buf[16];
+  const size_t need = kvo_describe(e, buf, sizeof(buf));
+  EXPECT_GT(need, sizeof(buf));
+  EXPECT_EQ(std::string(buf).size(), sizeof(buf) - 1) << "truncated and NUL-terminated";
+  std::string full(need + 1, '\0');
+  kvo_describe(e, full.data(), full.size());
+  EXPECT_NE(full.find("policy arc"), std::string::npos) << full;
+  kvo_engine_destroy(e);
+}
+
+TEST(CApiTest, ErrorsCarryCodesAndMessages) {
+  kvo_options o = Options(2);
+  o.model = nullptr;
+  kvo_engine* e = nullptr;
+  EXPECT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
+  EXPECT_EQ(e, nullptr);
+  EXPECT_NE(std::string(kvo_last_error()).find("fingerprint.model"), std::string::npos)
+      << kvo_last_error();
+
+  o = Options(2);
+  o.struct_size = sizeof(o) - 8;  // a caller built against another layout
+  EXPECT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvo_last_error()).find("struct_size"), std::string::npos);
+
+  o = Options(2);
+  o.tiers_json = "[{";
+  EXPECT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvo_last_error()).find("KVOFFLOAD_TIERS"), std::string::npos);
+
+  o = Options(2);
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK);
+  EXPECT_STREQ(kvo_last_error(), "");
+  EXPECT_EQ(kvo_job_wait(e, 424242), KVO_NOT_FOUND);
+  EXPECT_NE(std::string(kvo_last_error()).find("424242"), std::string::npos);
+  kvo_key k{1, 1};
+  void* null_ptr = nullptr;
+  uint64_t job = 0;
+  EXPECT_EQ(kvo_store(e, &k, &null_ptr, 1, &job), KVO_INVALID_ARGUMENT);
+  EXPECT_EQ(kvo_store(nullptr, &k, &null_ptr, 1, &job), KVO_INVALID_ARGUMENT);
+  kvo_engine_destroy(e);
+  kvo_engine_destroy(nullptr);
+}
+
+TEST(CApiTest, CreatesFromTheWebhookEnvironment) {
+  TempDir dir;
+  const std::string tiers = R"([{"path":")" + dir.path() +
+                            R"(","kind":"pvcRef","capacityBytes":40960,"persistent":true,"shared":true}])";
+  ASSERT_EQ(::setenv("KVOFFLOAD_CPU_BYTES", "8192", 1), 0);
+  ASSERT_EQ(::setenv("KVOFFLOAD_EVICTION_POLICY", "arc", 1), 0);
+  ASSERT_EQ(::setenv("KVOFFLOAD_TIERS", tiers.c_str(), 1), 0);
+  kvo_options o = Options(0);
+  o.from_env = 1;
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  std::string d(1024, '\0');
+  kvo_describe(e, d.data(), d.size());
+  EXPECT_NE(d.find("2 slots"), std::string::npos) << d;
+  EXPECT_NE(d.find("shared"), std::string::npos) << d;
+  kvo_engine_destroy(e);
+
+  ASSERT_EQ(::setenv("KVOFFLOAD_CPU_BYTES", "10Gi", 1), 0);
+  EXPECT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvo_last_error()).find("KVOFFLOAD_CPU_BYTES=\"10Gi\""),
+            std::string::npos)
+      << kvo_last_error();
+  ::unsetenv("KVOFFLOAD_CPU_BYTES");
+  ::unsetenv("KVOFFLOAD_EVICTION_POLICY");
+  ::unsetenv("KVOFFLOAD_TIERS");
+}
+
+}  // namespace

@@ -1,0 +1,294 @@
+// The engine end to end on the host device: the cascade cpu -> disk0 -> disk1 -> dropped,
+// prefix lookup with tiers, promotion on load, restart recovery, fingerprint isolation, damaged
+// files read as misses and removed, and shutdown with jobs in flight.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "block_file.h"
+#include "kvoffload/engine.h"
+#include "test_util.h"
+
+namespace kvoffload {
+namespace {
+
+using testing::Blocks;
+using testing::Config;
+using testing::Key;
+using testing::LoadAndWait;
+using testing::StoreAndWait;
+using testing::TempDir;
+using testing::Tier;
+
+std::unique_ptr<Engine> Open(const EngineConfig& c) {
+  Result<std::unique_ptr<Engine>> e = Engine::Open(c);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return std::move(e).value();
+}
+
+void ExpectLoadsExactly(Engine& e, const Blocks& stored) {
+  Blocks out = stored.Empty();
+  Status load = LoadAndWait(e, out);
+  ASSERT_TRUE(load.ok()) << load.ToString();
+  for (size_t i = 0; i < stored.keys.size(); ++i) {
+    EXPECT_EQ(out.data[i], stored.data[i]) << "block " << i;
+  }
+}
+
+TEST(EngineTest, StoreThenLoadFromPinnedTier) {
+  auto e = Open(Config(8));
+  Blocks b = Blocks::Make(0, 4);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  LookupResult r = e->Lookup(b.keys);
+  EXPECT_EQ(r.prefix, 4u);
+  EXPECT_EQ(r.tiers, std::vector<int>(4, kTierCpu));
+  ExpectLoadsExactly(*e, b);
+  EngineStats s = e->Stats();
+  EXPECT_EQ(s.stored_blocks, 4u);
+  EXPECT_EQ(s.loaded_blocks, 4u);
+  EXPECT_EQ(s.d2h_bytes, 4 * testing::kBlock);
+  EXPECT_EQ(s.tiers[0].hits, 4u);
+}
+
+TEST(EngineTest, CascadesCpuToDisk0ToDisk1ThenDrops) {
+  TempDir d0, d1;
+  // cpu 2 blocks, disk0 3, disk1 4: 12 blocks stored -> 9 kept, 3 dropped.
+  auto e = Open(Config(2, {Tier(d0.path(), 3), Tier(d1.path(), 4)}));
+  Blocks b = Blocks::Make(0, 12);
+  for (size_t i = 0; i < 12; ++i) {  // one at a time: a strict LRU order
+    Blocks one;
+    one.keys = {b.keys[i]};
+    one.ptrs = {b.ptrs[i]};
+    ASSERT_TRUE(StoreAndWait(*e, one).ok());
+  }
+  // Newest two in cpu, the three before on disk0, the four before on disk1, oldest three gone.
+  std::vector<int> expect = {-1, -1, -1, 2, 2, 2, 2, 1, 1, 1, 0, 0};
+  for (size_t i = 0; i < 12; ++i) {
+    LookupResult r = e->Lookup(std::span(&b.keys[i], 1));
+    EXPECT_EQ(r.prefix == 0 ? -1 : r.tiers[0], expect[i]) << "block " << i;
+  }
+  EXPECT_EQ(testing::FilesUnder(d0.path()), 3u);
+  EXPECT_EQ(testing::FilesUnder(d1.path()), 4u);
+  EngineStats s = e->Stats();
+  EXPECT_EQ(s.tiers[0].evictions, 10u);
+  EXPECT_EQ(s.tiers[1].evictions, 7u);
+  EXPECT_EQ(s.tiers[2].evictions, 3u);
+  EXPECT_EQ(s.tiers[2].dropped, 3u);
+  EXPECT_EQ(s.tiers[0].dropped + s.tiers[1].dropped, 0u);
+
+  // Lookup stops at the first miss and reports each tier.
+  std::vector<BlockKey> query = {b.keys[11], b.keys[8], b.keys[4], b.keys[0], b.keys[10]};
+  LookupResult r = e->Lookup(query);
+  EXPECT_EQ(r.prefix, 3u);
+  EXPECT_EQ(r.tiers, (std::vector<int>{0, 1, 2}));
+
+  // Loading disk blocks returns their bytes and promotes them into the pinned tier.
+  Blocks from_disk;
+  for (size_t i : {size_t{3}, size_t{7}}) {
+    from_disk.keys.push_back(b.keys[i]);
+    from_disk.data.push_back(b.data[i]);
+  }
+  for (auto& d : from_disk.data) from_disk.ptrs.push_back(d.data());
+  ExpectLoadsExactly(*e, from_disk);
+  EXPECT_EQ(e->Lookup(from_disk.keys).tiers, (std::vector<int>{0, 0}));
+  // Still capacity-bound everywhere.
+  s = e->Stats();
+  for (const TierStats& t : s.tiers) EXPECT_LE(t.used_bytes, t.capacity_bytes) << t.name;
+  EXPECT_LE(testing::BytesUnder(d0.path()), 3 * testing::kSlot);
+  EXPECT_LE(testing::BytesUnder(d1.path()), 4 * testing::kSlot);
+}
+
+TEST(EngineTest, MissingBlocksFailTheLoadButTheOthersArrive) {
+  auto e = Open(Config(4));
+  Blocks b = Blocks::Make(0, 2);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  Blocks q = Blocks::Make(0, 3).Empty();  // key 2 never stored
+  Status s = LoadAndWait(*e, q);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("1 of 3"), std::string::npos) << s.ToString();
+  EXPECT_EQ(q.data[0], b.data[0]);
+  EXPECT_EQ(q.data[1], b.data[1]);
+  EXPECT_EQ(e->Stats().failed_loads, 1u);
+}
+
+TEST(EngineTest, StoringAKnownBlockIsSkipped) {
+  auto e = Open(Config(4));
+  Blocks b = Blocks::Make(0, 2);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  Blocks again = Blocks::Make(0, 2, /*salt=*/99);
+  ASSERT_TRUE(StoreAndWait(*e, again).ok());
+  EXPECT_EQ(e->Stats().stored_blocks, 2u);
+  ExpectLoadsExactly(*e, b);  // the first bytes stay
+}
+
+TEST(EngineTest, PersistentTierServesItsBlocksAfterRestart) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 6);
+  {
+    auto e = Open(Config(1, {Tier(d0.path(), 8, /*persistent=*/true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  }  // engine gone: the pinned copy of the newest block is lost, the disk ones stay
+  auto e = Open(Config(1, {Tier(d0.path(), 8, /*persistent=*/true)}));
+  EXPECT_NE(e->Describe().find("5 blocks recovered"), std::string::npos) << e->Describe();
+  LookupResult r = e->Lookup(b.keys);
+  EXPECT_EQ(r.prefix, 5u);
+  EXPECT_EQ(r.tiers, std::vector<int>(5, 1));
+  Blocks first5 = Blocks::Make(0, 5);
+  ExpectLoadsExactly(*e, first5);
+}
+
+TEST(EngineTest, NonPersistentTierStartsEmpty) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 4);
+  {
+    auto e = Open(Config(1, {Tier(d0.path(), 8)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  }
+  EXPECT_EQ(testing::FilesUnder(d0.path()), 3u);
+  auto e = Open(Config(1, {Tier(d0.path(), 8)}));
+  EXPECT_EQ(e->Lookup(b.keys).prefix, 0u);
+  EXPECT_EQ(testing::FilesUnder(d0.path()), 0u);
+}
+
+TEST(EngineTest, BlocksOfAnotherFingerprintAreNeverServed) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 4);
+  {
+    auto e = Open(Config(1, {Tier(d0.path(), 8, true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  }
+  EngineConfig other = Config(1, {Tier(d0.path(), 8, true)});
+  other.fingerprint.revision = "rev2";  // same model, new weights
+  auto e = Open(other);
+  EXPECT_EQ(e->Lookup(b.keys).prefix, 0u);
+  Blocks out = b.Empty();
+  EXPECT_EQ(LoadAndWait(*e, out).code(), StatusCode::kNotFound);
+  for (const auto& d : out.data) EXPECT_EQ(d, std::vector<std::byte>(testing::kBlock));
+
+  // Even a file planted under the new fingerprint's name is refused by its trailer.
+  const std::string old_dir = FingerprintDir(d0.path(), testing::TestModel().Digest());
+  const std::string new_dir = FingerprintDir(d0.path(), other.fingerprint.Digest());
+  std::filesystem::copy_file(BlockPath(old_dir, b.keys[0]), BlockPath(new_dir, b.keys[0]));
+  auto e2 = Open(other);
+  Blocks one = Blocks::Make(0, 1).Empty();
+  EXPECT_EQ(LoadAndWait(*e2, one).code(), StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(BlockPath(new_dir, b.keys[0]))) << "removed";
+  EXPECT_EQ(e2->Stats().tiers[1].corrupt, 1u);
+}
+
+class DamagedFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine_ = Open(Config(1, {Tier(dir_.path(), 8, true)}));
+    blocks_ = Blocks::Make(0, 3);
+    ASSERT_TRUE(StoreAndWait(*engine_, blocks_).ok());
+    path_ = BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(0));
+    ASSERT_TRUE(std::filesystem::exists(path_));
+  }
+  void ExpectMissAndRemoved() {
+    Blocks out = Blocks::Make(0, 1).Empty();
+    Status s = LoadAndWait(*engine_, out);
+    EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+    EXPECT_EQ(out.data[0], std::vector<std::byte>(testing::kBlock)) << "no byte was delivered";
+    EXPECT_FALSE(std::filesystem::exists(path_)) << "the bad file is removed";
+    EXPECT_EQ(engine_->Lookup(out.keys).prefix, 0u) << "and is a miss from now on";
+    EXPECT_EQ(engine_->Stats().tiers[1].corrupt, 1u);
+  }
+  TempDir dir_;
+  std::unique_ptr<Engine> engine_;
+  Blocks blocks_;
+  std::string path_;
+};
+
+TEST_F(DamagedFileTest, FlippedByteIsAMissAndRemoved) {
+  std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(1234);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(1234);
+  c = static_cast<char>(c ^ 0x40);
+  f.write(&c, 1);
+  f.close();
+  ExpectMissAndRemoved();
+}
+
+TEST_F(DamagedFileTest, TruncatedFileIsAMissAndRemoved) {
+  std::filesystem::resize_file(path_, 2048);
+  ExpectMissAndRemoved();
+}
+
+TEST(EngineTest, ShutdownWithJobsInFlightIsClean) {
+  TempDir d0;
+  std::vector<JobId> jobs;
+  std::vector<Blocks> batches;
+  for (uint64_t i = 0; i < 20; ++i) batches.push_back(Blocks::Make(i * 8, 8));
+  {
+    auto e = Open(Config(4, {Tier(d0.path(), 64)}));
+    for (const Blocks& b : batches) {
+      Result<JobId> j = e->Store(b.keys, b.ptrs);
+      ASSERT_TRUE(j.ok());
+      jobs.push_back(*j);
+    }
+    EXPECT_TRUE(e->Poll(jobs.front()).ok());
+  }  // destroyed with most jobs queued or running: no hang, no leak (asan), no crash
+  EXPECT_LE(testing::BytesUnder(d0.path()), 64 * testing::kSlot);
+}
+
+TEST(EngineTest, PollAndWaitReportResultsOnce) {
+  auto e = Open(Config(4));
+  Blocks b = Blocks::Make(0, 2);
+  Result<JobId> j = e->Store(b.keys, b.ptrs);
+  ASSERT_TRUE(j.ok());
+  Result<bool> done = false;
+  while (done.ok() && !*done) done = e->Poll(*j);
+  EXPECT_TRUE(done.ok());
+  EXPECT_EQ(e->Wait(*j).code(), StatusCode::kNotFound) << "a reported job is forgotten";
+  EXPECT_EQ(e->Poll(12345).status().code(), StatusCode::kNotFound);
+  std::vector<void*> one_ptr = {b.ptrs[0]};
+  EXPECT_EQ(e->Store(b.keys, one_ptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(EngineTest, OpenRejectsATierTooSmallForOneBlock) {
+  TempDir d0;
+  EngineConfig c = Config(2, {Tier(d0.path(), 1)});
+  c.tiers[0].capacity_bytes = 100;
+  Result<std::unique_ptr<Engine>> e = Engine::Open(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find(d0.path()), std::string::npos) << e.status().ToString();
+}
+
+TEST(EngineTest, BufferedTierWithoutODirectWorksAndIsReported) {
+  TempDir d0;
+  testing::NoDirectDir no_direct;
+  if (!no_direct.available()) GTEST_SKIP() << no_direct.reason();
+  EngineConfig c = Config(1, {Tier(d0.path(), 2), Tier(no_direct.path(), 2)});
+  c.disk_io = "psync";
+  auto e = Open(c);
+  // Blocks flow through the buffered tier like through the O_DIRECT one.
+  Blocks b = Blocks::Make(0, 5);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  EXPECT_EQ(e->Lookup(b.keys).tiers, (std::vector<int>{2, 2, 1, 1, 0}));
+  ExpectLoadsExactly(*e, b);
+  const std::string d = e->Describe();
+  EXPECT_NE(d.find("disk0 " + d0.path()), std::string::npos) << d;
+  EXPECT_NE(d.find("O_DIRECT on"), std::string::npos) << d;
+  EXPECT_NE(d.find("O_DIRECT off"), std::string::npos) << d;
+  EXPECT_NE(d.find("psync"), std::string::npos) << d;
+}
+
+TEST(EngineTest, UringTierRegistersThePinnedPoolAsFixedBuffers) {
+  TempDir d0;
+  EngineConfig c = Config(2, {Tier(d0.path(), 4)});
+  c.disk_io = "uring";
+  auto e = Open(c);
+  const std::string d = e->Describe();
+  EXPECT_NE(d.find("uring"), std::string::npos) << d;
+  EXPECT_NE(d.find("fixed buffers registered"), std::string::npos) << d;
+  EXPECT_NE(d.find("O_DIRECT on"), std::string::npos) << d;
+  Blocks b = Blocks::Make(0, 6);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  ExpectLoadsExactly(*e, b);  // reads into pinned slots (fixed) and into private buffers
+}
+
+}  // namespace
+}  // namespace kvoffload

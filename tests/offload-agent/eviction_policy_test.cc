@@ -1,0 +1,174 @@
+// Policy semantics: LRU order, pinned keys skipped, ARC adapting on ghost hits and resisting a
+// one-time scan that flushes LRU, and the name-keyed factory.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kvoffload/eviction_policy.h"
+#include "test_util.h"
+
+namespace kvoffload {
+namespace {
+
+using testing::Key;
+
+std::unique_ptr<EvictionPolicy> Make(const std::string& name, size_t capacity) {
+  Result<std::unique_ptr<EvictionPolicy>> p = NewEvictionPolicy(name, capacity);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+// Simulates a tier of `capacity` blocks driving the policy: a hit is OnAccess, a miss inserts
+// and evicts while over capacity. Returns whether the access hit.
+struct Cache {
+  Cache(const std::string& name, size_t capacity) : policy(Make(name, capacity)), cap(capacity) {}
+  bool Access(const BlockKey& k) {
+    if (resident.contains(k)) {
+      policy->OnAccess(k);
+      return true;
+    }
+    policy->OnInsert(k);
+    resident.insert(k);
+    while (resident.size() > cap) {
+      std::optional<BlockKey> v =
+          policy->SelectVictim([&](const BlockKey& x) { return x == k; });
+      EXPECT_TRUE(v.has_value());
+      EXPECT_NE(*v, k) << "the key being inserted is pinned";
+      resident.erase(*v);
+    }
+    return false;
+  }
+  std::unique_ptr<EvictionPolicy> policy;
+  size_t cap;
+  std::set<BlockKey> resident;
+};
+
+TEST(LruPolicyTest, EvictsLeastRecentlyUsedFirst) {
+  auto lru = Make("lru", 3);
+  lru->OnInsert(Key(1));
+  lru->OnInsert(Key(2));
+  lru->OnInsert(Key(3));
+  lru->OnAccess(Key(1));  // order now 2, 3, 1
+  EXPECT_EQ(lru->EvictionOrder(), (std::vector<BlockKey>{Key(2), Key(3), Key(1)}));
+  EXPECT_EQ(lru->SelectVictim(nullptr), Key(2));
+  EXPECT_EQ(lru->SelectVictim(nullptr), Key(3));
+  EXPECT_EQ(lru->resident(), 1u);
+}
+
+TEST(LruPolicyTest, PinnedKeysAreNeverVictims) {
+  auto lru = Make("lru", 3);
+  for (uint64_t i = 1; i <= 3; ++i) lru->OnInsert(Key(i));
+  auto pinned = [](const BlockKey& k) { return k == Key(1) || k == Key(2); };
+  EXPECT_EQ(lru->SelectVictim(pinned), Key(3));
+  EXPECT_EQ(lru->SelectVictim(pinned), std::nullopt) << "only pinned keys are left";
+  EXPECT_EQ(lru->resident(), 2u);
+}
+
+TEST(LruPolicyTest, RemoveForgetsWithoutEvicting) {
+  auto lru = Make("lru", 2);
+  lru->OnInsert(Key(1));
+  lru->OnInsert(Key(2));
+  lru->OnRemove(Key(1));
+  lru->OnRemove(Key(9));  // unknown: ignored
+  EXPECT_EQ(lru->EvictionOrder(), (std::vector<BlockKey>{Key(2)}));
+}
+
+TEST(ArcPolicyTest, SecondAccessMovesToFrequentList) {
+  auto arc = Make("arc", 4);
+  arc->OnInsert(Key(1));
+  arc->OnInsert(Key(2));
+  arc->OnAccess(Key(1));
+  EXPECT_EQ(arc->DebugString(), "arc c=4 p=0 t1=1 t2=1 b1=0 b2=0");
+  // T1 (seen once) goes first while it is above its target p = 0.
+  EXPECT_EQ(arc->SelectVictim(nullptr), Key(2));
+  EXPECT_EQ(arc->DebugString(), "arc c=4 p=0 t1=0 t2=1 b1=1 b2=0");
+}
+
+TEST(ArcPolicyTest, GhostHitInB1GrowsRecencyTargetAndB2HitShrinksIt) {
+  Cache c("arc", 4);
+  auto state = [&] { return c.policy->DebugString(); };
+  for (uint64_t k : {1u, 2u, 1u, 2u}) c.Access(Key(k));  // 1, 2 frequent (T2)
+  for (uint64_t k : {3u, 4u, 5u}) c.Access(Key(k));     // 5 pushes 3 from T1 into B1
+  EXPECT_EQ(state(), "arc c=4 p=0 t1=2 t2=2 b1=1 b2=0");
+  EXPECT_FALSE(c.Access(Key(3)));  // B1 ghost hit: recency was undervalued, p grows
+  EXPECT_EQ(state(), "arc c=4 p=1 t1=1 t2=3 b1=1 b2=0");
+  c.Access(Key(6));                // T1 over target: 5 goes to B1
+  EXPECT_FALSE(c.Access(Key(4)));  // B1 hit again: p = 2; now T1 is within target, so T2 pays
+  EXPECT_EQ(state(), "arc c=4 p=2 t1=1 t2=3 b1=1 b2=1");
+  EXPECT_FALSE(c.Access(Key(1)));  // B2 ghost hit: frequency was undervalued, p shrinks
+  EXPECT_NE(state().find("p=1"), std::string::npos) << state();
+  EXPECT_TRUE(c.resident.contains(Key(1)));
+}
+
+// A working set used twice, then a long one-time scan: LRU loses the working set, ARC keeps it.
+TEST(ArcPolicyTest, ResistsOneTimeScanThatFlushesLru) {
+  constexpr size_t kCapacity = 100;
+  Cache lru("lru", kCapacity);
+  Cache arc("arc", kCapacity);
+  for (int round = 0; round < 2; ++round) {
+    for (uint64_t k = 0; k < 50; ++k) {
+      lru.Access(Key(k));
+      arc.Access(Key(k));
+    }
+  }
+  for (uint64_t k = 1000; k < 2000; ++k) {  // the scan: each key once
+    lru.Access(Key(k));
+    arc.Access(Key(k));
+  }
+  size_t lru_hits = 0, arc_hits = 0;
+  for (uint64_t k = 0; k < 50; ++k) {
+    lru_hits += lru.Access(Key(k)) ? 1u : 0u;
+    arc_hits += arc.Access(Key(k)) ? 1u : 0u;
+  }
+  EXPECT_EQ(lru_hits, 0u) << "the scan flushed LRU";
+  EXPECT_EQ(arc_hits, 50u) << "ARC kept the frequent set through the scan";
+}
+
+TEST(ArcPolicyTest, PinnedKeysAreSkippedAcrossBothLists) {
+  auto arc = Make("arc", 3);
+  arc->OnInsert(Key(1));
+  arc->OnInsert(Key(2));
+  arc->OnAccess(Key(2));  // T1 = {1}, T2 = {2}
+  auto pin1 = [](const BlockKey& k) { return k == Key(1); };
+  EXPECT_EQ(arc->SelectVictim(pin1), Key(2)) << "T1's only block is pinned: take from T2";
+  EXPECT_EQ(arc->SelectVictim(pin1), std::nullopt);
+}
+
+TEST(ArcPolicyTest, GhostListsStayBounded) {
+  Cache c("arc", 8);
+  for (uint64_t k = 0; k < 1000; ++k) c.Access(Key(k % 37));
+  // |T1| + |T2| + |B1| + |B2| <= 2c: parse the counts back out of the debug line.
+  std::string s = c.policy->DebugString();
+  size_t total = 0;
+  for (const char* f : {" t1=", " t2=", " b1=", " b2="}) {
+    total += std::stoul(s.substr(s.find(f) + 4));
+  }
+  EXPECT_LE(total, 16u) << s;
+  EXPECT_EQ(c.resident.size(), 8u);
+}
+
+TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
+  EXPECT_EQ(Make("lru", 1)->name(), "lru");
+  EXPECT_EQ(Make("arc", 1)->name(), "arc");
+  Result<std::unique_ptr<EvictionPolicy>> bad = NewEvictionPolicy("lfu", 4);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("\"lfu\""), std::string::npos);
+  EXPECT_NE(bad.status().message().find("arc, lru"), std::string::npos);
+  EXPECT_FALSE(NewEvictionPolicy("lru", 0).ok());
+}
+
+// The plug point: a third policy registers itself from its own file.
+std::unique_ptr<EvictionPolicy> NewFifoForTest(size_t capacity) {
+  Result<std::unique_ptr<EvictionPolicy>> p = NewEvictionPolicy("lru", capacity);
+  return std::move(p).value();
+}
+
+TEST(EvictionPolicyFactoryTest, RegistrationAddsANameOnce) {
+  EXPECT_TRUE(RegisterEvictionPolicy("test-fifo", &NewFifoForTest));
+  EXPECT_FALSE(RegisterEvictionPolicy("test-fifo", &NewFifoForTest)) << "names are unique";
+  EXPECT_TRUE(NewEvictionPolicy("test-fifo", 2).ok());
+}
+
+}  // namespace
+}  // namespace kvoffload

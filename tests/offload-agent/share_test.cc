@@ -1,0 +1,146 @@
+// Two processes sharing one tier directory (a shared RWX PVC): each serves the other's blocks,
+// concurrent writers never exceed the capacity (one flock'ed ledger for both) and no reader
+// ever gets a torn or foreign block.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <csignal>
+
+#include <fstream>
+#include <thread>
+
+#include "test_util.h"
+
+extern char** environ;
+
+namespace kvoffload {
+namespace {
+
+using testing::TempDir;
+
+struct Outcome {
+  uint64_t exact = 0, foreign = 0, wrong = 0;
+};
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  EXPECT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  return pid;
+}
+
+int Reap(pid_t pid) {
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Outcome ReadOutcome(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  Outcome o;
+  EXPECT_EQ(std::sscanf(text.c_str(), "exact=%lu foreign=%lu wrong=%lu", &o.exact, &o.foreign,
+                        &o.wrong),
+            3)
+      << path << ": " << text;
+  return o;
+}
+
+uint64_t LedgerBytes(const std::string& tier) {
+  std::ifstream in(tier + "/kvoffload-v1/ledger", std::ios::binary);
+  uint64_t v = 0;
+  in.read(reinterpret_cast<char*>(&v), sizeof(v));
+  return v;
+}
+
+std::vector<std::string> Args(const std::string& dir, const std::string& mode,
+                              const std::string& role, uint64_t first, uint64_t count,
+                              uint64_t all_first, uint64_t all_count, uint64_t capacity) {
+  return {KVOFFLOAD_SHARE_HELPER, dir, mode, role, std::to_string(first), std::to_string(count),
+          std::to_string(all_first), std::to_string(all_count), std::to_string(capacity)};
+}
+
+TEST(ShareTest, EachReplicaServesTheBlocksTheOtherStored) {
+  TempDir dir;
+  // a stores keys [0, 60), b [40, 100): the overlap is published twice at once (link(2) keeps
+  // one copy); room for all of them, so every key must be served to both.
+  pid_t a = Spawn(Args(dir.path(), "serve", "a", 0, 60, 0, 100, 256));
+  pid_t b = Spawn(Args(dir.path(), "serve", "b", 40, 60, 0, 100, 256));
+  ASSERT_EQ(Reap(a), 0);
+  ASSERT_EQ(Reap(b), 0);
+  Outcome oa = ReadOutcome(dir.path() + "/a.result");
+  Outcome ob = ReadOutcome(dir.path() + "/b.result");
+  EXPECT_EQ(oa.wrong + ob.wrong, 0u);
+  EXPECT_EQ(oa.foreign, 40u) << "a loads b's keys [60, 100) from the shared tier";
+  EXPECT_EQ(ob.foreign, 40u) << "b loads a's keys [0, 40)";
+  EXPECT_EQ(oa.exact, 100u);
+  EXPECT_EQ(ob.exact, 100u);
+  const std::string tier = dir.path() + "/tier";
+  EXPECT_EQ(testing::FilesUnder(tier, ".blk"), 102u) << "100 keys + one flush block each";
+  EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier)) << "the ledger counts each file once";
+}
+
+TEST(ShareTest, ConcurrentWritersUnderPressureStayWithinCapacity) {
+  TempDir dir;
+  constexpr uint64_t kCapacity = 24;
+  pid_t a = Spawn(Args(dir.path(), "churn", "a", 0, 120, 0, 180, kCapacity));
+  pid_t b = Spawn(Args(dir.path(), "churn", "b", 60, 120, 0, 180, kCapacity));
+  const std::string tier = dir.path() + "/tier";
+  uint64_t max_seen = 0;
+  for (int i = 0; i < 200; ++i) {  // sampled while both write, read and evict
+    max_seen = std::max(max_seen, testing::BytesUnder(tier));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(Reap(a), 0);
+  ASSERT_EQ(Reap(b), 0);
+  Outcome oa = ReadOutcome(dir.path() + "/a.result");
+  Outcome ob = ReadOutcome(dir.path() + "/b.result");
+  EXPECT_EQ(oa.wrong + ob.wrong, 0u) << "a torn, foreign or stale block was served";
+  // How many blocks each reads from the other depends on scheduling; serving each other is the
+  // first test's job. Here: reads happened, and none returned wrong bytes.
+  EXPECT_GT(oa.exact, 0u);
+  EXPECT_GT(ob.exact, 0u);
+  EXPECT_LE(max_seen, kCapacity * testing::kSlot);
+  EXPECT_LE(testing::BytesUnder(tier), kCapacity * testing::kSlot);
+  EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier));
+}
+
+// A replica killed (SIGKILL) in the middle of writing and evicting: whatever it left behind,
+// a process opening the tier afterwards serves only exact blocks and stays within capacity.
+TEST(ShareTest, KilledWriterNeverLeavesAWrongBlockBehind) {
+  TempDir dir;
+  constexpr uint64_t kCapacity = 24;
+  const std::string tier = dir.path() + "/tier";
+  pid_t a = Spawn(Args(dir.path(), "churn", "a", 0, 600, 0, 600, kCapacity));
+  for (int i = 0; i < 2000 && testing::FilesUnder(tier, ".blk") < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(::kill(a, SIGKILL), 0);
+  EXPECT_EQ(Reap(a), 128 + SIGKILL) << "it was still running when killed";
+
+  Result<std::unique_ptr<Engine>> e = Engine::Open(testing::Config(
+      1, {testing::Tier(tier, kCapacity, /*persistent=*/true, /*shared=*/true)}));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  uint64_t exact = 0;
+  for (uint64_t k = 0; k < 600; ++k) {
+    testing::Blocks b = testing::Blocks::Make(k, 1);
+    if ((*e)->Lookup(b.keys).prefix == 0) continue;
+    testing::Blocks out = b.Empty();
+    if (testing::LoadAndWait(**e, out).ok()) {
+      ASSERT_EQ(out.data[0], b.data[0]) << "key " << k;
+      ++exact;
+    } else {
+      ASSERT_EQ(out.data[0], std::vector<std::byte>(testing::kBlock)) << "key " << k;
+    }
+  }
+  EXPECT_GT(exact, 0u) << "published blocks survive their writer";
+  EXPECT_LE(testing::BytesUnder(tier), kCapacity * testing::kSlot);
+  EXPECT_LE(LedgerBytes(tier), kCapacity * testing::kSlot);
+}
+
+}  // namespace
+}  // namespace kvoffload

@@ -1,0 +1,203 @@
+// Helpers shared by the agent tests: scratch directories, deterministic block contents and
+// engine configurations sized in blocks.
+#ifndef KVOFFLOAD_TESTS_TEST_UTIL_H_
+#define KVOFFLOAD_TESTS_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kvoffload/config.h"
+#include "kvoffload/disk_io.h"
+#include "kvoffload/engine.h"
+
+namespace kvoffload::testing {
+
+// Where scratch directories go: $KVOFFLOAD_TEST_SCRATCH, else the build tree's disk (ext4
+// here, so O_DIRECT works).
+inline std::string ScratchBase() {
+  const char* env = std::getenv("KVOFFLOAD_TEST_SCRATCH");
+  return env != nullptr && *env != '\0' ? env : KVOFFLOAD_TEST_SCRATCH;
+}
+
+// A fresh directory removed with everything in it at the end of the scope.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& base = ScratchBase()) {
+    std::filesystem::create_directories(base);
+    std::string tmpl = base + "/kvo-XXXXXX";
+    char* p = ::mkdtemp(tmpl.data());
+    EXPECT_NE(p, nullptr) << "mkdtemp in " << base;
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A directory on a file system that refuses O_DIRECT. tmpfs did before Linux 6.6 and accepts it
+// since, so on newer kernels this mounts a ramfs (which never does) over a scratch directory;
+// that needs root. available() is false (with the reason) where neither works.
+class NoDirectDir {
+ public:
+  NoDirectDir() {
+    if (std::filesystem::is_directory("/dev/shm")) {
+      shm_ = std::make_unique<TempDir>("/dev/shm");
+      if (!SupportsODirect(shm_->path())) {
+        path_ = shm_->path();
+        return;
+      }
+    }
+    if (::mount("ramfs", mount_point_.path().c_str(), "ramfs", 0, nullptr) != 0) {
+      reason_ = std::string("tmpfs takes O_DIRECT here and ramfs cannot be mounted: ") +
+                std::strerror(errno);
+      return;
+    }
+    mounted_ = true;
+    path_ = mount_point_.path();
+  }
+  ~NoDirectDir() {
+    if (mounted_) ::umount2(mount_point_.path().c_str(), MNT_DETACH);
+  }
+  NoDirectDir(const NoDirectDir&) = delete;
+  NoDirectDir& operator=(const NoDirectDir&) = delete;
+  bool available() const { return !path_.empty(); }
+  const std::string& reason() const { return reason_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::unique_ptr<TempDir> shm_;
+  TempDir mount_point_;
+  bool mounted_ = false;
+  std::string path_;
+  std::string reason_;
+};
+
+inline BlockKey Key(uint64_t i) { return BlockKey{0xABCD000000000000ULL ^ (i * 7919), i}; }
+
+// Deterministic bytes for a key (and a salt to tell versions apart).
+inline std::vector<std::byte> Pattern(const BlockKey& key, size_t n, uint64_t salt = 0) {
+  std::vector<std::byte> out(n);
+  uint64_t x = key.hi ^ (key.lo * 0x9E3779B97F4A7C15ULL) ^ salt;
+  for (size_t i = 0; i < n; ++i) {
+    x += 0x9E3779B97F4A7C15ULL;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    out[i] = static_cast<std::byte>(z >> 56);
+  }
+  return out;
+}
+
+// Block size that is not a multiple of 4096, so padding and the trailer are exercised:
+// a block file (and a pinned slot) is then exactly one 4 KiB page.
+inline constexpr size_t kBlock = 4000;
+inline constexpr size_t kSlot = 4096;
+
+inline ModelFingerprint TestModel(const std::string& model = "llama-3-8b") {
+  return ModelFingerprint{model, "rev1", "bf16", "nhd", 0};
+}
+
+inline DiskTierConfig Tier(const std::string& path, size_t blocks, bool persistent = false,
+                           bool shared = false) {
+  return DiskTierConfig{path, persistent ? "pvcRef" : "emptyDir", blocks * kSlot, persistent,
+                        shared};
+}
+
+inline EngineConfig Config(size_t cpu_blocks, std::vector<DiskTierConfig> tiers = {},
+                           const std::string& policy = "lru") {
+  EngineConfig c;
+  c.cpu_bytes = cpu_blocks * kSlot;
+  c.eviction_policy = policy;
+  c.tiers = std::move(tiers);
+  c.block_bytes = kBlock;
+  c.fingerprint = TestModel();
+  c.device = "host";
+  return c;
+}
+
+// Device-side buffers for the host device: one block each.
+struct Blocks {
+  std::vector<BlockKey> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+
+  static Blocks Make(uint64_t first, size_t n, uint64_t salt = 0) {
+    Blocks b;
+    for (size_t i = 0; i < n; ++i) {
+      b.keys.push_back(Key(first + i));
+      b.data.push_back(Pattern(b.keys.back(), kBlock, salt));
+    }
+    for (auto& d : b.data) b.ptrs.push_back(d.data());
+    return b;
+  }
+  // Same keys, zeroed buffers to load into.
+  Blocks Empty() const {
+    Blocks b;
+    b.keys = keys;
+    b.data.assign(keys.size(), std::vector<std::byte>(kBlock));
+    for (auto& d : b.data) b.ptrs.push_back(d.data());
+    return b;
+  }
+};
+
+inline Status StoreAndWait(Engine& e, const Blocks& b) {
+  Result<JobId> job = e.Store(b.keys, b.ptrs);
+  if (!job.ok()) return job.status();
+  return e.Wait(*job);
+}
+
+inline Status LoadAndWait(Engine& e, const Blocks& b) {
+  Result<JobId> job = e.Load(b.keys, b.ptrs);
+  if (!job.ok()) return job.status();
+  return e.Wait(*job);
+}
+
+inline uint64_t FilesUnder(const std::string& dir, const std::string& suffix = ".blk") {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (f.path().string().ends_with(suffix)) ++n;
+  }
+  return n;
+}
+
+// Bytes of block and temp files under dir, each inode once: publishing links the temp file to
+// its final name, and for that moment both names share the same data blocks.
+inline uint64_t BytesUnder(const std::string& dir) {
+  uint64_t n = 0;
+  std::set<ino_t> seen;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    const std::string p = f.path().string();
+    struct stat st {};
+    if ((p.ends_with(".blk") || p.ends_with(".tmp")) && ::stat(p.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode) && seen.insert(st.st_ino).second) {
+      n += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return n;
+}
+
+}  // namespace kvoffload::testing
+
+#endif  // KVOFFLOAD_TESTS_TEST_UTIL_H_

@@ -1,0 +1,151 @@
+// The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
+// from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
+// its capacity, and a slot still read by a copy is not reused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "block_file.h"
+#include "cpu_tier.h"
+#include "disk_tier.h"
+#include "kvoffload/device.h"
+#include "test_util.h"
+
+namespace kvoffload {
+namespace {
+
+using testing::Key;
+using testing::kBlock;
+using testing::kSlot;
+
+std::unique_ptr<CpuTier> MakeCpu(size_t slots, const std::string& policy = "lru") {
+  static std::unique_ptr<DeviceBackend> host = std::move(NewDeviceBackend("host")).value();
+  auto pool = host->AllocatePinned(slots * kSlot);
+  return std::make_unique<CpuTier>(std::move(pool).value(), kBlock,
+                                   std::move(NewEvictionPolicy(policy, slots)).value());
+}
+
+void Insert(CpuTier& t, uint64_t k) {
+  Result<std::byte*> slot = t.BeginInsert(Key(k));
+  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
+  std::vector<std::byte> p = testing::Pattern(Key(k), kBlock);
+  std::memcpy(*slot, p.data(), kBlock);
+  t.CommitInsert(Key(k), /*keep_pinned=*/false);
+}
+
+TEST(CpuTierTest, PinnedBlockIsNeverTheVictim) {
+  auto t = MakeCpu(2);
+  std::vector<BlockKey> evicted;
+  t->SetEvictSink([&](const BlockKey& k, std::byte*) {
+    evicted.push_back(k);
+    return true;
+  });
+  Insert(*t, 1);
+  Insert(*t, 2);
+  ASSERT_NE(t->Pin(Key(1)), nullptr);  // 1 is least recent but pinned (Pin also touches it)
+  t->Unpin(Key(1));
+  ASSERT_NE(t->Pin(Key(2)), nullptr);  // now 1 is least recent, 2 most recent and pinned
+  Insert(*t, 3);
+  EXPECT_EQ(evicted, std::vector<BlockKey>{Key(1)});
+  Insert(*t, 4);  // 2 is pinned, so 3 goes although 2 is older
+  EXPECT_EQ(evicted, (std::vector<BlockKey>{Key(1), Key(3)}));
+  EXPECT_TRUE(t->Contains(Key(2)));
+  t->Unpin(Key(2));
+}
+
+TEST(CpuTierTest, AllPinnedRefusesInsteadOfOverfilling) {
+  auto t = MakeCpu(2);
+  Insert(*t, 1);
+  Insert(*t, 2);
+  ASSERT_NE(t->Pin(Key(1)), nullptr);
+  ASSERT_NE(t->Pin(Key(2)), nullptr);
+  Result<std::byte*> slot = t->BeginInsert(Key(3));
+  EXPECT_EQ(slot.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(t->Contains(Key(3)));
+  EXPECT_EQ(t->Stats().blocks, 2u);
+  t->Unpin(Key(1));
+  EXPECT_TRUE(t->BeginInsert(Key(3)).ok()) << "room again once a pin is released";
+  t->AbortInsert(Key(3));
+  t->Unpin(Key(2));
+}
+
+TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
+  auto t = MakeCpu(1);
+  std::byte* pinned_slot = nullptr;
+  t->SetEvictSink([&](const BlockKey& k, std::byte* slot) {
+    pinned_slot = t->Pin(k);  // a load reads the block while it is being demoted
+    EXPECT_EQ(pinned_slot, slot);
+    return true;
+  });
+  Insert(*t, 1);
+  // Block 1 is demoted while pinned: its slot cannot be handed to block 2 yet.
+  Result<std::byte*> slot = t->BeginInsert(Key(2));
+  EXPECT_EQ(slot.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(t->Contains(Key(1))) << "demoted: no longer served from this tier";
+  ASSERT_NE(pinned_slot, nullptr);
+  EXPECT_EQ(std::memcmp(pinned_slot, testing::Pattern(Key(1), kBlock).data(), kBlock), 0)
+      << "the reader still sees its bytes";
+  t->Unpin(Key(1));
+  EXPECT_TRUE(t->BeginInsert(Key(2)).ok()) << "the last unpin freed the slot";
+}
+
+class DiskTierTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<DiskTier> Open(size_t blocks) {
+    DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks), kBlock,
+                      testing::TestModel().Digest(), "lru"};
+    auto io = NewDiskIo("psync", DiskIoOptions{});
+    auto t = DiskTier::Open(o, std::move(io).value());
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return std::move(t).value();
+  }
+  Status Put(DiskTier& t, uint64_t k) {
+    auto* buf = static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot));
+    std::vector<std::byte> p = testing::Pattern(Key(k), kBlock);
+    std::memcpy(buf, p.data(), kBlock);
+    EncodeBlockFile(buf, kBlock, testing::TestModel().Digest(), Key(k));
+    Status s = t.Insert(Key(k), buf);
+    std::free(buf);
+    return s;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(DiskTierTest, PinnedBlockIsNeverEvictedAndAllPinnedRefuses) {
+  auto t = Open(2);
+  std::vector<BlockKey> cascaded;
+  t->SetEvictSink([&](const BlockKey& k, std::byte* file) {
+    EXPECT_TRUE(VerifyBlockFile(file, kBlock, testing::TestModel().Digest(), k).ok());
+    cascaded.push_back(k);
+    return true;
+  });
+  ASSERT_TRUE(Put(*t, 1).ok());
+  ASSERT_TRUE(Put(*t, 2).ok());
+  std::vector<BlockKey> pin = {Key(1)};
+  std::vector<Status> pinned(1);
+  t->Pin(pin, pinned);
+  ASSERT_TRUE(pinned[0].ok());
+  ASSERT_TRUE(Put(*t, 3).ok());
+  EXPECT_EQ(cascaded, std::vector<BlockKey>{Key(2)}) << "1 is older but pinned";
+  std::vector<BlockKey> pin3 = {Key(3)};
+  std::vector<Status> pinned3(1);
+  t->Pin(pin3, pinned3);
+  Status full = Put(*t, 4);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.ToString();
+  EXPECT_LE(testing::BytesUnder(dir_.path()), 2 * kSlot);
+  // Reading the pinned blocks unpins them; then there is room again.
+  auto* a = static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot));
+  auto* b = static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot));
+  std::vector<std::byte*> dsts = {a};
+  t->ReadPinned(pin, dsts, pinned);
+  dsts = {b};
+  t->ReadPinned(pin3, dsts, pinned3);
+  EXPECT_TRUE(pinned[0].ok());
+  EXPECT_EQ(std::memcmp(a, testing::Pattern(Key(1), kBlock).data(), kBlock), 0);
+  std::free(a);
+  std::free(b);
+  EXPECT_TRUE(Put(*t, 4).ok());
+}
+
+}  // namespace
+}  // namespace kvoffload
