@@ -80,3 +80,63 @@ env_of() { jq -r --arg n "$2" '.env // [] | map(select(.name == $n)) | .[0].valu
 webhook_requests() {
   webhook_metrics | awk '/^kvoffload_admission_requests_total[{ ]/ {s += $NF} END {printf "%d\n", s}'
 }
+
+# case_ns PREFIX: a fresh namespace name (kind clusters outlive runs; names must not collide).
+case_ns() { printf '%s-%s\n' "$1" "$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')"; }
+
+# create_pod NS JSON: creates the pod, failing the case with kubectl's message on a denial.
+create_pod() {
+  local out
+  out="$(k -n "$1" create -f - -o json <<<"$2" 2>&1)" || fail "creating a pod in $1 was refused: ${out}"
+  printf '%s\n' "${out}"
+}
+
+# create_denied NS JSON: expects the API server to refuse the pod; prints kubectl's message.
+create_denied() {
+  local out
+  if out="$(k -n "$1" create -f - <<<"$2" 2>&1)"; then
+    fail "pod was admitted, expected a denial: ${out}"
+  fi
+  printf '%s\n' "${out}"
+}
+
+# assert_not_injected POD_JSON: the webhook left the pod alone.
+assert_not_injected() {
+  local pod="$1"
+  assert_eq "" "$(jqv "${pod}" '.metadata.annotations["kvoffload.io/status"]')" "status annotation"
+  assert_eq "0" "$(jq '[.spec.volumes // [] | .[] | select(.name | startswith("kv-cache-secondary-") or . == "kvoffload-agent")] | length' <<<"${pod}")" "kv-offload volumes"
+  assert_eq "0" "$(jq '[.spec.containers[].env // [] | .[] | select(.name | startswith("KVOFFLOAD_"))] | length' <<<"${pod}")" "KVOFFLOAD_ env"
+  assert_not_contains "$(jq -c '[.spec.containers[].args]' <<<"${pod}")" "--kv-transfer-config" "args"
+}
+
+# assert_injected_once POD_JSON NTIERS [CONTAINER]: the common shape of every injected pod,
+# including "exactly once" (no duplicated volume, mount, env name or vLLM flag).
+assert_injected_once() {
+  local pod="$1" n="$2" cname="${3:-main}" c status
+  status="$(jqv "${pod}" '.metadata.annotations["kvoffload.io/status"]')"
+  [[ -n "${status}" ]] || fail "no kvoffload.io/status annotation"
+  jq -e . <<<"${status}" >/dev/null || fail "status annotation is not JSON: ${status}"
+  assert_eq "${n}" "$(jq '.tiers | length' <<<"${status}")" "tiers in the status annotation"
+  [[ -n "$(jqv "${status}" '.configHash')" ]] || fail "status has no configHash: ${status}"
+  c="$(container "${pod}" "${cname}")"
+  [[ -n "${c}" ]] || fail "no container ${cname}"
+  local i
+  for ((i = 0; i < n; i++)); do
+    assert_eq 1 "$(jq --arg v "kv-cache-secondary-${i}" '[.spec.volumes[] | select(.name == $v)] | length' <<<"${pod}")" "volume kv-cache-secondary-${i}"
+    assert_eq 1 "$(jq --arg p "/mnt/kv-cache-${i}" --arg v "kv-cache-secondary-${i}" '[.volumeMounts // [] | .[] | select(.mountPath == $p and .name == $v)] | length' <<<"${c}")" "mount /mnt/kv-cache-${i} on ${cname}"
+  done
+  assert_eq "${n}" "$(jq '[.spec.volumes[] | select(.name | startswith("kv-cache-secondary-"))] | length' <<<"${pod}")" "tier volumes"
+  assert_eq "$(jq '[.env // [] | .[].name] | length' <<<"${c}")" "$(jq '[.env // [] | .[].name] | unique | length' <<<"${c}")" "env names are unique"
+  for e in KVOFFLOAD_CPU_BYTES KVOFFLOAD_EVICTION_POLICY KVOFFLOAD_TIERS KVOFFLOAD_CONFIG_HASH; do
+    [[ -n "$(env_of "${c}" "${e}")" ]] || fail "env ${e} missing on ${cname}"
+  done
+  assert_eq "${n}" "$(env_of "${c}" KVOFFLOAD_TIERS | jq length)" "entries in KVOFFLOAD_TIERS"
+  local flags
+  flags="$(jq '[(.command // []) + (.args // []) | .[] | select(startswith("--kv-transfer-config") or startswith("--kv_transfer_config"))] | length' <<<"${c}")"
+  ((flags <= 1)) || fail "--kv-transfer-config given ${flags} times"
+}
+
+# kv_transfer_config CONTAINER_JSON: the JSON value of the appended vLLM flag.
+kv_transfer_config() {
+  jq -r '(.args // [])[] | select(startswith("--kv-transfer-config=")) | ltrimstr("--kv-transfer-config=")' <<<"$1"
+}

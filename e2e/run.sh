@@ -14,6 +14,12 @@ export E2E_REPO="${repo}"
 source "${repo}/e2e/lib.sh"
 
 mode="${E2E_CLUSTER:-local}"
+
+# The LLMInferenceService CRD stand-in, before the webhook starts looking such objects up.
+install_test_crds() {
+  k apply -f "${repo}/e2e/testdata/llminferenceservice-crd.yaml" >/dev/null
+  k wait --for condition=Established --timeout 60s crd/llminferenceservices.serving.kserve.io >/dev/null
+}
 state="$(mktemp -d "${TMPDIR:-/tmp}/kvoffload-e2e.XXXXXX")"
 export E2E_STATE="${state}"
 
@@ -42,6 +48,7 @@ case "${mode}" in
     bin="$("${repo}/e2e/controlplane/build.sh" | tail -n1)"
     e2e_log "control plane binaries ready in $((SECONDS - t0))s (${bin})"
     cp_up "${state}" "${bin}"
+    install_test_crds
     wh_up "${state}" "${E2E_WEBHOOK_BIN:-${repo}/build/webhook/kv-offload-webhook}" "${repo}"
     ;;
   kind)
@@ -61,7 +68,12 @@ for f in "${repo}"/e2e/cases/[0-9]*.sh; do
   fi
   t0=${SECONDS}
   # Each case runs in its own shell: a failed assertion exits it, and nothing leaks between cases.
-  if (set -euo pipefail; source "${f}") > "${state}/case-${name}.log" 2>&1; then
+  # (Not as an `if` condition: bash ignores errexit inside a subshell used as a condition.)
+  set +e
+  (set -euo pipefail; source "${f}") > "${state}/case-${name}.log" 2>&1
+  rc=$?
+  set -e
+  if ((rc == 0)); then
     passed=$((passed + 1))
     printf 'PASS %-32s %3ds\n' "${name}" $((SECONDS - t0))
   else
