@@ -1,0 +1,30 @@
+// JSON helpers shared by the webhook layers: bounded parsing of untrusted text and RFC 6901
+// pointer escaping. Thread-safe (no shared state).
+#ifndef KVOFFLOAD_WEBHOOK_JSON_UTIL_H_
+#define KVOFFLOAD_WEBHOOK_JSON_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "kvoffload/status.h"
+
+namespace kvoffload::webhook {
+
+// Nesting deeper than this is refused: Kubernetes objects stay far below it, and dump() and
+// the patch code recurse, so an unbounded depth would let a request exhaust the stack.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Parses untrusted JSON; InvalidArgument naming `what` and the byte offset on failure.
+Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
+
+// One RFC 6901 reference token: '~' -> "~0", '/' -> "~1".
+std::string EscapePointerToken(std::string_view token);
+
+// Reads a string member or returns "" (absent, null or not a string).
+std::string StringAt(const nlohmann::json& obj, std::string_view key);
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_JSON_UTIL_H_

@@ -1,0 +1,82 @@
+// The mutation: pod JSON + resolved spec -> RFC 6902 patch + warnings, or a denial.
+// A pure function (no I/O, no clock, no globals): the webhook and `inject` both call it, and
+// the golden tests pin its output. Thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_MUTATOR_H_
+#define KVOFFLOAD_WEBHOOK_MUTATOR_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvoffload/status.h"
+#include "webhook/quantity.h"
+#include "webhook/spec.h"
+
+namespace kvoffload::webhook {
+
+// Names fixed by the design contract (shared/DESIGN.md).
+inline constexpr char kAnnotationConfig[] = "kvoffload.io/config";
+inline constexpr char kAnnotationDefaultConfig[] = "kvoffload.io/default-config";
+inline constexpr char kAnnotationContainer[] = "kvoffload.io/container";
+inline constexpr char kAnnotationMode[] = "kvoffload.io/mode";
+inline constexpr char kAnnotationStatus[] = "kvoffload.io/status";
+inline constexpr char kAnnotationVllm[] = "kvoffload.io/vllm";
+inline constexpr char kLabelInject[] = "kvoffload.io/inject";
+inline constexpr char kLabelTier[] = "kvoffload.io/tier";
+inline constexpr char kAgentVolume[] = "kvoffload-agent";
+inline constexpr char kAgentMountPath[] = "/opt/kvoffload";
+inline constexpr char kAgentInitContainer[] = "kvoffload-agent-install";
+// Where the install init container mounts the agent volume (the image's own /opt/kvoffload
+// must stay visible to it, so it cannot mount there).
+inline constexpr char kAgentInstallDest[] = "/kvoffload-dest";
+inline constexpr char kAgentLibrary[] = "/opt/kvoffload/lib/libkvoffload.so";
+inline constexpr char kAgentPythonPath[] = "/opt/kvoffload/python";
+
+enum class Mode { kVllmNative, kAgent };
+const char* ModeName(Mode mode);
+Result<Mode> ParseMode(const std::string& text);
+
+// What the resolver learned about a pvc.ref PVC.
+struct PvcInfo {
+  bool exists = false;
+  std::vector<std::string> access_modes;  // spec.accessModes
+  std::optional<Quantity> capacity;        // status.capacity.storage, else the request
+};
+
+struct MutationInput {
+  nlohmann::json pod;  // the Pod (or a pod template shaped as one: metadata + spec)
+  std::string namespace_name;
+  OffloadSpec spec;
+  SpecSource source;
+  Mode default_mode = Mode::kVllmNative;  // overridden by the kvoffload.io/mode annotation
+  std::string agent_image;                 // --agent-image; required for agent mode
+  int replicas = 1;                        // of the owning workload, when known
+  // pvc.ref PVCs by name. A name missing from the map was not checked (no API access).
+  std::map<std::string, PvcInfo> pvcs;
+};
+
+struct Mutation {
+  bool allowed = true;
+  std::string denial;                 // set when !allowed
+  nlohmann::json patch = nlohmann::json::array();  // empty: nothing to change
+  std::vector<std::string> warnings;  // each under 120 characters
+};
+
+Mutation Mutate(const MutationInput& input);
+
+// Which container gets the tiers: annotation kvoffload.io/container, else "main", else the
+// first. -1 with `error` set when the annotation names a missing container or there is none.
+int TargetContainer(const nlohmann::json& pod, std::string* error);
+
+// The --kv-transfer-config value for `spec` in `mode` (compact JSON).
+nlohmann::json KvTransferConfig(const OffloadSpec& spec, Mode mode);
+
+// The KVOFFLOAD_TIERS value: [{"path","kind","capacityBytes","persistent","shared"}].
+nlohmann::json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvcs);
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_MUTATOR_H_

@@ -1,0 +1,527 @@
+#include "webhook/mutator.h"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cstdio>
+#include <set>
+#include <string_view>
+
+#include "webhook/json_util.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+std::string TierMountPath(size_t i) { return "/mnt/kv-cache-" + std::to_string(i); }
+std::string TierVolumeName(size_t i) { return "kv-cache-secondary-" + std::to_string(i); }
+std::string TierFieldPath(size_t i) {
+  return "kvCacheOffloading.secondary[" + std::to_string(i) + "]";
+}
+
+const json& Member(const json& obj, std::string_view key) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+// One step of a pointer walk: an object member, or an array element by decimal index.
+const json& Child(const json& node, const std::string& token) {
+  static const json kNull;
+  if (node.is_array()) {
+    size_t index = 0;
+    for (char c : token) {
+      if (c < '0' || c > '9') return kNull;
+      index = index * 10 + static_cast<size_t>(c - '0');
+    }
+    return !token.empty() && index < node.size() ? node[index] : kNull;
+  }
+  return Member(node, token);
+}
+
+// Collects RFC 6902 operations. Paths are built by the caller from escaped tokens.
+class Patch {
+ public:
+  void Add(const std::string& path, json value) {
+    ops_.push_back({{"op", "add"}, {"path", path}, {"value", std::move(value)}});
+  }
+  void Replace(const std::string& path, json value) {
+    ops_.push_back({{"op", "replace"}, {"path", path}, {"value", std::move(value)}});
+  }
+  // Sets root[path...][key] = value, creating missing parent objects in a single add: the API
+  // server's JSON patch fails an add whose parent is missing.
+  void SetMember(const json& root, const std::vector<std::string>& path, const std::string& key,
+                 json value) {
+    const json* node = &root;
+    std::string pointer;
+    size_t depth = 0;
+    for (; depth < path.size(); ++depth) {
+      const json& next = Child(*node, path[depth]);
+      // Arrays along the way are walked, never created: only objects are filled in.
+      if (!next.is_object() && !next.is_array()) break;
+      node = &next;
+      pointer += "/" + EscapePointerToken(path[depth]);
+    }
+    if (depth == path.size()) {
+      Add(pointer + "/" + EscapePointerToken(key), std::move(value));
+      return;
+    }
+    json nested = json::object({{key, std::move(value)}});
+    for (size_t i = path.size(); i-- > depth + 1;) nested = json::object({{path[i], nested}});
+    Add(pointer + "/" + EscapePointerToken(path[depth]), std::move(nested));
+  }
+  json Take() { return std::move(ops_); }
+
+ private:
+  json ops_ = json::array();
+};
+
+// Appends to an array that may be missing (or null) in the original: a missing array is added
+// whole, an existing one gets "/-" adds, so the patch applies on the API server either way.
+class ArrayAppend {
+ public:
+  ArrayAppend(const json& current, std::string path)
+      : exists_(current.is_array()), path_(std::move(path)) {}
+  void Push(json value) { items_.push_back(std::move(value)); }
+  void Flush(Patch* patch) {
+    if (items_.empty()) return;
+    if (exists_) {
+      for (json& item : items_) patch->Add(path_ + "/-", std::move(item));
+    } else {
+      patch->Add(path_, json(std::move(items_)));
+    }
+    items_.clear();
+  }
+
+ private:
+  bool exists_;
+  std::string path_;
+  std::vector<json> items_;
+};
+
+bool HasEntry(const json& array, std::string_view key, std::string_view value) {
+  if (!array.is_array()) return false;
+  for (const json& e : array) {
+    if (StringAt(e, key) == value) return true;
+  }
+  return false;
+}
+
+std::string Sha256Hex(std::string_view data, size_t hex_chars) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest.data(), &len, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < len && hex.size() < hex_chars; ++i) {
+    std::array<char, 3> buf{};
+    std::snprintf(buf.data(), buf.size(), "%02x", digest[i]);
+    hex += buf.data();
+  }
+  return hex;
+}
+
+// Finds --kv-transfer-config / --kv_transfer_config in command + args. Returns true when present;
+// `value` gets its argument when it can be read.
+bool FindKvTransferFlag(const json& container, std::string* value) {
+  for (std::string_view field : {"command", "args"}) {
+    const json& list = Member(container, field);
+    if (!list.is_array()) continue;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_string()) continue;
+      const std::string& arg = list[i].get_ref<const std::string&>();
+      for (std::string_view flag : {"--kv-transfer-config", "--kv_transfer_config"}) {
+        if (arg == flag) {
+          if (i + 1 < list.size() && list[i + 1].is_string()) *value = list[i + 1].get<std::string>();
+          return true;
+        }
+        if (arg.size() > flag.size() && arg.compare(0, flag.size(), flag) == 0 &&
+            arg[flag.size()] == '=') {
+          *value = arg.substr(flag.size() + 1);
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// True when the container's command line is a shell script (sh -c "vllm serve ..."), where an
+// appended argument would reach the shell, not vLLM.
+bool RunsThroughShell(const json& container) {
+  const json& command = Member(container, "command");
+  if (!command.is_array() || command.empty() || !command[0].is_string()) return false;
+  std::string prog = command[0].get<std::string>();
+  prog = prog.substr(prog.rfind('/') == std::string::npos ? 0 : prog.rfind('/') + 1);
+  if (prog != "sh" && prog != "bash" && prog != "dash" && prog != "ash") return false;
+  for (std::string_view field : {"command", "args"}) {
+    const json& list = Member(container, field);
+    if (list.is_array()) {
+      for (const json& a : list) {
+        if (a.is_string() && a.get<std::string>() == "-c") return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::string ConfigHash(const MutationInput& in, Mode mode, const std::string& container,
+                       const json& tiers_env) {
+  json canonical = {{"spec", in.spec.Canonical()},
+                    {"mode", ModeName(mode)},
+                    {"container", container},
+                    {"tiers", tiers_env}};
+  if (mode == Mode::kAgent) canonical["agentImage"] = in.agent_image;
+  return Sha256Hex(canonical.dump(), 16);
+}
+
+bool IsReadWriteMany(const PvcInfo& pvc) {
+  for (const std::string& m : pvc.access_modes) {
+    if (m == "ReadWriteMany") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* ModeName(Mode mode) { return mode == Mode::kAgent ? "agent" : "vllm-native"; }
+
+Result<Mode> ParseMode(const std::string& text) {
+  if (text == "agent") return Mode::kAgent;
+  if (text == "vllm-native") return Mode::kVllmNative;
+  return Status::InvalidArgument("\"" + text + "\" is not a mode: use agent or vllm-native");
+}
+
+int TargetContainer(const json& pod, std::string* error) {
+  const json& containers = Member(Member(pod, "spec"), "containers");
+  if (!containers.is_array() || containers.empty()) {
+    *error = "the pod has no containers";
+    return -1;
+  }
+  const std::string wanted =
+      StringAt(Member(Member(pod, "metadata"), "annotations"), kAnnotationContainer);
+  std::string names;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const std::string name = StringAt(containers[i], "name");
+    if (!wanted.empty() && name == wanted) return static_cast<int>(i);
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  if (!wanted.empty()) {
+    *error = std::string("annotation ") + kAnnotationContainer + " names container \"" + wanted +
+             "\" but the pod's containers are [" + names + "]";
+    return -1;
+  }
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (StringAt(containers[i], "name") == "main") return static_cast<int>(i);
+  }
+  return 0;
+}
+
+json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvcs) {
+  json tiers = json::array();
+  for (size_t i = 0; i < spec.secondary.size(); ++i) {
+    const Tier& t = spec.secondary[i];
+    int64_t capacity = t.kind == TierKind::kPvcRef ? 0 : t.size.Value();
+    bool shared = false;
+    if (t.kind == TierKind::kPvcRef) {
+      auto it = pvcs.find(t.ref_name);
+      if (it != pvcs.end()) {
+        if (it->second.capacity) capacity = it->second.capacity->Value();
+        shared = IsReadWriteMany(it->second);
+      }
+    }
+    // capacityBytes 0 means "unknown": the agent then sizes the tier from the file system.
+    tiers.push_back({{"path", TierMountPath(i)},
+                     {"kind", TierKindName(t.kind)},
+                     {"capacityBytes", capacity},
+                     {"persistent", t.kind == TierKind::kPvcRef},
+                     {"shared", shared}});
+  }
+  return tiers;
+}
+
+json KvTransferConfig(const OffloadSpec& spec, Mode mode) {
+  json extra;
+  if (mode == Mode::kAgent) {
+    extra = {{"spec_name", "KVOffloadAgentSpec"}, {"spec_module_path", "kvoffload.vllm"}};
+  } else {
+    json secondary = json::array();
+    for (size_t i = 0; i < spec.secondary.size(); ++i) {
+      secondary.push_back({{"type", "fs"}, {"root_dir", TierMountPath(i)}});
+    }
+    extra = {{"spec_name", "TieringOffloadingSpec"},
+             {"cpu_bytes_to_use", spec.cpu.Value()},
+             {"secondary_tiers", secondary}};
+    if (!spec.eviction_policy.empty()) extra["eviction_policy"] = spec.eviction_policy;
+  }
+  return {{"kv_connector", "OffloadingConnector"},
+          {"kv_role", "kv_both"},
+          {"kv_connector_extra_config", extra}};
+}
+
+Mutation Mutate(const MutationInput& in) {
+  Mutation out;
+  auto deny = [&out](std::string message) {
+    out.allowed = false;
+    out.denial = std::move(message);
+    out.patch = json::array();
+    out.warnings.clear();
+    return out;
+  };
+  const json& pod = in.pod;
+  const json& metadata = Member(pod, "metadata");
+  const json& annotations = Member(metadata, "annotations");
+  const json& labels = Member(metadata, "labels");
+  const std::string from = " (kvCacheOffloading from " + in.source.description + ")";
+
+  Mode mode = in.default_mode;
+  if (const std::string m = StringAt(annotations, kAnnotationMode); !m.empty()) {
+    Result<Mode> parsed = ParseMode(m);
+    if (!parsed.ok()) {
+      return deny(std::string("annotation ") + kAnnotationMode + ": " + parsed.status().message());
+    }
+    mode = *parsed;
+  }
+  if (mode == Mode::kAgent && in.agent_image.empty()) {
+    return deny(
+        "mode agent needs the webhook's --agent-image flag, which is not set; ask the platform "
+        "team to set it, or annotate the pod kvoffload.io/mode=vllm-native");
+  }
+
+  std::string container_error;
+  const int c_index = TargetContainer(pod, &container_error);
+  if (c_index < 0) return deny(container_error);
+  const json& container = pod["spec"]["containers"][static_cast<size_t>(c_index)];
+  const std::string c_name = StringAt(container, "name");
+  const std::string c_path = "/spec/containers/" + std::to_string(c_index);
+
+  // pvc.ref tiers: existence (denial), access mode (shared flag, RWO warning).
+  bool any_shared = false;
+  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+    const Tier& t = in.spec.secondary[i];
+    if (t.kind != TierKind::kPvcRef) continue;
+    auto it = in.pvcs.find(t.ref_name);
+    if (it == in.pvcs.end()) {
+      out.warnings.push_back("PVC " + t.ref_name + " was not checked (webhook has no API access)");
+      continue;
+    }
+    if (!it->second.exists) {
+      return deny(TierFieldPath(i) + ".fileSystem.pvc.ref.name: PersistentVolumeClaim \"" +
+                  t.ref_name + "\" not found in namespace \"" + in.namespace_name +
+                  "\"; create it first or fix the name" + from);
+    }
+    if (IsReadWriteMany(it->second)) {
+      any_shared = true;
+    } else if (in.replicas > 1) {
+      out.warnings.push_back("PVC " + t.ref_name + " is not ReadWriteMany but the workload has " +
+                             std::to_string(in.replicas) + " replicas");
+    }
+  }
+
+  // The pinned CPU tier is charged to the container's memory cgroup.
+  const json& resources = Member(container, "resources");
+  const json& limits = Member(resources, "limits");
+  const json& requests = Member(resources, "requests");
+  if (const std::string mem = StringAt(limits, "memory"); !mem.empty()) {
+    if (Result<Quantity> limit = Quantity::Parse(mem); limit.ok() && limit->Sign() > 0) {
+      if (in.spec.cpu.Compare(*limit) >= 0) {
+        return deny("kvCacheOffloading.cpu: " + in.spec.cpu.ToString() +
+                    " does not fit in container \"" + c_name + "\"'s memory limit " +
+                    limit->ToString() +
+                    " (pinned CPU tier memory counts against it); raise limits.memory or lower "
+                    "cpu" + from);
+      }
+      // cpu > 80% of the limit, compared exactly as cpu*5 > limit*4.
+      if (static_cast<Int128>(in.spec.cpu.Value()) * 5 > static_cast<Int128>(limit->Value()) * 4) {
+        out.warnings.push_back("kvCacheOffloading.cpu " + in.spec.cpu.ToString() +
+                               " is over 80% of container " + c_name + "'s memory limit " +
+                               limit->ToString());
+      }
+    }
+  }
+
+  const json tiers_env = TiersEnv(in.spec, in.pvcs);
+  const std::string hash = ConfigHash(in, mode, c_name, tiers_env);
+
+  // Reinvocation and re-apply: our own status with the same hash means nothing to do.
+  if (const std::string status = StringAt(annotations, kAnnotationStatus); !status.empty()) {
+    Result<json> parsed = ParseJson(status, kAnnotationStatus);
+    if (parsed.ok() && StringAt(*parsed, "configHash") == hash) {
+      out.warnings.clear();
+      return out;
+    }
+  }
+
+  Patch patch;
+  const json& volumes = Member(pod["spec"], "volumes");
+  const json& mounts = Member(container, "volumeMounts");
+  ArrayAppend add_volumes(volumes, "/spec/volumes");
+  ArrayAppend add_mounts(mounts, c_path + "/volumeMounts");
+
+  // Tier volumes and mounts; only what is missing (KServe may have rendered some already).
+  std::optional<Quantity> ephemeral_added;
+  std::vector<std::string> tier_paths;
+  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+    const Tier& t = in.spec.secondary[i];
+    const std::string vol_name = TierVolumeName(i);
+    tier_paths.push_back(TierMountPath(i));
+    if (!HasEntry(volumes, "name", vol_name)) {
+      json volume = {{"name", vol_name}};
+      switch (t.kind) {
+        case TierKind::kEmptyDir: {
+          volume["emptyDir"] = {{"sizeLimit", t.size.ToString()}};
+          Result<Quantity> sum = ephemeral_added ? ephemeral_added->Add(t.size) : Result<Quantity>(t.size);
+          if (!sum.ok()) return deny(TierFieldPath(i) + ": " + sum.status().message() + from);
+          ephemeral_added = *sum;
+          break;
+        }
+        case TierKind::kPvcSpec:
+          volume["ephemeral"] = {
+              {"volumeClaimTemplate",
+               {{"metadata", {{"labels", {{kLabelTier, std::to_string(i)}}}}},
+                {"spec", t.pvc_spec}}}};
+          break;
+        case TierKind::kPvcRef:
+          volume["persistentVolumeClaim"] = {{"claimName", t.ref_name}};
+          break;
+      }
+      add_volumes.Push(std::move(volume));
+    }
+    if (!HasEntry(mounts, "mountPath", TierMountPath(i)) && !HasEntry(mounts, "name", vol_name)) {
+      json mount = {{"name", vol_name}, {"mountPath", TierMountPath(i)}};
+      if (t.kind == TierKind::kPvcRef && !t.ref_path.empty()) mount["subPath"] = t.ref_path;
+      add_mounts.Push(std::move(mount));
+    }
+  }
+
+  // ephemeral-storage request += the emptyDir tiers this patch adds.
+  if (ephemeral_added) {
+    Quantity request;
+    if (const std::string cur = StringAt(requests, "ephemeral-storage"); !cur.empty()) {
+      Result<Quantity> parsed = Quantity::Parse(cur);
+      if (!parsed.ok()) {
+        return deny("container \"" + c_name + "\": resources.requests.ephemeral-storage \"" + cur +
+                    "\" is not a valid quantity");
+      }
+      request = *parsed;
+    }
+    Result<Quantity> total = request.Add(*ephemeral_added);
+    if (!total.ok()) return deny("container \"" + c_name + "\": " + total.status().message());
+    if (const std::string lim = StringAt(limits, "ephemeral-storage"); !lim.empty()) {
+      Result<Quantity> limit = Quantity::Parse(lim);
+      if (limit.ok() && limit->Compare(*total) < 0) {
+        return deny("container \"" + c_name + "\": ephemeral-storage limit " + limit->ToString() +
+                    " is below the request " + total->ToString() + " after adding " +
+                    ephemeral_added->ToString() +
+                    " of emptyDir tiers; raise the limit or shrink the emptyDir tiers" + from);
+      }
+    }
+    patch.SetMember(pod, {"spec", "containers", std::to_string(c_index), "resources", "requests"},
+                    "ephemeral-storage", total->ToString());
+  }
+
+  // Agent mode: the install step and its volume.
+  if (mode == Mode::kAgent) {
+    if (!HasEntry(volumes, "name", kAgentVolume)) {
+      add_volumes.Push({{"name", kAgentVolume}, {"emptyDir", json::object()}});
+    }
+    if (!HasEntry(mounts, "name", kAgentVolume)) {
+      add_mounts.Push({{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
+    }
+    const json& init = Member(pod["spec"], "initContainers");
+    if (!HasEntry(init, "name", kAgentInitContainer)) {
+      ArrayAppend add_init(init, "/spec/initContainers");
+      add_init.Push(
+          {{"name", kAgentInitContainer},
+           {"image", in.agent_image},
+           {"command", {std::string(kAgentMountPath) + "/bin/kvoffload-install", kAgentInstallDest}},
+           {"volumeMounts", {{{"name", kAgentVolume}, {"mountPath", kAgentInstallDest}}}},
+           {"resources",
+            {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"memory", "64Mi"}}}}},
+           {"securityContext",
+            {{"allowPrivilegeEscalation", false},
+             {"capabilities", {{"drop", {"ALL"}}}},
+             {"readOnlyRootFilesystem", true},
+             {"runAsNonRoot", true},
+             {"runAsUser", 65532},
+             {"seccompProfile", {{"type", "RuntimeDefault"}}}}}});
+      add_init.Flush(&patch);
+    }
+  }
+  add_volumes.Flush(&patch);
+  add_mounts.Flush(&patch);
+
+  // Environment: ours replaced in place, never duplicated; the user's left alone.
+  const json& env = Member(container, "env");
+  std::map<std::string, size_t> env_index;
+  if (env.is_array()) {
+    for (size_t i = 0; i < env.size(); ++i) env_index.emplace(StringAt(env[i], "name"), i);
+  }
+  ArrayAppend add_env(env, c_path + "/env");
+  auto set_env = [&](const std::string& name, const std::string& value) {
+    json entry = {{"name", name}, {"value", value}};
+    auto it = env_index.find(name);
+    if (it == env_index.end()) {
+      add_env.Push(std::move(entry));
+    } else if (env[it->second] != entry) {
+      patch.Replace(c_path + "/env/" + std::to_string(it->second), std::move(entry));
+    }
+  };
+  set_env("KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value()));
+  set_env("KVOFFLOAD_EVICTION_POLICY",
+          in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy);
+  set_env("KVOFFLOAD_TIERS", tiers_env.dump());
+  set_env("KVOFFLOAD_CONFIG_HASH", hash);
+  // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
+  if (any_shared && env_index.count("PYTHONHASHSEED") == 0) set_env("PYTHONHASHSEED", "0");
+  if (mode == Mode::kAgent) {
+    set_env("KVOFFLOAD_LIBRARY", kAgentLibrary);
+    auto it = env_index.find("PYTHONPATH");
+    if (it == env_index.end()) {
+      set_env("PYTHONPATH", kAgentPythonPath);
+    } else if (Member(env[it->second], "valueFrom").is_null()) {
+      const std::string cur = StringAt(env[it->second], "value");
+      const std::string prefix = std::string(kAgentPythonPath);
+      if (cur != prefix && cur.rfind(prefix + ":", 0) != 0) {
+        set_env("PYTHONPATH", cur.empty() ? prefix : prefix + ":" + cur);
+      }
+    } else {
+      out.warnings.push_back("PYTHONPATH of container " + c_name +
+                             " uses valueFrom; add /opt/kvoffload/python to it yourself");
+    }
+  }
+  add_env.Flush(&patch);
+
+  // The vLLM flag, when the container runs vLLM.
+  const bool runs_vllm = StringAt(labels, "app.kubernetes.io/part-of") == "llminferenceservice" ||
+                         StringAt(annotations, kAnnotationVllm) == "true";
+  if (runs_vllm) {
+    const json ours = KvTransferConfig(in.spec, mode);
+    std::string existing;
+    if (FindKvTransferFlag(container, &existing)) {
+      Result<json> theirs = ParseJson(existing, "--kv-transfer-config");
+      if (!theirs.ok() || *theirs != ours) {
+        out.warnings.push_back("container " + c_name +
+                               " already passes --kv-transfer-config; kept it instead of ours");
+      }
+    } else if (RunsThroughShell(container)) {
+      out.warnings.push_back("container " + c_name +
+                             " starts vLLM through a shell; add --kv-transfer-config yourself");
+    } else {
+      ArrayAppend add_args(Member(container, "args"), c_path + "/args");
+      add_args.Push("--kv-transfer-config=" + ours.dump());
+      add_args.Flush(&patch);
+    }
+  }
+
+  const json status = {{"configHash", hash},
+                       {"source", in.source.description},
+                       {"mode", ModeName(mode)},
+                       {"tiers", tier_paths}};
+  patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, status.dump());
+  out.patch = patch.Take();
+  return out;
+}
+
+}  // namespace kvoffload::webhook
