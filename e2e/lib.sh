@@ -140,3 +140,20 @@ assert_injected_once() {
 kv_transfer_config() {
   jq -r '(.args // [])[] | select(startswith("--kv-transfer-config=")) | ltrimstr("--kv-transfer-config=")' <<<"$1"
 }
+
+# A pod that only our webhook would change, created with server-side dry-run (nothing stored)
+# in a namespace whose default spec the webhook resolves: injected means the API server reaches
+# the webhook through the installed configuration, TLS and caBundle included.
+_probe_injected() {
+  pod_manifest probe | k -n kvoffload-e2e-probe create --dry-run=server -o json -f - \
+    | jq -e '.metadata.annotations["kvoffload.io/status"] != null' >/dev/null
+}
+# wait_for_injection TIMEOUT_S: creates the probe namespace and polls the probe.
+wait_for_injection() {
+  if ! k get namespace kvoffload-e2e-probe >/dev/null 2>&1; then
+    k create namespace kvoffload-e2e-probe >/dev/null
+    k label namespace kvoffload-e2e-probe kvoffload.io/injection=enabled >/dev/null
+    k annotate namespace kvoffload-e2e-probe 'kvoffload.io/default-config={"cpu":"1Gi"}' >/dev/null
+  fi
+  wait_until "$1" "the webhook to mutate a dry-run probe pod" _probe_injected
+}

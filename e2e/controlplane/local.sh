@@ -129,12 +129,6 @@ cp_up() {
 _wh_metrics_url() { curl -fsS "${WEBHOOK_METRICS_URL}" >/dev/null; }
 _wh_ready() { curl -fsS --cacert "$1" "$2/readyz" >/dev/null; }
 
-# A pod that only our webhook would change: created with server-side dry-run (nothing stored)
-# in a namespace whose default spec the webhook resolves, until the status annotation shows up.
-_wh_probe() {
-  pod_manifest probe | k -n kvoffload-e2e-probe create --dry-run=server -o json -f - \
-    | jq -e '.metadata.annotations["kvoffload.io/status"] != null' >/dev/null
-}
 
 wh_up() {
   CP_STATE="$1"
@@ -175,12 +169,7 @@ PY
   k apply -f "${CP_STATE}/webhook-config.json" >/dev/null \
     || e2e_die "could not install the webhook configuration"
 
-  k create namespace kvoffload-e2e-probe >/dev/null
-  k label namespace kvoffload-e2e-probe kvoffload.io/injection=enabled >/dev/null
-  k annotate namespace kvoffload-e2e-probe \
-    'kvoffload.io/default-config={"cpu":"1Gi"}' >/dev/null
-  WAIT_PID=${wh_pid} WAIT_LOG="${CP_STATE}/logs/webhook.log" \
-    wait_until 60 "the webhook to mutate a probe pod" _wh_probe
+  WAIT_PID=${wh_pid} WAIT_LOG="${CP_STATE}/logs/webhook.log" wait_for_injection 60
   WH_START_SECONDS=$((SECONDS - t0))
   e2e_log "webhook serving and injecting in ${WH_START_SECONDS}s (${WEBHOOK_URL})"
 }
