@@ -20,7 +20,13 @@ par="${GO_BUILD_PAR:-2}"
 log() { echo "build.sh: $*" >&2; }
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 
-command -v go >/dev/null || die "go not found (hack/install-deps.sh installs golang-go)"
+# Go may be installed outside PATH (e.g. /usr/local/go); it is needed only when something is built.
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
+  export PATH="/usr/local/go/bin:${PATH}"
+fi
+need_go() {
+  command -v go >/dev/null || die "go (1.21 or newer) not found in PATH or /usr/local/go: it builds the control plane"
+}
 
 cache_root() {
   if [[ -n "${KVOFFLOAD_CACHE:-}" ]]; then echo "${KVOFFLOAD_CACHE}"; return; fi
@@ -45,6 +51,7 @@ ldflags_common="-s -w"
 prepare_k8s_module() {
   local mod="${k8s_dir}/src"
   [[ -f "${mod}/go.sum" && -f "${mod}/.ready" ]] && return 0
+  need_go
   mkdir -p "${mod}"
   local gomod staging_ver
   gomod="$(cd "${mod}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
@@ -83,6 +90,7 @@ GO
 build_k8s() {
   local name="$1" pkg="k8s.io/kubernetes/cmd/$1"
   [[ -x "${k8s_dir}/bin/${name}" ]] && return 0
+  need_go
   prepare_k8s_module
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   local vf="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
@@ -100,6 +108,7 @@ build_k8s() {
 build_etcd() {
   [[ -x "${etcd_dir}/bin/etcd" ]] && return 0
   local mod="${etcd_dir}/src"
+  need_go
   mkdir -p "${mod}"
   if [[ ! -f "${mod}/.ready" ]]; then
     cat > "${mod}/go.mod" <<MOD
