@@ -33,13 +33,16 @@ kind_up() {
   # The documented install: certs/gen.sh, then the self-signed overlay, here with the images
   # just built (a kustomization on top of the overlay, as a platform team would write one).
   "${repo}/certs/gen.sh" >&2 || e2e_die "certs/gen.sh failed"
-  local ov="${E2E_STATE}/kind-overlay"
+  local ov="${E2E_STATE}/kind-overlay" rel
   mkdir -p "${ov}"
+  # kustomize accepts only relative paths to other kustomizations.
+  rel="$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' \
+           "${repo}/manifests/overlays/self-signed" "${ov}")"
   cat > "${ov}/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - ${repo}/manifests/overlays/self-signed
+  - ${rel}
 images:
   - name: kv-offload/webhook
     newTag: "${tag}"
