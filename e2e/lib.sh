@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers shared by the e2e driver, the cluster modes and the cases. Source it; needs KUBECONFIG
 # and KUBECTL set by the cluster mode. Every wait is a poll with a bounded timeout.
 

@@ -70,6 +70,7 @@ for f in "${repo}"/e2e/cases/[0-9]*.sh; do
   # Each case runs in its own shell: a failed assertion exits it, and nothing leaks between cases.
   # (Not as an `if` condition: bash ignores errexit inside a subshell used as a condition.)
   set +e
+  # shellcheck source=/dev/null
   (set -euo pipefail; source "${f}") > "${state}/case-${name}.log" 2>&1
   rc=$?
   set -e

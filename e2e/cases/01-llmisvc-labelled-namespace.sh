@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 1: a pod rendered for an LLMInferenceService in a labelled namespace is stored with every
 # injected part: tier volumes (emptyDir, ephemeral PVC, pre-existing PVC), mounts, the
 # ephemeral-storage request, env, the vLLM flag, the status annotation; and in agent mode the

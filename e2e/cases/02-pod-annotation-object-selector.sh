@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 2: a pod labelled kvoffload.io/inject=true with its spec in the kvoffload.io/config
 # annotation, in a namespace without the injection label (the second webhook entry).
 ns="$(case_ns e2e-annotation)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 3: a plain pod in a labelled namespace takes the namespace's kvoffload.io/default-config;
 # a pod annotation still wins over it.
 ns="$(case_ns e2e-nsdefault)"

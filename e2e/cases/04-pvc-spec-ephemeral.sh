@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 4: a pvc.spec tier becomes a generic ephemeral volume; the ephemeral-volume controller
 # creates PVC <pod>-kv-cache-secondary-<i> owned by the pod, and deleting the pod deletes it.
 ns="$(case_ns e2e-ephemeral)"

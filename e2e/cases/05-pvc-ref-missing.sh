@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 5: a pvc.ref naming a PVC that does not exist is denied, naming it; once the PVC exists
 # the same pod is admitted.
 ns="$(case_ns e2e-pvcref)"

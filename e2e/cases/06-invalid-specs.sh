@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 6: invalid specs are denied with the design's messages, naming the field and the source,
 # as kubectl shows them; nothing is stored.
 ns="$(case_ns e2e-invalid)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 7: pods the webhook configuration does not select are stored unchanged and the webhook is
 # not even called (its request counter does not move): the opt-out label in a labelled namespace,
 # an unlabelled pod in an unlabelled namespace, and kube-system even with the opt-in label.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 8: a Deployment of 3 replicas rendered as KServe would for an LLMInferenceService: each
 # pod (created by the ReplicaSet controller, generateName only) is injected exactly once.
 # A second, test-only webhook configuration calls the same webhook with reinvocationPolicy

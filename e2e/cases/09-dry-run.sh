@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 9: kubectl create --dry-run=server prints the mutated pod and stores nothing
 # (the webhook declares sideEffects: None, so the API server calls it for dry-run requests).
 ns="$(case_ns e2e-dryrun)"

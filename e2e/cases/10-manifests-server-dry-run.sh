@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Case 10: every kustomization under manifests/ renders and applies with server-side dry-run
 # against the real API server, and the webhook's own pod passes the restricted Pod Security
 # level that its namespace enforces (a pod without the hardening is refused there).

@@ -54,7 +54,7 @@ prepare_k8s_module() {
   need_go
   mkdir -p "${mod}"
   local gomod staging_ver
-  gomod="$(cd "${mod}" && GOFLAGS= go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
+  gomod="$(cd "${mod}" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
            | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
   [[ -f "${gomod}" ]] || die "could not download k8s.io/kubernetes@${K8S_VERSION}"
   staging_ver="v0.${K8S_VERSION#v1.}"

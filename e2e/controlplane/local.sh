@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The local control plane: etcd, kube-apiserver and kube-controller-manager from the cache that
 # build.sh fills, plus the webhook process, all on 127.0.0.1 and free ports. Source it after
 # ../lib.sh. Every process started is recorded in STATE/pids and stopped by cp_down.

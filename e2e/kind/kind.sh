@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # E2E_CLUSTER=kind: a kind cluster with the webhook deployed as a platform team would, from
 # manifests/overlays/self-signed and certs/gen.sh, with images built by `make images` and loaded
 # with `kind load`. Source it after ../lib.sh. Needs docker (or KIND_EXPERIMENTAL_PROVIDER) and kind.
@@ -24,7 +25,8 @@ kind_up() {
     KIND_CREATED=1
   fi
 
-  local tag="e2e-$(date +%s)"
+  local tag
+  tag="e2e-$(date +%s)"
   make -C "${repo}" images IMAGE_TAG="${tag}" >&2 || e2e_die "make images failed"
   kind load docker-image --name "${name}" "kv-offload/webhook:${tag}" \
     "kv-offload/offload-agent:${tag}" >&2 || e2e_die "kind load docker-image failed"
