@@ -41,6 +41,12 @@ k8s_dir="${root}/k8s-${K8S_VERSION}"
 etcd_dir="${root}/etcd-${ETCD_VERSION}"
 bin="${root}/bin-${K8S_VERSION}-etcd-${ETCD_VERSION}"
 mkdir -p "${k8s_dir}/bin" "${etcd_dir}/bin" "${bin}"
+# One build at a time per cache (ctest's kubectl and make e2e may start together): the second
+# waits, then finds the binaries there.
+if command -v flock >/dev/null; then
+  exec 9>"${root}/.build.lock"
+  flock 9
+fi
 
 export GOFLAGS="-p=${par} -mod=mod"
 export CGO_ENABLED=0
