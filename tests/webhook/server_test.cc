@@ -1,0 +1,264 @@
+// The HTTPS server with real sockets and TLS handshakes on port 0.
+#include "webhook/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "test_pki.h"
+#include "webhook/admission.h"
+#include "webhook/cluster_reader.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::MakePki;
+using testing::Pki;
+using testing::TempDir;
+using testing::WriteFileAtomic;
+
+std::string ReviewBody(bool llmisvc = false) {
+  json pod = {{"metadata", {{"annotations", {{"kvoffload.io/config", R"({"cpu":"1Gi"})"}}}}},
+              {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  if (llmisvc) {
+    pod = {{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                     {"app.kubernetes.io/name", "llama"}}}}},
+           {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  }
+  return json{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"request",
+               {{"uid", "u1"},
+                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                {"namespace", "team-a"},
+                {"operation", "CREATE"},
+                {"object", pod}}}}
+      .dump();
+}
+
+// Answers after a delay, so requests are still in flight when the server drains.
+class SlowReader : public ClusterReader {
+ public:
+  explicit SlowReader(std::chrono::milliseconds delay) : delay_(delay) {}
+  Result<std::optional<json>> Get(const ObjectRef& ref) override {
+    std::this_thread::sleep_for(delay_);
+    if (ref.kind != ObjectKind::kLLMInferenceService) return std::optional<json>();
+    return std::optional<json>(json{{"spec", {{"kvCacheOffloading", {{"cpu", "2Gi"}}}}}});
+  }
+  bool Authoritative() const override { return true; }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    pki_ = MakePki("first");
+    WriteFileAtomic(dir_ / "tls.crt", pki_.cert_pem);
+    WriteFileAtomic(dir_ / "tls.key", pki_.key_pem);
+    WriteFileAtomic(dir_ / "ca.crt", pki_.ca_pem);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    fs::remove_all(dir_);
+  }
+
+  void StartServer(ClusterReader* reader = nullptr, std::string client_ca = "") {
+    handler_ = std::make_unique<AdmissionHandler>(AdmissionOptions{}, reader);
+    ServerOptions o;
+    o.bind_address = "127.0.0.1";
+    o.port = 0;
+    o.metrics_port = 0;
+    o.cert_file = (dir_ / "tls.crt").string();
+    o.key_file = (dir_ / "tls.key").string();
+    o.client_ca_file = std::move(client_ca);
+    o.cert_poll_interval = std::chrono::milliseconds(20);
+    o.shutdown_delay = std::chrono::milliseconds(300);
+    o.threads = 16;
+    Result<std::unique_ptr<Server>> s = Server::Create(o, handler_.get(), &metrics_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  std::unique_ptr<httplib::SSLClient> Client(const std::string& ca_file) {
+    auto c = std::make_unique<httplib::SSLClient>("127.0.0.1", server_->port());
+    c->set_ca_cert_path(ca_file.c_str());
+    c->enable_server_certificate_verification(true);
+    c->set_connection_timeout(2, 0);
+    c->set_read_timeout(5, 0);
+    return c;
+  }
+
+  fs::path dir_;
+  Pki pki_;
+  Metrics metrics_;
+  std::unique_ptr<AdmissionHandler> handler_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
+  StartServer();
+  auto client = Client((dir_ / "ca.crt").string());
+  httplib::Result health = client->Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(client->Get("/readyz")->status, 200);
+  httplib::Result r = client->Post("/mutate-pods", ReviewBody(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  json response = json::parse(r->body)["response"];
+  EXPECT_EQ(response["uid"], "u1");
+  EXPECT_EQ(response["allowed"], true);
+  EXPECT_TRUE(response.contains("patch"));
+
+  httplib::Client metrics("127.0.0.1", server_->metrics_port());
+  httplib::Result m = metrics.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("kvoffload_admission_requests_total{outcome=\"injected\"} 1"),
+            std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("kvoffload_admission_duration_seconds_count 1"), std::string::npos);
+}
+
+TEST_F(ServerTest, RejectsOversizedAndMistypedBodies) {
+  StartServer();
+  auto client = Client((dir_ / "ca.crt").string());
+  httplib::Result big =
+      client->Post("/mutate-pods", std::string(8 * 1024 * 1024, 'x'), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  httplib::Result text = client->Post("/mutate-pods", ReviewBody(), "text/plain");
+  ASSERT_TRUE(text);
+  EXPECT_EQ(text->status, 415);
+  httplib::Result garbage = client->Post("/mutate-pods", "\x01\x02{{{", "application/json");
+  ASSERT_TRUE(garbage);
+  EXPECT_EQ(garbage->status, 200);
+  EXPECT_EQ(json::parse(garbage->body)["response"]["allowed"], false);
+  // Still serving after all of that.
+  EXPECT_EQ(client->Get("/healthz")->status, 200);
+}
+
+// Handshake with a client limited to `version` and `ciphers`; true when it completes.
+bool Handshake(int port, int version, const char* ciphers) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_security_level(ctx, 0);  // let the client offer what old clients offered
+  SSL_CTX_set_min_proto_version(ctx, version);
+  SSL_CTX_set_max_proto_version(ctx, version);
+  if (ciphers != nullptr) SSL_CTX_set_cipher_list(ctx, ciphers);
+  BIO* bio = BIO_new_ssl_connect(ctx);
+  BIO_set_conn_hostname(bio, ("127.0.0.1:" + std::to_string(port)).c_str());
+  const bool ok = BIO_do_handshake(bio) == 1;
+  BIO_free_all(bio);
+  SSL_CTX_free(ctx);
+  return ok;
+}
+
+TEST_F(ServerTest, OnlyModernTls) {
+  StartServer();
+  EXPECT_TRUE(Handshake(server_->port(), TLS1_2_VERSION, nullptr));
+  EXPECT_TRUE(Handshake(server_->port(), TLS1_3_VERSION, nullptr));
+  EXPECT_FALSE(Handshake(server_->port(), TLS1_1_VERSION, "ALL:@SECLEVEL=0"));
+  EXPECT_FALSE(Handshake(server_->port(), TLS1_VERSION, "ALL:@SECLEVEL=0"));
+  // TLS 1.2 with only a CBC, non-forward-secret suite: refused.
+  EXPECT_FALSE(Handshake(server_->port(), TLS1_2_VERSION, "AES128-SHA:@SECLEVEL=0"));
+}
+
+TEST_F(ServerTest, CertificateRotationFailsNoRequest) {
+  StartServer();
+  const Pki second = MakePki("second");
+  WriteFileAtomic(dir_ / "both.crt", pki_.ca_pem + second.ca_pem);
+  WriteFileAtomic(dir_ / "second-ca.crt", second.ca_pem);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 3; ++t) {
+    clients.emplace_back([&] {
+      while (!stop.load()) {
+        // A new connection per request: every request is a fresh handshake.
+        auto c = Client((dir_ / "both.crt").string());
+        c->set_keep_alive(false);
+        httplib::Result r = c->Post("/mutate-pods", ReviewBody(), "application/json");
+        (r && r->status == 200 ? ok : failed)++;
+      }
+    });
+  }
+  const Pki* pkis[] = {&second, &pki_};
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    const Pki& next = *pkis[i % 2];
+    // Cert then key: in between the pair mismatches and must be ignored, not served.
+    WriteFileAtomic(dir_ / "tls.crt", next.cert_pem);
+    WriteFileAtomic(dir_ / "tls.key", next.key_pem);
+  }
+  // Last write was the first pki; rotate once more to the second and wait for the reload.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  WriteFileAtomic(dir_ / "tls.crt", second.cert_pem);
+  WriteFileAtomic(dir_ / "tls.key", second.key_pem);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 20);
+  // Rotations closer together than a poll merge into one reload; most are seen.
+  EXPECT_GE(metrics_.cert_reloads(true), 5u);
+
+  // The new pair is really served: only its CA verifies now.
+  EXPECT_TRUE(Client((dir_ / "second-ca.crt").string())->Get("/healthz"));
+  EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+}
+
+TEST_F(ServerTest, ShutdownDrainsInFlightRequests) {
+  SlowReader slow(std::chrono::milliseconds(400));
+  StartServer(&slow);
+  std::vector<std::future<int>> inflight;
+  for (int i = 0; i < 6; ++i) {
+    inflight.push_back(std::async(std::launch::async, [this] {
+      auto c = Client((dir_ / "ca.crt").string());
+      httplib::Result r = c->Post("/mutate-pods", ReviewBody(/*llmisvc=*/true), "application/json");
+      if (!r || r->status != 200) return -1;
+      return json::parse(r->body)["response"]["allowed"].get<bool>() ? 1 : 0;
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread stopper([this] { server_->Shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Draining: not ready, but still answering.
+  EXPECT_FALSE(server_->ready());
+  httplib::Result ready = Client((dir_ / "ca.crt").string())->Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  for (auto& f : inflight) EXPECT_EQ(f.get(), 1);
+  stopper.join();
+  EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+}
+
+TEST_F(ServerTest, ClientCertificatesWhenConfigured) {
+  const Pki client_pki = MakePki("client");
+  WriteFileAtomic(dir_ / "client-ca.crt", client_pki.ca_pem);
+  WriteFileAtomic(dir_ / "client.crt", client_pki.cert_pem);
+  WriteFileAtomic(dir_ / "client.key", client_pki.key_pem);
+  StartServer(nullptr, (dir_ / "client-ca.crt").string());
+  EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+  httplib::SSLClient with_cert("127.0.0.1", server_->port(), (dir_ / "client.crt").string(),
+                               (dir_ / "client.key").string());
+  with_cert.set_ca_cert_path((dir_ / "ca.crt").c_str());
+  with_cert.enable_server_certificate_verification(true);
+  httplib::Result r = with_cert.Get("/healthz");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook

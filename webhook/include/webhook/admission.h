@@ -1,0 +1,47 @@
+// The decoding layer: an AdmissionReview (admission.k8s.io/v1) body in, an AdmissionReview
+// answer out. Every malformed request gets an AdmissionReview error answer (or a 4xx), never an
+// exception. Resolution goes through the ClusterReader; the mutation is the pure Mutate().
+// Thread-safe if the reader is.
+#ifndef KVOFFLOAD_WEBHOOK_ADMISSION_H_
+#define KVOFFLOAD_WEBHOOK_ADMISSION_H_
+
+#include <string>
+#include <string_view>
+
+#include "webhook/cluster_reader.h"
+#include "webhook/metrics.h"
+#include "webhook/mutator.h"
+
+namespace kvoffload::webhook {
+
+// controller-runtime's limit; the API server itself caps objects at 3 MiB in etcd.
+inline constexpr size_t kMaxAdmissionBodyBytes = 7 * 1024 * 1024;
+
+struct AdmissionOptions {
+  Mode default_mode = Mode::kVllmNative;
+  std::string agent_image;
+};
+
+struct HttpAnswer {
+  int status = 200;
+  std::string body;
+  Outcome outcome = Outcome::kError;
+  std::string log_message;  // why, for the access log
+};
+
+class AdmissionHandler {
+ public:
+  // `reader` may be null (no API access): only pod annotations are served. Not owned.
+  AdmissionHandler(AdmissionOptions options, ClusterReader* reader)
+      : options_(std::move(options)), reader_(reader) {}
+
+  HttpAnswer Handle(std::string_view content_type, std::string_view body) const;
+
+ private:
+  AdmissionOptions options_;
+  ClusterReader* reader_;
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_ADMISSION_H_

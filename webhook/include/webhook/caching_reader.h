@@ -1,0 +1,46 @@
+// A ClusterReader decorator: answers are kept `ttl` so a ReplicaSet of N pods costs one lookup,
+// concurrent misses for the same object share one call (single flight), and when the API
+// server fails a previous answer up to `stale_ttl` old is served instead. Thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_CACHING_READER_H_
+#define KVOFFLOAD_WEBHOOK_CACHING_READER_H_
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+
+#include "webhook/cluster_reader.h"
+#include "webhook/metrics.h"
+
+namespace kvoffload::webhook {
+
+class CachingClusterReader final : public ClusterReader {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `inner` and `metrics` are not owned and must outlive this object; metrics may be null.
+  CachingClusterReader(ClusterReader* inner, Clock::duration ttl, Clock::duration stale_ttl,
+                       Metrics* metrics);
+  Result<std::optional<nlohmann::json>> Get(const ObjectRef& ref) override;
+  bool Authoritative() const override { return inner_->Authoritative(); }
+
+ private:
+  using Answer = Result<std::optional<nlohmann::json>>;
+  struct Entry {
+    std::shared_future<Answer> inflight;  // valid while a call is running
+    std::optional<Answer> last_good;      // the last successful answer
+    Clock::time_point fetched_at;
+  };
+  void Record(ObjectKind kind, LookupResult result);
+
+  ClusterReader* const inner_;
+  const Clock::duration ttl_;
+  const Clock::duration stale_ttl_;
+  Metrics* const metrics_;
+  std::mutex mu_;
+  std::map<ObjectRef, Entry> entries_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_CACHING_READER_H_

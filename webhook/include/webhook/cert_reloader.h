@@ -1,0 +1,63 @@
+// The serving certificate and key, re-read from their files when they change (cert-manager and
+// Secret volume updates swap them in place) without a restart. Each TLS handshake takes the
+// pair current at its start, so a rotation never fails a handshake in flight. A half-written
+// or mismatched pair is ignored until the files are whole again. Thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_CERT_RELOADER_H_
+#define KVOFFLOAD_WEBHOOK_CERT_RELOADER_H_
+
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kvoffload/status.h"
+
+namespace kvoffload::webhook {
+
+class CertReloader {
+ public:
+  // Called after each reload attempt that saw changed files (true: loaded).
+  using ReloadObserver = std::function<void(bool ok, const std::string& detail)>;
+
+  // Loads the pair once; fails when it cannot (a server must not start without a cert).
+  static Result<std::unique_ptr<CertReloader>> Create(std::string cert_file, std::string key_file,
+                                                      ReloadObserver observer);
+  ~CertReloader();
+  CertReloader(const CertReloader&) = delete;
+  CertReloader& operator=(const CertReloader&) = delete;
+
+  // Makes `ctx` serve the current pair on every handshake. `ctx` must not outlive this object.
+  void Install(SSL_CTX* ctx);
+  // Re-reads the files if they changed since the last load. Returns true when a new pair was
+  // loaded. The poll thread calls it; tests may call it directly.
+  bool ReloadIfChanged();
+  // Polls every `interval` on a background thread until destruction.
+  void StartPolling(std::chrono::milliseconds interval);
+
+ private:
+  struct Pair;
+  CertReloader(std::string cert_file, std::string key_file, ReloadObserver observer);
+  static int OnHandshake(SSL* ssl, void* arg);
+  std::shared_ptr<const Pair> Current();
+  std::string FileSignature() const;
+
+  const std::string cert_file_;
+  const std::string key_file_;
+  const ReloadObserver observer_;
+  std::mutex mu_;
+  std::shared_ptr<const Pair> current_;  // GUARDED_BY(mu_)
+  std::string loaded_signature_;         // GUARDED_BY(mu_); files' stat at the last load
+  std::string failed_signature_;         // GUARDED_BY(mu_); files' stat at the last failure
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;                // GUARDED_BY(mu_)
+  std::thread poller_;
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_CERT_RELOADER_H_

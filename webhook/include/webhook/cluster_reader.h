@@ -1,0 +1,62 @@
+// Read access to the few cluster objects the webhook consults (LLMInferenceService, Namespace,
+// PersistentVolumeClaim), behind one interface so the resolver is tested with objects in
+// memory and served with the API server. Implementations must be thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_CLUSTER_READER_H_
+#define KVOFFLOAD_WEBHOOK_CLUSTER_READER_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvoffload/status.h"
+
+namespace kvoffload::webhook {
+
+enum class ObjectKind { kLLMInferenceService, kNamespace, kPersistentVolumeClaim };
+const char* ObjectKindName(ObjectKind kind);
+
+struct ObjectRef {
+  ObjectKind kind;
+  std::string namespace_name;  // the namespace itself for kNamespace
+  std::string name;
+  std::string ToString() const;  // "LLMInferenceService team-a/llama"
+  friend bool operator<(const ObjectRef& a, const ObjectRef& b) {
+    return std::tie(a.kind, a.namespace_name, a.name) < std::tie(b.kind, b.namespace_name, b.name);
+  }
+};
+
+class ClusterReader {
+ public:
+  virtual ~ClusterReader() = default;
+  // The object; std::nullopt when it does not exist; an error when the answer is unknown
+  // (unreachable, timeout, 5xx, forbidden).
+  virtual Result<std::optional<nlohmann::json>> Get(const ObjectRef& ref) = 0;
+  // False when a missing object proves nothing (offline inject sees only the given manifests),
+  // so a missing PVC is "not checked" rather than "not found".
+  virtual bool Authoritative() const = 0;
+};
+
+// Objects held in memory: `inject` fills it from the documents it reads, tests from fixtures.
+// Immutable after construction, hence thread-safe.
+class StaticClusterReader final : public ClusterReader {
+ public:
+  // Keeps LLMInferenceService, Namespace and PersistentVolumeClaim objects; ignores the rest.
+  // Objects without a namespace get `default_namespace`.
+  StaticClusterReader(const std::vector<nlohmann::json>& objects,
+                      const std::string& default_namespace, bool authoritative);
+  Result<std::optional<nlohmann::json>> Get(const ObjectRef& ref) override;
+  bool Authoritative() const override { return authoritative_; }
+
+ private:
+  std::map<ObjectRef, nlohmann::json> objects_;
+  bool authoritative_;
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_CLUSTER_READER_H_

@@ -1,0 +1,43 @@
+// Offline injection for GitOps (like `istioctl kube-inject`): reads Pods and workloads
+// (Deployment, StatefulSet, ReplicaSet, DaemonSet, Job, CronJob, LeaderWorkerSet) as YAML or
+// JSON, possibly several documents, and prints them with the same patch the webhook would
+// apply. Other documents pass through unchanged; LLMInferenceService, Namespace and PVC
+// documents in the same input are used to resolve specs. Thread-safe (no shared state).
+#ifndef KVOFFLOAD_WEBHOOK_INJECT_H_
+#define KVOFFLOAD_WEBHOOK_INJECT_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvoffload/status.h"
+#include "webhook/mutator.h"
+
+namespace kvoffload::webhook {
+
+struct InjectOptions {
+  Mode default_mode = Mode::kVllmNative;
+  std::string agent_image;
+  std::string namespace_name = "default";  // for documents without metadata.namespace
+  std::optional<nlohmann::json> config;    // --config: the spec when no other source has one
+};
+
+struct InjectResult {
+  std::string output;                 // same format as the input (YAML or JSON)
+  std::vector<std::string> warnings;  // "Deployment ns/name: <warning>"
+};
+
+// InvalidArgument on unparseable input or a denial ("Deployment ns/name: <denial>").
+Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options);
+
+// YAML (1.2 core schema: plain scalars typed, quoted ones strings) to JSON, all documents.
+Result<std::vector<nlohmann::ordered_json>> ParseYamlDocuments(std::string_view text);
+// JSON to block YAML; strings that would read back as another type are quoted.
+std::string EmitYaml(const nlohmann::ordered_json& doc);
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_INJECT_H_

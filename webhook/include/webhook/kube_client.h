@@ -1,0 +1,57 @@
+// API server access for the resolver: connection settings from a kubeconfig or the pod's
+// service account, and a ClusterReader that GETs objects over HTTPS. The service-account token
+// is re-read when its file changes (projected tokens rotate hourly). Thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_KUBE_CLIENT_H_
+#define KVOFFLOAD_WEBHOOK_KUBE_CLIENT_H_
+
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "kvoffload/status.h"
+#include "webhook/cluster_reader.h"
+
+namespace kvoffload::webhook {
+
+struct KubeConnection {
+  std::string host;  // without brackets for IPv6
+  int port = 443;
+  std::string ca_pem;           // empty: the system trust store
+  bool insecure_skip_verify = false;
+  std::string client_cert_pem;  // client certificate auth, optional
+  std::string client_key_pem;
+  std::string token;            // bearer token, optional
+  std::string token_file;       // re-read when it changes; wins over `token`
+  std::chrono::milliseconds timeout{2000};  // connect and read, each
+};
+
+// Reads the current context of a kubeconfig file (clusters/users/contexts, *-data fields or
+// file paths relative to the kubeconfig, token or tokenFile).
+Result<KubeConnection> LoadKubeconfig(const std::string& path);
+
+// In-cluster settings: KUBERNETES_SERVICE_HOST/PORT and the service account's files under
+// `sa_dir` (/var/run/secrets/kubernetes.io/serviceaccount). NotFound when not in a pod.
+Result<KubeConnection> InClusterConnection(const std::string& sa_dir);
+
+class KubeClusterReader final : public ClusterReader {
+ public:
+  explicit KubeClusterReader(KubeConnection connection);
+  Result<std::optional<nlohmann::json>> Get(const ObjectRef& ref) override;
+  bool Authoritative() const override { return true; }
+
+ private:
+  Result<std::optional<nlohmann::json>> GetPath(const std::string& path);
+  std::string CurrentToken();
+
+  const KubeConnection conn_;
+  std::mutex token_mu_;
+  std::string token_;          // GUARDED_BY(token_mu_)
+  std::timespec token_mtime_{};  // GUARDED_BY(token_mu_)
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_KUBE_CLIENT_H_

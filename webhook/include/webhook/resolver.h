@@ -1,0 +1,40 @@
+// Finds a pod's kvCacheOffloading spec (first match wins: pod annotation, owning
+// LLMInferenceService, namespace default) and the facts the mutator needs about it (pvc.ref
+// PVCs, replicas). All I/O goes through a ClusterReader. Thread-safe if the reader is.
+#ifndef KVOFFLOAD_WEBHOOK_RESOLVER_H_
+#define KVOFFLOAD_WEBHOOK_RESOLVER_H_
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvoffload/status.h"
+#include "webhook/cluster_reader.h"
+#include "webhook/mutator.h"
+#include "webhook/spec.h"
+
+namespace kvoffload::webhook {
+
+struct Resolution {
+  std::optional<OffloadSpec> spec;  // nullopt: no spec anywhere; the pod is left alone
+  SpecSource source;
+  int replicas = 1;
+  std::map<std::string, PvcInfo> pvcs;  // pvc.ref PVCs that were checked
+};
+
+// `reader` may be null: then only the pod annotation is consulted and PVCs are not checked.
+// Errors: InvalidArgument for an invalid spec (deny with its message), Unavailable when a
+// lookup could not be answered.
+Result<Resolution> Resolve(const nlohmann::json& pod, const std::string& namespace_name,
+                           ClusterReader* reader);
+
+// The kvCacheOffloading value in an LLMInferenceService for a pod of `role` (llm-d.ai/role):
+// spec.workload.kvCacheOffloading or spec.kvCacheOffloading, under spec.prefill for prefill.
+const nlohmann::json* LLMInferenceServiceSpec(const nlohmann::json& llmisvc,
+                                              const std::string& role, int* replicas);
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_RESOLVER_H_

@@ -1,0 +1,73 @@
+// The transport layer: HTTPS (TLS 1.2+, reloading certificate) serving /mutate-pods, /healthz
+// and /readyz, plus plain-HTTP Prometheus metrics on a second port. Shutdown() drains: readiness
+// goes false, new requests are told to close their connection, in-flight requests finish.
+// Thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_SERVER_H_
+#define KVOFFLOAD_WEBHOOK_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "kvoffload/status.h"
+#include "webhook/admission.h"
+#include "webhook/cert_reloader.h"
+#include "webhook/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace kvoffload::webhook {
+
+struct ServerOptions {
+  std::string bind_address = "0.0.0.0";
+  int port = 8443;          // 0: any free port (tests)
+  int metrics_port = 9090;  // 0: any free port; -1: no metrics listener
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;  // when set, clients must present a certificate it signed
+  std::chrono::milliseconds cert_poll_interval{1000};
+  std::chrono::milliseconds shutdown_delay{5000};  // readiness false before we stop listening
+  int threads = 64;  // concurrent connections served; the API server keeps connections open
+};
+
+class Server {
+ public:
+  // `handler` and `metrics` are not owned and must outlive the server.
+  static Result<std::unique_ptr<Server>> Create(ServerOptions options, AdmissionHandler* handler,
+                                                Metrics* metrics);
+  ~Server();
+
+  // Binds and starts serving on background threads. After it returns OK the ports are bound.
+  Status Start();
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  bool ready() const { return ready_.load() && !draining_.load(); }
+  // Drains and stops; returns when every in-flight request has been answered. Idempotent.
+  void Shutdown();
+
+ private:
+  Server(ServerOptions options, AdmissionHandler* handler, Metrics* metrics);
+  void Routes();
+
+  ServerOptions options_;
+  AdmissionHandler* handler_;
+  Metrics* metrics_;
+  std::unique_ptr<CertReloader> certs_;
+  std::unique_ptr<httplib::Server> https_;
+  std::unique_ptr<httplib::Server> metrics_http_;
+  std::thread https_thread_;
+  std::thread metrics_thread_;
+  int port_ = 0;
+  int metrics_port_ = -1;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_SERVER_H_

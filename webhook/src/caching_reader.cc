@@ -1,0 +1,54 @@
+#include "webhook/caching_reader.h"
+
+namespace kvoffload::webhook {
+
+CachingClusterReader::CachingClusterReader(ClusterReader* inner, Clock::duration ttl,
+                                           Clock::duration stale_ttl, Metrics* metrics)
+    : inner_(inner), ttl_(ttl), stale_ttl_(stale_ttl), metrics_(metrics) {}
+
+void CachingClusterReader::Record(ObjectKind kind, LookupResult result) {
+  if (metrics_ != nullptr) metrics_->RecordLookup(kind, result);
+}
+
+CachingClusterReader::Answer CachingClusterReader::Get(const ObjectRef& ref) {
+  std::promise<Answer> promise;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    Entry& e = entries_[ref];
+    const Clock::time_point now = Clock::now();
+    if (e.last_good && now - e.fetched_at < ttl_) {
+      Record(ref.kind, LookupResult::kHit);
+      return *e.last_good;
+    }
+    if (e.inflight.valid()) {
+      // Someone is already asking: wait for that answer instead of asking again.
+      std::shared_future<Answer> shared = e.inflight;
+      lock.unlock();
+      Record(ref.kind, LookupResult::kHit);
+      return shared.get();
+    }
+    e.inflight = promise.get_future().share();
+  }
+
+  Answer answer = inner_->Get(ref);
+  Answer result = answer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[ref];
+    if (answer.ok()) {
+      e.last_good = answer;
+      e.fetched_at = Clock::now();
+      Record(ref.kind, LookupResult::kMiss);
+    } else if (e.last_good && Clock::now() - e.fetched_at < stale_ttl_) {
+      result = *e.last_good;  // the API server failed; a recent answer beats a denial
+      Record(ref.kind, LookupResult::kStale);
+    } else {
+      Record(ref.kind, LookupResult::kError);
+    }
+    e.inflight = {};
+  }
+  promise.set_value(result);
+  return result;
+}
+
+}  // namespace kvoffload::webhook

@@ -1,0 +1,146 @@
+#include "webhook/cert_reloader.h"
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+
+namespace kvoffload::webhook {
+
+struct CertReloader::Pair {
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  STACK_OF(X509)* chain = nullptr;  // intermediates after the leaf, may be empty
+  ~Pair() {
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    sk_X509_pop_free(chain, X509_free);
+  }
+};
+
+namespace {
+
+std::string OpenSslError() {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "unknown error";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof(buf));
+  return buf;
+}
+
+}  // namespace
+
+CertReloader::CertReloader(std::string cert_file, std::string key_file, ReloadObserver observer)
+    : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)), observer_(std::move(observer)) {}
+
+Result<std::unique_ptr<CertReloader>> CertReloader::Create(std::string cert_file,
+                                                           std::string key_file,
+                                                           ReloadObserver observer) {
+  std::unique_ptr<CertReloader> r(
+      new CertReloader(std::move(cert_file), std::move(key_file), std::move(observer)));
+  if (!r->ReloadIfChanged()) {
+    return Status::InvalidArgument("cannot load the serving certificate --tls-cert-file=" +
+                                   r->cert_file_ + " --tls-key-file=" + r->key_file_ +
+                                   " (missing, not PEM, or the key does not match the cert)");
+  }
+  return r;
+}
+
+CertReloader::~CertReloader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+std::string CertReloader::FileSignature() const {
+  std::string sig;
+  for (const std::string& f : {cert_file_, key_file_}) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) return "";  // missing: nothing to load
+    sig += std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  return sig;
+}
+
+bool CertReloader::ReloadIfChanged() {
+  const std::string sig = FileSignature();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // An unchanged broken pair is not re-read every poll: it fails the same way.
+    if (sig.empty() || sig == loaded_signature_ || sig == failed_signature_) return false;
+  }
+  auto pair = std::make_shared<Pair>();
+  std::string error;
+  if (FILE* f = std::fopen(cert_file_.c_str(), "r")) {
+    pair->cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    pair->chain = sk_X509_new_null();
+    while (X509* extra = PEM_read_X509(f, nullptr, nullptr, nullptr)) sk_X509_push(pair->chain, extra);
+    ERR_clear_error();  // the loop ends on an expected "no start line"
+    std::fclose(f);
+  }
+  if (FILE* f = std::fopen(key_file_.c_str(), "r")) {
+    pair->key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+  }
+  if (pair->cert == nullptr || pair->key == nullptr) {
+    error = "cannot parse " + (pair->cert == nullptr ? cert_file_ : key_file_) + ": " + OpenSslError();
+  } else if (X509_check_private_key(pair->cert, pair->key) != 1) {
+    error = "key does not match certificate (rotation in progress?)";
+    ERR_clear_error();
+  }
+  // Re-check the files did not change while we read them; if they did, try again next poll.
+  const bool stable = FileSignature() == sig;
+  if (!error.empty() || !stable) {
+    if (stable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_signature_ = sig;
+    }
+    if (observer_ && !error.empty()) observer_(false, error);
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = std::move(pair);
+    loaded_signature_ = sig;
+  }
+  if (observer_) observer_(true, cert_file_);
+  return true;
+}
+
+std::shared_ptr<const CertReloader::Pair> CertReloader::Current() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
+int CertReloader::OnHandshake(SSL* ssl, void* arg) {
+  auto* self = static_cast<CertReloader*>(arg);
+  std::shared_ptr<const Pair> pair = self->Current();
+  if (!pair) return 0;
+  // SSL_use_* take their own references, so the pair may be replaced mid-handshake.
+  if (SSL_use_certificate(ssl, pair->cert) != 1 || SSL_use_PrivateKey(ssl, pair->key) != 1 ||
+      SSL_set1_chain(ssl, pair->chain) != 1) {
+    return 0;
+  }
+  return 1;
+}
+
+void CertReloader::Install(SSL_CTX* ctx) { SSL_CTX_set_cert_cb(ctx, &CertReloader::OnHandshake, this); }
+
+void CertReloader::StartPolling(std::chrono::milliseconds interval) {
+  poller_ = std::thread([this, interval] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) {
+      lock.unlock();
+      ReloadIfChanged();
+      lock.lock();
+    }
+  });
+}
+
+}  // namespace kvoffload::webhook

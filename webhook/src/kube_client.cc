@@ -1,0 +1,269 @@
+#include "webhook/kube_client.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "webhook/json_util.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<std::string> Base64Decode(const std::string& text, const std::string& what) {
+  std::string clean;
+  for (char c : text) {
+    if (c != '\n' && c != '\r' && c != ' ') clean += c;
+  }
+  if (clean.size() % 4 != 0) return Status::InvalidArgument(what + " is not valid base64");
+  std::string out(clean.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(clean.data()),
+                                static_cast<int>(clean.size()));
+  if (n < 0) return Status::InvalidArgument(what + " is not valid base64");
+  // EVP_DecodeBlock counts padding bytes as output; drop them.
+  size_t len = static_cast<size_t>(n);
+  for (size_t i = clean.size(); i > 0 && clean[i - 1] == '='; --i) --len;
+  out.resize(len);
+  return out;
+}
+
+// "https://host[:port]" -> host, port.
+Status ParseServer(const std::string& server, KubeConnection* conn) {
+  const std::string scheme = "https://";
+  if (server.rfind(scheme, 0) != 0) {
+    return Status::InvalidArgument("server \"" + server + "\" must be an https:// URL");
+  }
+  std::string rest = server.substr(scheme.size());
+  rest = rest.substr(0, rest.find('/'));
+  std::string host = rest;
+  std::string port;
+  if (!rest.empty() && rest[0] == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) return Status::InvalidArgument("bad server " + server);
+    host = rest.substr(1, close - 1);
+    if (close + 1 < rest.size() && rest[close + 1] == ':') port = rest.substr(close + 2);
+  } else if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty()) return Status::InvalidArgument("server \"" + server + "\" has no host");
+  conn->host = host;
+  conn->port = 443;
+  if (!port.empty()) {
+    char* end = nullptr;
+    const long p = std::strtol(port.c_str(), &end, 10);
+    if (*end != '\0' || p <= 0 || p > 65535) {
+      return Status::InvalidArgument("server \"" + server + "\" has a bad port");
+    }
+    conn->port = static_cast<int>(p);
+  }
+  return Status::Ok();
+}
+
+const YAML::Node FindNamed(const YAML::Node& list, const std::string& name, const char* field) {
+  if (list.IsSequence()) {
+    for (const YAML::Node& item : list) {
+      if (item["name"] && item["name"].as<std::string>() == name) return item[field];
+    }
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// Reads `<key>-data` (base64) or `<key>` (a path relative to the kubeconfig's folder).
+Result<std::string> DataOrFile(const YAML::Node& node, const std::string& key,
+                               const std::filesystem::path& base) {
+  if (node[key + "-data"]) return Base64Decode(node[key + "-data"].as<std::string>(), key + "-data");
+  if (node[key]) {
+    std::filesystem::path p = node[key].as<std::string>();
+    if (p.is_relative()) p = base / p;
+    return ReadWholeFile(p.string());
+  }
+  return std::string();
+}
+
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+
+X509_STORE* StoreFromPem(const std::string& pem) {
+  X509_STORE* store = X509_STORE_new();
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, cert);
+    X509_free(cert);
+  }
+  BIO_free(bio);
+  return store;
+}
+
+std::string StatusMessage(const std::string& body) {
+  Result<nlohmann::json> parsed = ParseJson(body, "response");
+  if (parsed.ok()) {
+    const std::string msg = StringAt(*parsed, "message");
+    if (!msg.empty()) return msg;
+  }
+  return body.substr(0, 200);
+}
+
+}  // namespace
+
+Result<KubeConnection> LoadKubeconfig(const std::string& path) {
+  try {
+    Result<std::string> text = ReadWholeFile(path);
+    if (!text.ok()) return Status::InvalidArgument("--kubeconfig: " + text.status().message());
+    const YAML::Node root = YAML::Load(*text);
+    const std::filesystem::path base = std::filesystem::path(path).parent_path();
+    if (!root["current-context"]) {
+      return Status::InvalidArgument("kubeconfig " + path + " has no current-context");
+    }
+    const std::string ctx_name = root["current-context"].as<std::string>();
+    const YAML::Node ctx = FindNamed(root["contexts"], ctx_name, "context");
+    if (!ctx) return Status::InvalidArgument("kubeconfig " + path + ": context " + ctx_name + " not found");
+    const std::string cluster_name = ctx["cluster"] ? ctx["cluster"].as<std::string>() : "";
+    const YAML::Node cluster = FindNamed(root["clusters"], cluster_name, "cluster");
+    if (!cluster || !cluster["server"]) {
+      return Status::InvalidArgument("kubeconfig " + path + ": cluster " + cluster_name +
+                                     " not found or has no server");
+    }
+    KubeConnection conn;
+    if (Status s = ParseServer(cluster["server"].as<std::string>(), &conn); !s.ok()) return s;
+    Result<std::string> ca = DataOrFile(cluster, "certificate-authority", base);
+    if (!ca.ok()) return ca.status();
+    conn.ca_pem = *ca;
+    conn.insecure_skip_verify =
+        cluster["insecure-skip-tls-verify"] && cluster["insecure-skip-tls-verify"].as<bool>();
+    const std::string user_name = ctx["user"] ? ctx["user"].as<std::string>() : "";
+    const YAML::Node user = FindNamed(root["users"], user_name, "user");
+    if (user) {
+      Result<std::string> cert = DataOrFile(user, "client-certificate", base);
+      Result<std::string> key = DataOrFile(user, "client-key", base);
+      if (!cert.ok()) return cert.status();
+      if (!key.ok()) return key.status();
+      conn.client_cert_pem = *cert;
+      conn.client_key_pem = *key;
+      if (user["token"]) conn.token = user["token"].as<std::string>();
+      if (user["tokenFile"]) {
+        std::filesystem::path p = user["tokenFile"].as<std::string>();
+        conn.token_file = (p.is_relative() ? base / p : p).string();
+      }
+    }
+    return conn;
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument("kubeconfig " + path + " is not valid YAML: " + e.what());
+  }
+}
+
+Result<KubeConnection> InClusterConnection(const std::string& sa_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (host == nullptr || port == nullptr) {
+    return Status::NotFound("KUBERNETES_SERVICE_HOST/PORT are not set (not running in a pod)");
+  }
+  std::string h = host;
+  const std::string server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) +
+                             ":" + port;
+  KubeConnection conn;
+  if (Status s = ParseServer(server, &conn); !s.ok()) return s;
+  Result<std::string> ca = ReadWholeFile(sa_dir + "/ca.crt");
+  if (!ca.ok()) return ca.status();
+  conn.ca_pem = *ca;
+  conn.token_file = sa_dir + "/token";
+  if (Result<std::string> t = ReadWholeFile(conn.token_file); !t.ok()) return t.status();
+  return conn;
+}
+
+KubeClusterReader::KubeClusterReader(KubeConnection connection) : conn_(std::move(connection)) {
+  token_ = conn_.token;
+}
+
+std::string KubeClusterReader::CurrentToken() {
+  std::lock_guard<std::mutex> lock(token_mu_);
+  if (conn_.token_file.empty()) return token_;
+  struct stat st {};
+  if (::stat(conn_.token_file.c_str(), &st) == 0 &&
+      (st.st_mtim.tv_sec != token_mtime_.tv_sec || st.st_mtim.tv_nsec != token_mtime_.tv_nsec)) {
+    if (Result<std::string> t = ReadWholeFile(conn_.token_file); t.ok()) {
+      std::string token = *t;
+      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+      token_ = token;
+      token_mtime_ = st.st_mtim;
+    }
+  }
+  return token_;
+}
+
+Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::string& path) {
+  std::unique_ptr<X509, X509Free> cert;
+  std::unique_ptr<EVP_PKEY, PkeyFree> key;
+  if (!conn_.client_cert_pem.empty()) {
+    BIO* cb = BIO_new_mem_buf(conn_.client_cert_pem.data(), static_cast<int>(conn_.client_cert_pem.size()));
+    cert.reset(PEM_read_bio_X509(cb, nullptr, nullptr, nullptr));
+    BIO_free(cb);
+    BIO* kb = BIO_new_mem_buf(conn_.client_key_pem.data(), static_cast<int>(conn_.client_key_pem.size()));
+    key.reset(PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr));
+    BIO_free(kb);
+    if (!cert || !key) return Status::InvalidArgument("client certificate or key is not valid PEM");
+  }
+  // One client per call: lookups are rare (cached) and this keeps calls independent, so one
+  // slow API server answer never blocks another admission's lookup.
+  httplib::SSLClient client(conn_.host, conn_.port, cert.get(), key.get());
+  if (!conn_.ca_pem.empty()) client.set_ca_cert_store(StoreFromPem(conn_.ca_pem));
+  client.enable_server_certificate_verification(!conn_.insecure_skip_verify);
+  const auto secs = conn_.timeout.count() / 1000;
+  const auto usecs = (conn_.timeout.count() % 1000) * 1000;
+  client.set_connection_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
+  client.set_read_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
+  client.set_write_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
+  if (const std::string token = CurrentToken(); !token.empty()) client.set_bearer_token_auth(token);
+  httplib::Result res = client.Get(path, {{"Accept", "application/json"}});
+  if (!res) return Status::Unavailable("GET " + path + ": " + httplib::to_string(res.error()));
+  if (res->status == 404) return std::optional<nlohmann::json>();
+  if (res->status != 200) {
+    return Status::Unavailable("GET " + path + ": HTTP " + std::to_string(res->status) + ": " +
+                               StatusMessage(res->body));
+  }
+  Result<nlohmann::json> obj = ParseJson(res->body, "API server response");
+  if (!obj.ok()) return obj.status();
+  return std::optional<nlohmann::json>(std::move(*obj));
+}
+
+Result<std::optional<nlohmann::json>> KubeClusterReader::Get(const ObjectRef& ref) {
+  switch (ref.kind) {
+    case ObjectKind::kNamespace:
+      return GetPath("/api/v1/namespaces/" + ref.name);
+    case ObjectKind::kPersistentVolumeClaim:
+      return GetPath("/api/v1/namespaces/" + ref.namespace_name + "/persistentvolumeclaims/" +
+                     ref.name);
+    case ObjectKind::kLLMInferenceService:
+      // v1alpha2 first; clusters with only the older CRD version answer 404 there.
+      for (const char* version : {"v1alpha2", "v1alpha1"}) {
+        Result<std::optional<nlohmann::json>> r =
+            GetPath(std::string("/apis/serving.kserve.io/") + version + "/namespaces/" +
+                    ref.namespace_name + "/llminferenceservices/" + ref.name);
+        if (!r.ok() || r->has_value()) return r;
+      }
+      return std::optional<nlohmann::json>();
+  }
+  return Status::Internal("unknown object kind");
+}
+
+}  // namespace kvoffload::webhook

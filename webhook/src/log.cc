@@ -1,0 +1,63 @@
+#include "webhook/log.h"
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+
+#include <spdlog/sinks/stdout_sinks.h>
+
+namespace kvoffload::webhook {
+namespace {
+
+std::atomic<LogFormat> g_format{LogFormat::kText};
+
+std::string Timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1'000'000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<long>(micros));
+  return buf;
+}
+
+}  // namespace
+
+void ConfigureLogging(LogFormat format, std::string_view level) {
+  g_format = format;
+  // Logs go to stderr so `inject` can print the manifest on stdout.
+  auto logger = spdlog::stderr_logger_mt("kv-offload");
+  // Our events carry their own timestamp and level in JSON mode; the text pattern adds them.
+  logger->set_pattern(format == LogFormat::kJson ? "%v" : "%Y-%m-%dT%H:%M:%S.%fZ %^%l%$ %v",
+                      spdlog::pattern_time_type::utc);
+  logger->set_level(spdlog::level::from_str(std::string(level)));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+void LogEvent(spdlog::level::level_enum level, std::string_view message,
+              const nlohmann::json& fields) {
+  if (!spdlog::default_logger_raw()->should_log(level)) return;
+  if (g_format == LogFormat::kJson) {
+    nlohmann::json event = {{"ts", Timestamp()},
+                            {"level", spdlog::level::to_string_view(level).data()},
+                            {"msg", message}};
+    for (const auto& [key, value] : fields.items()) event[key] = value;
+    spdlog::log(level, "{}", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return;
+  }
+  std::string line(message);
+  for (const auto& [key, value] : fields.items()) {
+    line += " " + key + "=" +
+            (value.is_string() ? value.get<std::string>()
+                               : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  spdlog::log(level, "{}", line);
+}
+
+}  // namespace kvoffload::webhook

@@ -1,0 +1,294 @@
+// kv-offload-webhook: `serve` (default) runs the admission webhook; `inject` mutates manifests
+// offline. Flags are --name=value or --name value.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "webhook/admission.h"
+#include "webhook/caching_reader.h"
+#include "webhook/inject.h"
+#include "webhook/json_util.h"
+#include "webhook/kube_client.h"
+#include "webhook/log.h"
+#include "webhook/metrics.h"
+#include "webhook/server.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+constexpr char kUsage[] = R"(kv-offload-webhook: KV-cache offloading for vLLM pods on Kubernetes.
+
+Usage:
+  kv-offload-webhook [serve] [flags]     run the mutating admission webhook
+  kv-offload-webhook inject -f FILE|-    print manifests with the offload tiers injected
+  kv-offload-webhook version
+
+serve flags:
+  --port=8443                 HTTPS port (/mutate-pods, /healthz, /readyz)
+  --metrics-port=9090         plain HTTP port for /metrics (-1: off)
+  --bind-address=0.0.0.0
+  --tls-cert-file=FILE        serving certificate (PEM, chain allowed); re-read when it changes
+  --tls-key-file=FILE         serving key (PEM)
+  --client-ca-file=FILE       require client certificates signed by this CA
+  --kubeconfig=FILE           API server access (default: in-cluster service account)
+  --agent-image=IMAGE         image of the agent install step (needed for mode agent)
+  --default-mode=vllm-native  vllm-native | agent (pod annotation kvoffload.io/mode overrides)
+  --log-format=text           text | json
+  --log-level=info            debug | info | warn | error
+  --shutdown-delay=5s         on SIGTERM, report not ready this long before closing
+  --cert-reload-interval=1s   how often the certificate files are checked
+  --lookup-timeout=2s         API server request timeout
+  --cache-ttl=10s             how long lookups are reused
+  --threads=64                concurrent connections
+
+inject flags:
+  -f, --filename=FILE|-       input (YAML or JSON, several documents allowed)
+  --namespace=default         namespace for documents without one
+  --config=JSON|@FILE         spec to use when the input carries none
+  --default-mode, --agent-image   as for serve
+)";
+
+struct Flags {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> positional;
+  std::string Get(const std::string& name, const std::string& fallback = "") const {
+    auto it = values.find(name);
+    return it == values.end() ? fallback : it->second;
+  }
+};
+
+Result<Flags> ParseFlags(int argc, char** argv, int start) {
+  Flags flags;
+  for (int i = start; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-f") arg = "--filename";
+    if (arg.rfind("--", 0) != 0) {
+      flags.positional.push_back(arg);
+      continue;
+    }
+    arg = arg.substr(2);
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      flags.values[arg.substr(0, eq)] = arg.substr(eq + 1);
+    } else if (arg == "help") {
+      flags.values["help"] = "true";
+    } else if (i + 1 < argc) {
+      flags.values[arg] = argv[++i];
+    } else {
+      return Status::InvalidArgument("flag --" + arg + " needs a value");
+    }
+  }
+  return flags;
+}
+
+Status CheckKnown(const Flags& flags, std::initializer_list<const char*> known) {
+  for (const auto& [name, value] : flags.values) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || name == k;
+    if (!ok) return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
+  }
+  return Status::Ok();
+}
+
+// "500ms", "5s", "2m".
+Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const std::string& text) {
+  size_t pos = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &pos);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = text.substr(pos);
+  if (n >= 0) {
+    if (unit == "ms") return std::chrono::milliseconds(n);
+    if (unit == "s") return std::chrono::milliseconds(n * 1000);
+    if (unit == "m") return std::chrono::milliseconds(n * 60000);
+  }
+  return Status::InvalidArgument("--" + flag + "=" + text + " is not a duration like 500ms, 5s or 1m");
+}
+
+Result<int> ParseInt(const std::string& flag, const std::string& text, int min, int max) {
+  try {
+    size_t pos = 0;
+    const long v = std::stol(text, &pos);
+    if (pos == text.size() && v >= min && v <= max) return static_cast<int>(v);
+  } catch (const std::exception&) {
+  }
+  return Status::InvalidArgument("--" + flag + "=" + text + " must be a whole number from " +
+                                 std::to_string(min) + " to " + std::to_string(max));
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "kv-offload-webhook: %s\n", s.message().c_str());
+  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int Serve(const Flags& flags) {
+  if (Status s = CheckKnown(flags, {"port", "metrics-port", "bind-address", "tls-cert-file",
+                                    "tls-key-file", "client-ca-file", "kubeconfig", "agent-image",
+                                    "default-mode", "log-format", "log-level", "shutdown-delay",
+                                    "cert-reload-interval", "lookup-timeout", "cache-ttl",
+                                    "threads"});
+      !s.ok()) {
+    return Fail(s);
+  }
+  const std::string log_format = flags.Get("log-format", "text");
+  if (log_format != "text" && log_format != "json") {
+    return Fail(Status::InvalidArgument("--log-format=" + log_format + ": use text or json"));
+  }
+  ConfigureLogging(log_format == "json" ? LogFormat::kJson : LogFormat::kText,
+                   flags.Get("log-level", "info"));
+
+  ServerOptions so;
+  Result<int> port = ParseInt("port", flags.Get("port", "8443"), 0, 65535);
+  Result<int> metrics_port = ParseInt("metrics-port", flags.Get("metrics-port", "9090"), -1, 65535);
+  Result<int> threads = ParseInt("threads", flags.Get("threads", "64"), 1, 4096);
+  Result<std::chrono::milliseconds> delay = ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"));
+  Result<std::chrono::milliseconds> poll = ParseDuration("cert-reload-interval", flags.Get("cert-reload-interval", "1s"));
+  Result<std::chrono::milliseconds> lookup = ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"));
+  Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
+  Result<Mode> mode = ParseMode(flags.Get("default-mode", "vllm-native"));
+  for (const Status& s : {port.status(), metrics_port.status(), threads.status(), delay.status(),
+                          poll.status(), lookup.status(), ttl.status()}) {
+    if (!s.ok()) return Fail(s);
+  }
+  if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));
+  so.port = *port;
+  so.metrics_port = *metrics_port;
+  so.threads = *threads;
+  so.shutdown_delay = *delay;
+  so.cert_poll_interval = *poll;
+  so.bind_address = flags.Get("bind-address", "0.0.0.0");
+  so.cert_file = flags.Get("tls-cert-file");
+  so.key_file = flags.Get("tls-key-file");
+  so.client_ca_file = flags.Get("client-ca-file");
+  if (so.cert_file.empty() || so.key_file.empty()) {
+    return Fail(Status::InvalidArgument("--tls-cert-file and --tls-key-file are required"));
+  }
+  AdmissionOptions ao;
+  ao.default_mode = *mode;
+  ao.agent_image = flags.Get("agent-image");
+  if (ao.default_mode == Mode::kAgent && ao.agent_image.empty()) {
+    return Fail(Status::InvalidArgument("--default-mode=agent needs --agent-image"));
+  }
+
+  // API access: --kubeconfig, else in-cluster, else none (annotation specs only).
+  Metrics metrics;
+  std::unique_ptr<KubeClusterReader> kube;
+  Result<KubeConnection> conn = Status::NotFound("no kubeconfig");
+  if (const std::string kc = flags.Get("kubeconfig"); !kc.empty()) {
+    conn = LoadKubeconfig(kc);
+    if (!conn.ok()) return Fail(conn.status());
+  } else {
+    conn = InClusterConnection("/var/run/secrets/kubernetes.io/serviceaccount");
+  }
+  std::unique_ptr<CachingClusterReader> cached;
+  if (conn.ok()) {
+    conn->timeout = *lookup;
+    kube = std::make_unique<KubeClusterReader>(*conn);
+    cached = std::make_unique<CachingClusterReader>(kube.get(), *ttl, std::chrono::minutes(5), &metrics);
+    LogEvent(spdlog::level::info, "API server lookups on", {{"host", conn->host}, {"port", conn->port}});
+  } else {
+    LogEvent(spdlog::level::warn, "API server lookups off: only pod annotation specs are served",
+             {{"reason", conn.status().message()}});
+  }
+  AdmissionHandler handler(ao, cached.get());
+
+  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  Result<std::unique_ptr<Server>> server = Server::Create(so, &handler, &metrics);
+  if (!server.ok()) return Fail(server.status());
+  if (Status s = (*server)->Start(); !s.ok()) return Fail(s);
+  int sig = 0;
+  sigwait(&set, &sig);
+  LogEvent(spdlog::level::info, "signal received", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  (*server)->Shutdown();
+  return 0;
+}
+
+Result<std::string> ReadInput(const std::string& name) {
+  std::stringstream ss;
+  if (name == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream in(name, std::ios::binary);
+    if (!in) return Status::InvalidArgument("cannot read " + name);
+    ss << in.rdbuf();
+  }
+  return ss.str();
+}
+
+int Inject(const Flags& flags) {
+  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
+      !s.ok()) {
+    return Fail(s);
+  }
+  const std::string file = flags.Get("filename");
+  if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE (or -f - for stdin)"));
+  InjectOptions opts;
+  Result<Mode> mode = ParseMode(flags.Get("default-mode", "vllm-native"));
+  if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));
+  opts.default_mode = *mode;
+  opts.agent_image = flags.Get("agent-image");
+  opts.namespace_name = flags.Get("namespace", "default");
+  if (std::string config = flags.Get("config"); !config.empty()) {
+    if (config[0] == '@') {
+      Result<std::string> text = ReadInput(config.substr(1));
+      if (!text.ok()) return Fail(text.status());
+      config = *text;
+    }
+    Result<nlohmann::json> spec = ParseJson(config, "--config");
+    if (!spec.ok()) return Fail(spec.status());
+    opts.config = *spec;
+  }
+  Result<std::string> input = ReadInput(file);
+  if (!input.ok()) return Fail(input.status());
+  Result<InjectResult> out = InjectManifests(*input, opts);
+  if (!out.ok()) {
+    std::fprintf(stderr, "Error: %s\n", out.status().message().c_str());
+    return 1;
+  }
+  for (const std::string& w : out->warnings) std::fprintf(stderr, "Warning: %s\n", w.c_str());
+  std::fwrite(out->output.data(), 1, out->output.size(), stdout);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  std::string command = "serve";
+  int start = 1;
+  if (argc > 1 && argv[1][0] != '-') {
+    command = argv[1];
+    start = 2;
+  }
+  Result<Flags> flags = ParseFlags(argc, argv, start);
+  if (!flags.ok()) return Fail(flags.status());
+  if (flags->values.count("help") > 0 || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "version") {
+    std::puts(KVOFFLOAD_VERSION);
+    return 0;
+  }
+  if (command == "serve") return Serve(*flags);
+  if (command == "inject") return Inject(*flags);
+  return Fail(Status::InvalidArgument("unknown command \"" + command + "\" (serve, inject, version)"));
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook
+
+int main(int argc, char** argv) { return kvoffload::webhook::Main(argc, argv); }

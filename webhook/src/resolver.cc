@@ -1,0 +1,123 @@
+#include "webhook/resolver.h"
+
+#include <algorithm>
+
+#include "webhook/json_util.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+const json& Field(const json& obj, const char* key) {
+  static const json kNull;
+  return obj.is_object() && obj.contains(key) ? obj[key] : kNull;
+}
+
+PvcInfo ReadPvc(const json& pvc) {
+  PvcInfo info;
+  info.exists = true;
+  const json& spec = Field(pvc, "spec");
+  for (const json& mode : Field(spec, "accessModes")) {
+    if (mode.is_string()) info.access_modes.push_back(mode.get<std::string>());
+  }
+  // Bound capacity is what the volume really has; the request is the fallback while pending.
+  std::string cap = StringAt(Field(Field(pvc, "status"), "capacity"), "storage");
+  if (cap.empty()) cap = StringAt(Field(Field(spec, "resources"), "requests"), "storage");
+  if (Result<Quantity> q = Quantity::Parse(cap); q.ok() && q->Sign() > 0) info.capacity = *q;
+  return info;
+}
+
+}  // namespace
+
+const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role, int* replicas) {
+  const json* scope = &Field(llmisvc, "spec");
+  if (role == "prefill") scope = &Field(*scope, "prefill");
+  if (!scope->is_object()) return nullptr;
+  if (const json& r = Field(*scope, "replicas"); r.is_number_integer() && r.get<int64_t>() > 0) {
+    *replicas = static_cast<int>(std::min<int64_t>(r.get<int64_t>(), 1 << 20));
+  }
+  // The docs write spec.workload.kvCacheOffloading; v1alpha2 inlines WorkloadSpec.
+  const json& nested = Field(Field(*scope, "workload"), "kvCacheOffloading");
+  if (!nested.is_null()) return &nested;
+  const json& inlined = Field(*scope, "kvCacheOffloading");
+  if (!inlined.is_null()) return &inlined;
+  return nullptr;
+}
+
+Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
+                           ClusterReader* reader) {
+  Resolution res;
+  const json& metadata = Field(pod, "metadata");
+  const json& annotations = Field(metadata, "annotations");
+  const json& labels = Field(metadata, "labels");
+
+  if (const std::string text = StringAt(annotations, kAnnotationConfig); !text.empty()) {
+    res.source = SpecSource::PodAnnotation();
+    Result<OffloadSpec> spec = ParseSpecText(text, res.source);
+    if (!spec.ok()) return spec.status();
+    res.spec = std::move(*spec);
+  }
+
+  if (!res.spec && reader != nullptr &&
+      StringAt(labels, "app.kubernetes.io/part-of") == "llminferenceservice") {
+    const std::string name = StringAt(labels, "app.kubernetes.io/name");
+    if (!name.empty()) {
+      const ObjectRef ref{ObjectKind::kLLMInferenceService, namespace_name, name};
+      Result<std::optional<json>> svc = reader->Get(ref);
+      if (!svc.ok()) {
+        return Status::Unavailable("could not read " + ref.ToString() + ": " +
+                                   svc.status().message());
+      }
+      if (svc->has_value()) {
+        int replicas = 1;
+        const json* value =
+            LLMInferenceServiceSpec(**svc, StringAt(labels, "llm-d.ai/role"), &replicas);
+        if (value != nullptr) {
+          res.source = SpecSource::LLMInferenceService(namespace_name, name);
+          Result<OffloadSpec> spec = ParseSpecFrom(*value, res.source);
+          if (!spec.ok()) return spec.status();
+          res.spec = std::move(*spec);
+          res.replicas = replicas;
+        }
+      }
+    }
+  }
+
+  if (!res.spec && reader != nullptr) {
+    const ObjectRef ref{ObjectKind::kNamespace, namespace_name, namespace_name};
+    Result<std::optional<json>> ns = reader->Get(ref);
+    if (!ns.ok()) {
+      return Status::Unavailable("could not read " + ref.ToString() + ": " + ns.status().message());
+    }
+    if (ns->has_value()) {
+      const std::string text =
+          StringAt(Field(Field(**ns, "metadata"), "annotations"), kAnnotationDefaultConfig);
+      if (!text.empty()) {
+        res.source = SpecSource::NamespaceDefault(namespace_name);
+        Result<OffloadSpec> spec = ParseSpecText(text, res.source);
+        if (!spec.ok()) return spec.status();
+        res.spec = std::move(*spec);
+      }
+    }
+  }
+
+  if (!res.spec || reader == nullptr) return res;
+  for (const Tier& tier : res.spec->secondary) {
+    if (tier.kind != TierKind::kPvcRef || res.pvcs.count(tier.ref_name) > 0) continue;
+    const ObjectRef ref{ObjectKind::kPersistentVolumeClaim, namespace_name, tier.ref_name};
+    Result<std::optional<json>> pvc = reader->Get(ref);
+    if (!pvc.ok()) {
+      return Status::Unavailable("could not read " + ref.ToString() + ": " +
+                                 pvc.status().message());
+    }
+    if (pvc->has_value()) {
+      res.pvcs[tier.ref_name] = ReadPvc(**pvc);
+    } else if (reader->Authoritative()) {
+      res.pvcs[tier.ref_name] = PvcInfo{};  // exists = false: the mutator denies, naming it
+    }
+  }
+  return res;
+}
+
+}  // namespace kvoffload::webhook

@@ -1,0 +1,144 @@
+// YAML <-> JSON for inject: yaml-cpp parses and emits; this file only maps types.
+#include <yaml-cpp/yaml.h>
+
+#include <regex>
+
+#include "webhook/inject.h"
+#include "webhook/json_util.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const std::regex kInt(R"([-+]?[0-9]+)");
+const std::regex kHex(R"(0x[0-9a-fA-F]+)");
+const std::regex kOct(R"(0o[0-7]+)");
+const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+
+bool IsNull(const std::string& s) { return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL"; }
+
+Result<ojson> Convert(const YAML::Node& node, int depth) {
+  if (depth > kMaxJsonDepth) {
+    return Status::InvalidArgument("document nests deeper than " + std::to_string(kMaxJsonDepth));
+  }
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return ojson();
+    case YAML::NodeType::Sequence: {
+      ojson arr = ojson::array();
+      for (const YAML::Node& item : node) {
+        Result<ojson> v = Convert(item, depth + 1);
+        if (!v.ok()) return v;
+        arr.push_back(std::move(*v));
+      }
+      return arr;
+    }
+    case YAML::NodeType::Map: {
+      ojson obj = ojson::object();
+      for (const auto& kv : node) {
+        Result<ojson> v = Convert(kv.second, depth + 1);
+        if (!v.ok()) return v;
+        obj[kv.first.as<std::string>()] = std::move(*v);
+      }
+      return obj;
+    }
+    case YAML::NodeType::Scalar:
+      break;
+  }
+  const std::string& s = node.Scalar();
+  const std::string& tag = node.Tag();
+  // "!" marks a quoted scalar; an explicit !!str likewise. Only plain scalars are typed.
+  if (tag == "!" || tag == "tag:yaml.org,2002:str") return ojson(s);
+  if (IsNull(s)) return ojson();
+  if (s == "true" || s == "True" || s == "TRUE") return ojson(true);
+  if (s == "false" || s == "False" || s == "FALSE") return ojson(false);
+  try {
+    if (std::regex_match(s, kInt)) return ojson(std::stoll(s));
+    if (std::regex_match(s, kHex)) return ojson(std::stoll(s.substr(2), nullptr, 16));
+    if (std::regex_match(s, kOct)) return ojson(std::stoll(s.substr(2), nullptr, 8));
+    if (std::regex_match(s, kFloat)) return ojson(std::stod(s));
+  } catch (const std::out_of_range&) {
+    return ojson(s);  // too large for a number: keep the text
+  }
+  return ojson(s);
+}
+
+// True when a plain scalar `s` would not read back as the string `s` (in YAML 1.2, or in the
+// YAML 1.1 that Go's yaml libraries speak: yes/no/on/off are booleans there).
+bool NeedsQuotes(const std::string& s) {
+  static const char* kWords[] = {"y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
+                                 "on", "On", "ON", "off", "Off", "OFF", "true", "True", "TRUE",
+                                 "false", "False", "FALSE", ".inf", ".nan", "-.inf", "+.inf"};
+  if (IsNull(s)) return true;
+  for (const char* w : kWords) {
+    if (s == w) return true;
+  }
+  return std::regex_match(s, kInt) || std::regex_match(s, kHex) || std::regex_match(s, kOct) ||
+         std::regex_match(s, kFloat);
+}
+
+void Emit(YAML::Emitter& out, const ojson& v) {
+  switch (v.type()) {
+    case ojson::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [key, value] : v.items()) {
+        out << YAML::Key;
+        if (NeedsQuotes(key)) out << YAML::DoubleQuoted;
+        out << key << YAML::Value;
+        Emit(out, value);
+      }
+      out << YAML::EndMap;
+      return;
+    case ojson::value_t::array:
+      out << YAML::BeginSeq;
+      for (const ojson& item : v) Emit(out, item);
+      out << YAML::EndSeq;
+      return;
+    case ojson::value_t::string: {
+      const std::string& s = v.get_ref<const std::string&>();
+      if (NeedsQuotes(s)) out << YAML::DoubleQuoted;
+      out << s;
+      return;
+    }
+    case ojson::value_t::boolean:
+      out << (v.get<bool>() ? "true" : "false");
+      return;
+    case ojson::value_t::null:
+    case ojson::value_t::discarded:
+      out << YAML::Null;
+      return;
+    default:
+      out << v.dump();  // numbers print as JSON does
+      return;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<ojson>> ParseYamlDocuments(std::string_view text) {
+  try {
+    std::vector<ojson> docs;
+    for (const YAML::Node& node : YAML::LoadAll(std::string(text))) {
+      if (node.IsNull()) continue;  // empty documents between separators
+      Result<ojson> doc = Convert(node, 0);
+      if (!doc.ok()) return doc.status();
+      docs.push_back(std::move(*doc));
+    }
+    return docs;
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("input is not valid YAML: ") + e.what());
+  }
+}
+
+std::string EmitYaml(const ojson& doc) {
+  YAML::Emitter out;
+  out.SetIndent(2);
+  out.SetSeqFormat(YAML::Block);
+  out.SetMapFormat(YAML::Block);
+  Emit(out, doc);
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace kvoffload::webhook
