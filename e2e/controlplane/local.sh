@@ -152,7 +152,7 @@ PY
   k apply -f "${CP_STATE}/rbac.yaml" >/dev/null || e2e_die "could not apply the webhook's RBAC"
 
   _cp_start kv-offload-webhook "${CP_STATE}/logs/webhook.log" "${webhook}" serve \
-    --port "${port}" --metrics-port "${metrics_port}" \
+    --bind-address 127.0.0.1 --port "${port}" --metrics-port "${metrics_port}" \
     --tls-cert-file "${CP_STATE}/webhook-certs/tls.crt" \
     --tls-key-file "${CP_STATE}/webhook-certs/tls.key" \
     --kubeconfig "${CP_STATE}/webhook.kubeconfig" \
