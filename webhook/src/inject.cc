@@ -118,11 +118,15 @@ Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions
         if (!doc->contains(p) || !(*doc)[p].is_object()) {
           return Status::InvalidArgument(what + ": no pod template at " + t.pointer);
         }
-        const ojson& tmpl = (*doc)[p];
-        pod = {{"metadata", tmpl.contains("metadata") ? json::parse(tmpl["metadata"].dump()) : json::object()},
-               {"spec", tmpl.contains("spec") ? json::parse(tmpl["spec"].dump()) : json::object()}};
+        // The template as it is: a missing metadata stays missing, so the patch adds it whole.
+        pod = json::parse((*doc)[p].dump());
       }
-      if (StringAt(pod["metadata"]["labels"], kLabelInject) == "false") continue;
+      const json no_labels;
+      const json& labels = pod.contains("metadata") && pod["metadata"].is_object() &&
+                                   pod["metadata"].contains("labels")
+                               ? pod["metadata"]["labels"]
+                               : no_labels;
+      if (StringAt(labels, kLabelInject) == "false") continue;
       Result<Resolution> res = Resolve(pod, ns, &reader);
       if (!res.ok()) return Status::InvalidArgument(what + ": " + res.status().message());
       if (!res->spec && options.config) {

@@ -1,0 +1,153 @@
+#include "webhook/inject.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvoffload::webhook {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr char kStream[] = R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: llama, namespace: team-a}
+spec:
+  kvCacheOffloading:
+    cpu: 10Gi
+    secondary:
+      - fileSystem: {emptyDir: {size: 100Gi}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: untouched, namespace: team-a}
+data: {port: "8000", enabled: "yes", ratio: "1e3", empty: ""}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llama-kserve, namespace: team-a}
+spec:
+  replicas: 2
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: llama, app.kubernetes.io/part-of: llminferenceservice}
+    spec:
+      containers:
+        - name: main
+          image: vllm/vllm-openai:v0.22.0
+          args: [--port, "8000"]
+)";
+
+std::vector<ojson> Docs(const std::string& yaml) {
+  Result<std::vector<ojson>> docs = ParseYamlDocuments(yaml);
+  EXPECT_TRUE(docs.ok()) << docs.status().message();
+  return docs.ok() ? *docs : std::vector<ojson>{};
+}
+
+TEST(InjectTest, InjectsWorkloadsFromTheSameStreamAndKeepsTheRest) {
+  Result<InjectResult> out = InjectManifests(kStream, InjectOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  std::vector<ojson> docs = Docs(out->output);
+  ASSERT_EQ(docs.size(), 3u);
+  // Strings that look like numbers or booleans stay strings.
+  EXPECT_EQ(docs[1]["data"]["port"], "8000");
+  EXPECT_EQ(docs[1]["data"]["enabled"], "yes");
+  EXPECT_EQ(docs[1]["data"]["ratio"], "1e3");
+  EXPECT_EQ(docs[1]["data"]["empty"], "");
+  EXPECT_EQ(docs[2]["spec"]["replicas"], 2);
+  const ojson& tmpl = docs[2]["spec"]["template"];
+  EXPECT_EQ(tmpl["spec"]["volumes"][0]["name"], "kv-cache-secondary-0");
+  EXPECT_EQ(tmpl["spec"]["containers"][0]["args"][1], "8000");
+  EXPECT_EQ(tmpl["spec"]["containers"][0]["args"].size(), 3u);  // + --kv-transfer-config
+  EXPECT_TRUE(tmpl["metadata"]["annotations"].contains("kvoffload.io/status"));
+  // Key order of the input is kept.
+  EXPECT_EQ(docs[2].begin().key(), "apiVersion");
+  // Injecting the output again changes nothing.
+  Result<InjectResult> again = InjectManifests(out->output, InjectOptions{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->output, out->output);
+}
+
+TEST(InjectTest, JsonInJsonOut) {
+  const char* pod = R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[{"name":"main","image":"x"}]}})";
+  Result<InjectResult> out = InjectManifests(pod, InjectOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ojson doc = ojson::parse(out->output);
+  EXPECT_EQ(doc["spec"]["containers"][0]["env"][0]["name"], "KVOFFLOAD_CPU_BYTES");
+  EXPECT_EQ(doc["spec"]["containers"][0]["env"][0]["value"], "1073741824");
+}
+
+TEST(InjectTest, LeaderWorkerSetBothTemplatesAndListKind) {
+  const char* lws = R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: leaderworkerset.x-k8s.io/v1
+  kind: LeaderWorkerSet
+  metadata: {name: big}
+  spec:
+    replicas: 1
+    leaderWorkerTemplate:
+      size: 4
+      leaderTemplate:
+        metadata: {annotations: {kvoffload.io/config: '{"cpu":"2Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"rwo"}}}}]}'}}
+        spec: {containers: [{name: main, image: x}]}
+      workerTemplate:
+        metadata: {annotations: {kvoffload.io/config: '{"cpu":"4Gi"}'}}
+        spec: {containers: [{name: main, image: x}]}
+)";
+  Result<InjectResult> out = InjectManifests(lws, InjectOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ojson doc = Docs(out->output)[0]["items"][0];
+  const ojson& lwt = doc["spec"]["leaderWorkerTemplate"];
+  EXPECT_EQ(lwt["workerTemplate"]["spec"]["containers"][0]["env"][0]["value"], "4294967296");
+  EXPECT_EQ(lwt["leaderTemplate"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "rwo");
+  // Offline the PVC cannot be checked: a warning, not a denial.
+  ASSERT_FALSE(out->warnings.empty());
+  EXPECT_NE(out->warnings[0].find("LeaderWorkerSet default/big: PVC rwo was not checked"),
+            std::string::npos)
+      << out->warnings[0];
+}
+
+TEST(InjectTest, DenialNamesTheDocument) {
+  const char* bad = R"(apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: s, namespace: ns1}
+spec:
+  template:
+    metadata: {annotations: {kvoffload.io/config: '{"cpu":"1Gi","evictionPolicy":"fifo"}'}}
+    spec: {containers: [{name: main, image: x}]}
+)";
+  Result<InjectResult> out = InjectManifests(bad, InjectOptions{});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("StatefulSet ns1/s: kvCacheOffloading from pod annotation"),
+            std::string::npos)
+      << out.status().message();
+  EXPECT_NE(out.status().message().find("\"fifo\" is not supported"), std::string::npos);
+  EXPECT_FALSE(InjectManifests("a: [unclosed", InjectOptions{}).ok());
+}
+
+TEST(InjectTest, ConfigFlagAndOptOut) {
+  const char* job = R"(apiVersion: batch/v1
+kind: Job
+metadata: {name: j}
+spec:
+  template:
+    spec: {containers: [{name: main, image: x}], restartPolicy: Never}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: skip, labels: {kvoffload.io/inject: "false"}}
+spec: {containers: [{name: main, image: x}]}
+)";
+  InjectOptions opts;
+  opts.config = nlohmann::json{{"cpu", "3Gi"}};
+  Result<InjectResult> out = InjectManifests(job, opts);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  std::vector<ojson> docs = Docs(out->output);
+  EXPECT_TRUE(docs[0]["spec"]["template"]["spec"]["containers"][0].contains("env"));
+  EXPECT_FALSE(docs[1]["spec"]["containers"][0].contains("env"));
+  EXPECT_NE(out->output.find("the --config flag"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook

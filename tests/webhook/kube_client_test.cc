@@ -1,0 +1,192 @@
+// API lookups against a small fake API server over HTTPS: kubeconfig loading, tokens, errors,
+// timeouts, the cache's single flight and stale answers, and a pvc.ref check end to end.
+#include "webhook/kube_client.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "fake_api_server.h"
+#include "test_pki.h"
+#include "webhook/admission.h"
+#include "webhook/caching_reader.h"
+#include "webhook/resolver.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::MakePki;
+using testing::TempDir;
+using testing::WriteFileAtomic;
+using testing::FakeApiServer;
+
+constexpr char kLlmisvcPath[] = "/apis/serving.kserve.io/v1alpha2/namespaces/team-a/llminferenceservices/llama";
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    api_ = std::make_unique<FakeApiServer>(dir_);
+    api_->Put(kLlmisvcPath, {{"kind", "LLMInferenceService"},
+                             {"metadata", {{"name", "llama"}, {"namespace", "team-a"}}},
+                             {"spec", {{"replicas", 3}, {"kvCacheOffloading", {{"cpu", "8Gi"}}}}}});
+    api_->Put("/api/v1/namespaces/team-a",
+              {{"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}});
+    WriteFileAtomic(dir_ / "token", "secret-1\n");
+    WriteFileAtomic(dir_ / "kubeconfig", api_->Kubeconfig("token"));
+  }
+  void TearDown() override {
+    api_.reset();
+    fs::remove_all(dir_);
+  }
+
+  KubeConnection Connection() {
+    Result<KubeConnection> c = LoadKubeconfig((dir_ / "kubeconfig").string());
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return *c;
+  }
+
+  static json LlmisvcPod() {
+    return {{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                      {"app.kubernetes.io/name", "llama"}}}}},
+            {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  }
+
+  fs::path dir_;
+  std::unique_ptr<FakeApiServer> api_;
+};
+
+TEST_F(KubeClientTest, LoadsKubeconfig) {
+  KubeConnection c = Connection();
+  EXPECT_EQ(c.host, "127.0.0.1");
+  EXPECT_EQ(c.port, api_->port());
+  EXPECT_EQ(c.ca_pem, api_->ca_pem());
+  EXPECT_EQ(c.token_file, (dir_ / "token").string());
+
+  WriteFileAtomic(dir_ / "bad", "current-context: nope\ncontexts: []\n");
+  Result<KubeConnection> bad = LoadKubeconfig((dir_ / "bad").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("context nope not found"), std::string::npos);
+  std::string http = api_->Kubeconfig("token");
+  http.replace(http.find("https://"), 8, "http://");
+  WriteFileAtomic(dir_ / "http", http);
+  EXPECT_NE(LoadKubeconfig((dir_ / "http").string()).status().message().find("https://"), std::string::npos);
+  EXPECT_FALSE(LoadKubeconfig((dir_ / "missing").string()).ok());
+  WriteFileAtomic(dir_ / "notyaml", "{{{: [");
+  EXPECT_NE(LoadKubeconfig((dir_ / "notyaml").string()).status().message().find("not valid YAML"),
+            std::string::npos);
+}
+
+TEST_F(KubeClientTest, GetsObjectsAndReportsErrors) {
+  KubeClusterReader reader(Connection());
+  Result<std::optional<json>> svc = reader.Get({ObjectKind::kLLMInferenceService, "team-a", "llama"});
+  ASSERT_TRUE(svc.ok()) << svc.status().message();
+  ASSERT_TRUE(svc->has_value());
+  EXPECT_EQ((**svc)["spec"]["replicas"], 3);
+
+  Result<std::optional<json>> missing = reader.Get({ObjectKind::kPersistentVolumeClaim, "team-a", "nope"});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+
+  // Only the older API version serves this one.
+  api_->Put("/apis/serving.kserve.io/v1alpha1/namespaces/team-a/llminferenceservices/old",
+            {{"kind", "LLMInferenceService"}, {"spec", json::object()}});
+  Result<std::optional<json>> old = reader.Get({ObjectKind::kLLMInferenceService, "team-a", "old"});
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->has_value());
+
+  api_->Put("/api/v1/namespaces/broken", {{"kind", "Status"}, {"message", "etcd is on fire"}}, 500);
+  Result<std::optional<json>> broken = reader.Get({ObjectKind::kNamespace, "broken", "broken"});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(broken.status().message().find("HTTP 500: etcd is on fire"), std::string::npos);
+}
+
+TEST_F(KubeClientTest, TimesOutInsteadOfHanging) {
+  KubeConnection c = Connection();
+  c.timeout = std::chrono::milliseconds(300);
+  KubeClusterReader reader(c);
+  api_->SetDelay(std::chrono::milliseconds(2000));
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::optional<json>> r = reader.Get({ObjectKind::kNamespace, "team-a", "team-a"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(took, std::chrono::milliseconds(1500));
+  api_->SetDelay(std::chrono::milliseconds(0));
+}
+
+TEST_F(KubeClientTest, RereadsRotatedToken) {
+  KubeClusterReader reader(Connection());
+  ASSERT_TRUE(reader.Get({ObjectKind::kNamespace, "team-a", "team-a"}).ok());
+  api_->SetToken("secret-2");
+  EXPECT_FALSE(reader.Get({ObjectKind::kNamespace, "team-a", "team-a"}).ok());  // 401 with the old one
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a distinct mtime
+  WriteFileAtomic(dir_ / "token", "secret-2\n");
+  Result<std::optional<json>> r = reader.Get({ObjectKind::kNamespace, "team-a", "team-a"});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+}
+
+TEST_F(KubeClientTest, ReplicaSetOfEightCostsOneLookup) {
+  KubeClusterReader kube(Connection());
+  Metrics metrics;
+  CachingClusterReader cache(&kube, std::chrono::seconds(10), std::chrono::minutes(5), &metrics);
+  api_->SetDelay(std::chrono::milliseconds(200));  // all eight arrive while the first is asking
+  std::vector<std::future<bool>> pods;
+  for (int i = 0; i < 8; ++i) {
+    pods.push_back(std::async(std::launch::async, [&cache] {
+      Result<Resolution> r = Resolve(LlmisvcPod(), "team-a", &cache);
+      return r.ok() && r->spec.has_value() && r->replicas == 3;
+    }));
+  }
+  for (auto& p : pods) EXPECT_TRUE(p.get());
+  EXPECT_EQ(api_->Requests(kLlmisvcPath), 1);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kLLMInferenceService, LookupResult::kMiss), 1u);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kLLMInferenceService, LookupResult::kHit), 7u);
+}
+
+TEST_F(KubeClientTest, ServesRecentAnswerWhenApiServerFails) {
+  KubeClusterReader kube(Connection());
+  Metrics metrics;
+  CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), &metrics);
+  ASSERT_TRUE(Resolve(LlmisvcPod(), "team-a", &cache).ok());
+  api_->Put(kLlmisvcPath, {{"kind", "Status"}, {"message", "overloaded"}}, 503);
+  Result<Resolution> r = Resolve(LlmisvcPod(), "team-a", &cache);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->source.description, "LLMInferenceService team-a/llama");
+  EXPECT_EQ(metrics.lookups(ObjectKind::kLLMInferenceService, LookupResult::kStale), 1u);
+  // Without a previous answer the failure is reported.
+  api_->Put("/api/v1/namespaces/other", {{"message", "overloaded"}}, 503);
+  json plain = {{"metadata", json::object()}, {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  EXPECT_EQ(Resolve(plain, "other", &cache).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(KubeClientTest, PvcRefDeniedUntilThePvcExists) {
+  KubeClusterReader kube(Connection());
+  AdmissionHandler handler(AdmissionOptions{}, &kube);
+  json pod = {{"metadata", {{"annotations", {{"kvoffload.io/config",
+      R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv-pvc"}}}}]})"}}}}},
+              {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  json review = {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"},
+                 {"request", {{"uid", "u"}, {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                              {"namespace", "team-a"}, {"operation", "CREATE"}, {"object", pod}}}};
+  json denied = json::parse(handler.Handle("application/json", review.dump()).body)["response"];
+  EXPECT_EQ(denied["allowed"], false);
+  EXPECT_NE(denied["status"]["message"].get<std::string>().find("PersistentVolumeClaim \"kv-pvc\" not found"),
+            std::string::npos);
+  api_->Put("/api/v1/namespaces/team-a/persistentvolumeclaims/kv-pvc",
+            {{"kind", "PersistentVolumeClaim"},
+             {"spec", {{"accessModes", {"ReadWriteMany"}}}},
+             {"status", {{"capacity", {{"storage", "1Ti"}}}}}});
+  json admitted = json::parse(handler.Handle("application/json", review.dump()).body)["response"];
+  EXPECT_EQ(admitted["allowed"], true);
+  EXPECT_TRUE(admitted.contains("patch"));
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook
