@@ -57,7 +57,8 @@ new_ns() {
   wait_until 60 "ServiceAccount default in ${ns}" k -n "${ns}" get serviceaccount default
 }
 
-# pod_manifest NAME [ANNOTATIONS_JSON] [LABELS_JSON] [ARGS_JSON]: a vLLM-like Pod as JSON.
+# pod_manifest NAME [ANNOTATIONS_JSON] [LABELS_JSON] [ARGS_JSON]: a vLLM-like Pod as JSON. Its
+# nodeSelector matches no node, so under kind it stays Pending too (no multi-GiB image pull).
 pod_manifest() {
   local name="$1" ann="${2:-}" labels="${3:-}" args="${4:-}"
   [[ -n "${ann}" ]] || ann='{}'
@@ -67,7 +68,8 @@ pod_manifest() {
     --argjson args "${args}" '{
     apiVersion: "v1", kind: "Pod",
     metadata: {name: $name, annotations: $ann, labels: $labels},
-    spec: {containers: [{name: "main", image: "vllm/vllm-openai:v0.22.0",
+    spec: {nodeSelector: {"e2e.kvoffload.io/never-scheduled": "true"},
+           containers: [{name: "main", image: "vllm/vllm-openai:v0.22.0",
                          command: ["vllm", "serve"], args: (["Qwen/Qwen3-0.6B"] + $args),
                          resources: {limits: {memory: "64Gi"}, requests: {memory: "32Gi"}}}]}}'
 }

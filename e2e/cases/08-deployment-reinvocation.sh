@@ -63,6 +63,8 @@ spec:
         app.kubernetes.io/component: llminferenceservice-workload
         kserve.io/component: workload
     spec:
+      nodeSelector:
+        e2e.kvoffload.io/never-scheduled: "true"
       containers:
         - name: main
           image: vllm/vllm-openai:v0.22.0
