@@ -1,12 +1,15 @@
 # shellcheck shell=bash
 # Case 7: pods the webhook configuration does not select are stored unchanged and the webhook is
 # not even called (its request counter does not move): the opt-out label in a labelled namespace,
-# an unlabelled pod in an unlabelled namespace, and kube-system even with the opt-in label.
+# an unlabelled pod in an unlabelled namespace, a namespace labelled injection=disabled and
+# kube-system, the last two even with the pod opt-in label.
 # Then a selected pod moves the counter, so the counter is shown to work.
 lab="$(case_ns e2e-optout)"
 plain="$(case_ns e2e-unlabelled)"
 new_ns "${lab}" kvoffload.io/injection=enabled
 new_ns "${plain}"
+off="$(case_ns e2e-disabled)"
+new_ns "${off}" kvoffload.io/injection=disabled
 cfg='{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}'
 before="$(webhook_requests)"
 
@@ -14,6 +17,9 @@ create_pod "${lab}" "$(pod_manifest optout "${cfg}" '{"kvoffload.io/inject":"fal
 assert_not_injected "$(get_pod "${lab}" optout)"
 create_pod "${plain}" "$(pod_manifest unlabelled "${cfg}")" >/dev/null
 assert_not_injected "$(get_pod "${plain}" unlabelled)"
+# A namespace labelled kvoffload.io/injection=disabled is opted out, even for pods that ask.
+create_pod "${off}" "$(pod_manifest asks "${cfg}" '{"kvoffload.io/inject":"true"}')" >/dev/null
+assert_not_injected "$(get_pod "${off}" asks)"
 ks="$(case_ns e2e-kube-system-probe)"
 create_pod kube-system "$(pod_manifest "${ks}" "${cfg}" '{"kvoffload.io/inject":"true"}')" >/dev/null
 assert_not_injected "$(get_pod kube-system "${ks}")"

@@ -122,9 +122,9 @@ if len(hooks) == 2:
     expect({"key": "kvoffload.io/injection", "operator": "In", "values": ["enabled"]}
            in hooks[0]["namespaceSelector"]["matchExpressions"],
            "entry 1 selects kvoffload.io/injection=enabled namespaces")
-    expect({"key": "kvoffload.io/injection", "operator": "NotIn", "values": ["enabled"]}
+    expect({"key": "kvoffload.io/injection", "operator": "DoesNotExist"}
            in hooks[1]["namespaceSelector"]["matchExpressions"],
-           "entry 2 leaves labelled namespaces to entry 1 (no pod matches both)")
+           "entry 2 skips namespaces with the injection label (no pod matches both entries)")
     expect({"key": "kvoffload.io/inject", "operator": "In", "values": ["true"]}
            in hooks[1]["objectSelector"]["matchExpressions"],
            "entry 2 selects pods labelled kvoffload.io/inject=true")
