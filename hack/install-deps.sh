@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   liburing-dev libgtest-dev libgmock-dev
-  python3 curl
+  python3 python3-yaml curl jq shellcheck
 )
 
 missing=()

@@ -1,0 +1,79 @@
+# shellcheck shell=bash
+# Case 1: a pod rendered for an LLMInferenceService in a labelled namespace is stored with every
+# injected part: tier volumes (emptyDir, ephemeral PVC, pre-existing PVC), mounts, the
+# ephemeral-storage request, env, the vLLM flag, the status annotation; and in agent mode the
+# agent volume, its install init container and the library env.
+ns="$(case_ns e2e-llmisvc)"
+new_ns "${ns}" kvoffload.io/injection=enabled
+k -n "${ns}" apply -f "${E2E_REPO}/examples/pvc.yaml" >/dev/null
+k -n "${ns}" apply -f "${E2E_REPO}/examples/llminferenceservice.yaml" >/dev/null
+pod="$(k -n "${ns}" create -f "${E2E_REPO}/examples/kserve-rendered-pod.yaml" -o json 2>&1)" \
+  || fail "pod refused: ${pod}"
+# Check what was stored, not what create answered.
+pod="$(get_pod "${ns}" qwen3-kserve-demo)"
+assert_injected_once "${pod}" 3
+main="$(container "${pod}" main)"
+
+assert_eq "100Gi" "$(jqv "${pod}" '.spec.volumes[] | select(.name == "kv-cache-secondary-0") | .emptyDir.sizeLimit')" "emptyDir sizeLimit"
+vct="$(jq -c '.spec.volumes[] | select(.name == "kv-cache-secondary-1") | .ephemeral.volumeClaimTemplate' <<<"${pod}")"
+assert_eq "1" "$(jqv "${vct}" '.metadata.labels["kvoffload.io/tier"]')" "ephemeral PVC tier label"
+assert_eq "200Gi" "$(jqv "${vct}" '.spec.resources.requests.storage')" "ephemeral PVC size"
+assert_eq "my-kv-cache-pvc" "$(jqv "${pod}" '.spec.volumes[] | select(.name == "kv-cache-secondary-2") | .persistentVolumeClaim.claimName')" "pvc.ref claimName"
+assert_eq "kv-cache/" "$(jqv "${main}" '.volumeMounts[] | select(.name == "kv-cache-secondary-2") | .subPath')" "pvc.ref subPath"
+assert_eq "100Gi" "$(jqv "${main}" '.resources.requests["ephemeral-storage"]')" "ephemeral-storage request"
+
+assert_eq "10737418240" "$(env_of "${main}" KVOFFLOAD_CPU_BYTES)" "KVOFFLOAD_CPU_BYTES"
+assert_eq "lru" "$(env_of "${main}" KVOFFLOAD_EVICTION_POLICY)" "KVOFFLOAD_EVICTION_POLICY"
+tiers="$(env_of "${main}" KVOFFLOAD_TIERS)"
+assert_eq '["/mnt/kv-cache-0","/mnt/kv-cache-1","/mnt/kv-cache-2"]' "$(jq -c '[.[].path]' <<<"${tiers}")" "tier paths"
+# The RWX pre-existing PVC is a shared tier: hashing must be stable across processes.
+assert_eq "0" "$(env_of "${main}" PYTHONHASHSEED)" "PYTHONHASHSEED with a shared tier"
+
+cfg="$(kv_transfer_config "${main}")"
+[[ -n "${cfg}" ]] || fail "no --kv-transfer-config in args: $(jq -c .args <<<"${main}")"
+assert_eq "OffloadingConnector" "$(jqv "${cfg}" .kv_connector)" "kv_connector"
+assert_eq "kv_both" "$(jqv "${cfg}" .kv_role)" "kv_role"
+assert_eq "TieringOffloadingSpec" "$(jqv "${cfg}" .kv_connector_extra_config.spec_name)" "spec_name (vllm-native)"
+assert_eq "10737418240" "$(jqv "${cfg}" .kv_connector_extra_config.cpu_bytes_to_use)" "cpu_bytes_to_use"
+assert_eq '["/mnt/kv-cache-0","/mnt/kv-cache-1","/mnt/kv-cache-2"]' "$(jq -c '[.kv_connector_extra_config.secondary_tiers[].root_dir]' <<<"${cfg}")" "secondary_tiers"
+# The user's own args stay in front.
+assert_eq '["Qwen/Qwen3-0.6B","--port","8000"]' "$(jq -c '.args[0:3]' <<<"${main}")" "user args kept"
+
+status="$(jqv "${pod}" '.metadata.annotations["kvoffload.io/status"]')"
+assert_contains "$(jqv "${status}" .source)" "qwen3" "status source names the LLMInferenceService"
+assert_eq "vllm-native" "$(jqv "${status}" .mode)" "status mode"
+assert_eq "" "$(jqv "${pod}" '.spec.initContainers[]? | select(.name == "kvoffload-agent-install") | .name')" "no agent init container in vllm-native mode"
+
+# Agent mode, and the documented spec.workload path of the v1alpha1 API.
+k -n "${ns}" apply -f - >/dev/null <<'YAML'
+apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata:
+  name: agentic
+spec:
+  workload:
+    kvCacheOffloading:
+      cpu: "4Gi"
+      evictionPolicy: arc
+      secondary:
+        - fileSystem:
+            emptyDir:
+              size: "10Gi"
+YAML
+p2="$(pod_manifest agentic-kserve-0 '{"kvoffload.io/mode":"agent"}' \
+  '{"app.kubernetes.io/name":"agentic","app.kubernetes.io/part-of":"llminferenceservice"}')"
+create_pod "${ns}" "${p2}" >/dev/null
+p2="$(get_pod "${ns}" agentic-kserve-0)"
+assert_injected_once "${p2}" 1
+m2="$(container "${p2}" main)"
+assert_eq "arc" "$(env_of "${m2}" KVOFFLOAD_EVICTION_POLICY)" "eviction policy from spec.workload"
+assert_eq "4294967296" "$(env_of "${m2}" KVOFFLOAD_CPU_BYTES)" "cpu bytes from spec.workload"
+init="$(jq -c '.spec.initContainers[]? | select(.name == "kvoffload-agent-install")' <<<"${p2}")"
+[[ -n "${init}" ]] || fail "agent mode: no kvoffload-agent-install init container"
+[[ -n "$(jqv "${init}" .image)" ]] || fail "agent init container has no image"
+assert_eq 1 "$(jq '[.spec.volumes[] | select(.name == "kvoffload-agent" and .emptyDir != null)] | length' <<<"${p2}")" "agent emptyDir volume"
+assert_eq "/opt/kvoffload" "$(jqv "${m2}" '.volumeMounts[] | select(.name == "kvoffload-agent") | .mountPath')" "agent mount"
+assert_eq "true" "$(jqv "${m2}" '.volumeMounts[] | select(.name == "kvoffload-agent") | .readOnly')" "agent mount read-only"
+assert_eq "/opt/kvoffload/lib/libkvoffload.so" "$(env_of "${m2}" KVOFFLOAD_LIBRARY)" "KVOFFLOAD_LIBRARY"
+assert_contains "$(env_of "${m2}" PYTHONPATH)" "/opt/kvoffload/python" "PYTHONPATH"
+assert_eq "KVOffloadAgentSpec" "$(jqv "$(kv_transfer_config "${m2}")" .kv_connector_extra_config.spec_name)" "agent spec_name"

@@ -1,0 +1,162 @@
+# shellcheck shell=bash
+# Helpers shared by the e2e driver, the cluster modes and the cases. Source it; needs KUBECONFIG
+# and KUBECTL set by the cluster mode. Every wait is a poll with a bounded timeout.
+
+e2e_log() { printf '%s e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+e2e_die() { printf 'e2e: error: %s\n' "$*" >&2; exit 1; }
+
+k() { "${KUBECTL}" --kubeconfig "${KUBECONFIG}" "$@"; }
+
+# free_port: an unused TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_until TIMEOUT_S DESCRIPTION CMD...: runs CMD until it succeeds, at most TIMEOUT_S seconds.
+# Optional WAIT_PID: fail at once when that process has exited (its log is WAIT_LOG).
+wait_until() {
+  local timeout="$1" what="$2"; shift 2
+  local deadline=$((SECONDS + timeout)) i=0
+  local -a delays=(0.05 0.1 0.2 0.4 0.8)
+  until "$@" >/dev/null 2>&1; do
+    if [[ -n "${WAIT_PID:-}" ]] && ! kill -0 "${WAIT_PID}" 2>/dev/null; then
+      [[ -n "${WAIT_LOG:-}" ]] && tail -n 30 "${WAIT_LOG}" >&2
+      e2e_die "${what}: the process ${WAIT_PID} exited"
+    fi
+    if ((SECONDS >= deadline)); then
+      [[ -n "${WAIT_LOG:-}" ]] && tail -n 30 "${WAIT_LOG}" >&2
+      e2e_die "timed out after ${timeout}s waiting for ${what}"
+    fi
+    # Back off from 50 ms to 1 s between polls.
+    sleep "${delays[i]:-1}"
+    i=$((i + 1))
+  done
+}
+
+# --- assertions (a failing one ends the case with a message) ---------------------------------
+fail() { printf '    FAIL: %s\n' "$*" >&2; exit 1; }
+assert_eq() { # want got what
+  [[ "$2" == "$1" ]] || fail "$3: want '$1', got '$2'"
+}
+assert_contains() { # haystack needle what
+  [[ "$1" == *"$2"* ]] || fail "$3: '$2' not found in: $1"
+}
+assert_not_contains() {
+  [[ "$1" != *"$2"* ]] || fail "$3: '$2' unexpectedly found in: $1"
+}
+# jqv JSON FILTER: one value as raw text ("" for null).
+jqv() { jq -r "$2 // empty" <<<"$1"; }
+
+# --- objects ----------------------------------------------------------------------------------
+# new_ns NAME [LABEL=VALUE...]: creates a namespace for a case and waits for its default
+# ServiceAccount (pods are rejected until the controller creates it).
+new_ns() {
+  local ns="$1"; shift
+  k create namespace "${ns}" >/dev/null
+  k label namespace "${ns}" e2e.kvoffload.io/case=true "$@" >/dev/null
+  wait_until 60 "ServiceAccount default in ${ns}" k -n "${ns}" get serviceaccount default
+}
+
+# pod_manifest NAME [ANNOTATIONS_JSON] [LABELS_JSON] [ARGS_JSON]: a vLLM-like Pod as JSON. Its
+# nodeSelector matches no node, so under kind it stays Pending too (no multi-GiB image pull).
+pod_manifest() {
+  local name="$1" ann="${2:-}" labels="${3:-}" args="${4:-}"
+  [[ -n "${ann}" ]] || ann='{}'
+  [[ -n "${labels}" ]] || labels='{}'
+  [[ -n "${args}" ]] || args='[]'
+  jq -n --arg name "${name}" --argjson ann "${ann}" --argjson labels "${labels}" \
+    --argjson args "${args}" '{
+    apiVersion: "v1", kind: "Pod",
+    metadata: {name: $name, annotations: $ann, labels: $labels},
+    spec: {nodeSelector: {"e2e.kvoffload.io/never-scheduled": "true"},
+           containers: [{name: "main", image: "vllm/vllm-openai:v0.22.0",
+                         command: ["vllm", "serve"], args: (["Qwen/Qwen3-0.6B"] + $args),
+                         resources: {limits: {memory: "64Gi"}, requests: {memory: "32Gi"}}}]}}'
+}
+
+get_pod() { k -n "$1" get pod "$2" -o json; }
+container() { jq -c --arg c "${2:-main}" '.spec.containers[] | select(.name == $c)' <<<"$1"; }
+env_of() { jq -r --arg n "$2" '.env // [] | map(select(.name == $n)) | .[0].value // empty' <<<"$1"; }
+
+# webhook_requests: total admission requests the webhook has counted, across replicas.
+# Each cluster mode defines webhook_metrics (prints the Prometheus text of every replica).
+webhook_requests() {
+  webhook_metrics | awk '/^kvoffload_admission_requests_total[{ ]/ {s += $NF} END {printf "%d\n", s}'
+}
+
+# case_ns PREFIX: a fresh namespace name (kind clusters outlive runs; names must not collide).
+case_ns() { printf '%s-%s\n' "$1" "$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')"; }
+
+# create_pod NS JSON: creates the pod, failing the case with kubectl's message on a denial.
+create_pod() {
+  local out
+  out="$(k -n "$1" create -f - -o json <<<"$2" 2>&1)" || fail "creating a pod in $1 was refused: ${out}"
+  printf '%s\n' "${out}"
+}
+
+# create_denied NS JSON: expects the API server to refuse the pod; prints kubectl's message.
+create_denied() {
+  local out
+  if out="$(k -n "$1" create -f - <<<"$2" 2>&1)"; then
+    fail "pod was admitted, expected a denial: ${out}"
+  fi
+  printf '%s\n' "${out}"
+}
+
+# assert_not_injected POD_JSON: the webhook left the pod alone.
+assert_not_injected() {
+  local pod="$1"
+  assert_eq "" "$(jqv "${pod}" '.metadata.annotations["kvoffload.io/status"]')" "status annotation"
+  assert_eq "0" "$(jq '[.spec.volumes // [] | .[] | select(.name | startswith("kv-cache-secondary-") or . == "kvoffload-agent")] | length' <<<"${pod}")" "kv-offload volumes"
+  assert_eq "0" "$(jq '[.spec.containers[].env // [] | .[] | select(.name | startswith("KVOFFLOAD_"))] | length' <<<"${pod}")" "KVOFFLOAD_ env"
+  assert_not_contains "$(jq -c '[.spec.containers[].args]' <<<"${pod}")" "--kv-transfer-config" "args"
+}
+
+# assert_injected_once POD_JSON NTIERS [CONTAINER]: the common shape of every injected pod,
+# including "exactly once" (no duplicated volume, mount, env name or vLLM flag).
+assert_injected_once() {
+  local pod="$1" n="$2" cname="${3:-main}" c status
+  status="$(jqv "${pod}" '.metadata.annotations["kvoffload.io/status"]')"
+  [[ -n "${status}" ]] || fail "no kvoffload.io/status annotation"
+  jq -e . <<<"${status}" >/dev/null || fail "status annotation is not JSON: ${status}"
+  assert_eq "${n}" "$(jq '.tiers | length' <<<"${status}")" "tiers in the status annotation"
+  [[ -n "$(jqv "${status}" '.configHash')" ]] || fail "status has no configHash: ${status}"
+  c="$(container "${pod}" "${cname}")"
+  [[ -n "${c}" ]] || fail "no container ${cname}"
+  local i
+  for ((i = 0; i < n; i++)); do
+    assert_eq 1 "$(jq --arg v "kv-cache-secondary-${i}" '[.spec.volumes[] | select(.name == $v)] | length' <<<"${pod}")" "volume kv-cache-secondary-${i}"
+    assert_eq 1 "$(jq --arg p "/mnt/kv-cache-${i}" --arg v "kv-cache-secondary-${i}" '[.volumeMounts // [] | .[] | select(.mountPath == $p and .name == $v)] | length' <<<"${c}")" "mount /mnt/kv-cache-${i} on ${cname}"
+  done
+  assert_eq "${n}" "$(jq '[.spec.volumes[] | select(.name | startswith("kv-cache-secondary-"))] | length' <<<"${pod}")" "tier volumes"
+  assert_eq "$(jq '[.env // [] | .[].name] | length' <<<"${c}")" "$(jq '[.env // [] | .[].name] | unique | length' <<<"${c}")" "env names are unique"
+  for e in KVOFFLOAD_CPU_BYTES KVOFFLOAD_EVICTION_POLICY KVOFFLOAD_TIERS KVOFFLOAD_CONFIG_HASH; do
+    [[ -n "$(env_of "${c}" "${e}")" ]] || fail "env ${e} missing on ${cname}"
+  done
+  assert_eq "${n}" "$(env_of "${c}" KVOFFLOAD_TIERS | jq length)" "entries in KVOFFLOAD_TIERS"
+  local flags
+  flags="$(jq '[(.command // []) + (.args // []) | .[] | select(startswith("--kv-transfer-config") or startswith("--kv_transfer_config"))] | length' <<<"${c}")"
+  ((flags <= 1)) || fail "--kv-transfer-config given ${flags} times"
+}
+
+# kv_transfer_config CONTAINER_JSON: the JSON value of the appended vLLM flag.
+kv_transfer_config() {
+  jq -r '(.args // [])[] | select(startswith("--kv-transfer-config=")) | ltrimstr("--kv-transfer-config=")' <<<"$1"
+}
+
+# A pod that only our webhook would change, created with server-side dry-run (nothing stored)
+# in a namespace whose default spec the webhook resolves: injected means the API server reaches
+# the webhook through the installed configuration, TLS and caBundle included.
+_probe_injected() {
+  pod_manifest probe | k -n kvoffload-e2e-probe create --dry-run=server -o json -f - \
+    | jq -e '.metadata.annotations["kvoffload.io/status"] != null' >/dev/null
+}
+# wait_for_injection TIMEOUT_S: creates the probe namespace and polls the probe.
+wait_for_injection() {
+  if ! k get namespace kvoffload-e2e-probe >/dev/null 2>&1; then
+    k create namespace kvoffload-e2e-probe >/dev/null
+    k label namespace kvoffload-e2e-probe kvoffload.io/injection=enabled >/dev/null
+    k annotate namespace kvoffload-e2e-probe 'kvoffload.io/default-config={"cpu":"1Gi"}' >/dev/null
+  fi
+  wait_until "$1" "the webhook to mutate a dry-run probe pod" _probe_injected
+}
