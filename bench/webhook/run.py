@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Webhook benchmark: throughput at saturation against an nginx ceiling (same TLS, same client,
+same concurrency, a static answer of the same size), latency percentiles at fixed rates from an
+open-loop client, time from start to ready, and RSS idle and under load.
+
+usage: run.py BUILD_DIR OUT_JSON   (prints a markdown report on stdout)
+"""
+import http.client
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD, OUT = sys.argv[1], sys.argv[2]
+HERE = os.path.dirname(os.path.abspath(__file__))
+WEBHOOK = os.path.join(BUILD, "webhook", "kv-offload-webhook")
+LOADGEN = os.path.join(BUILD, "bench", "kvoffload-loadgen")
+WRK_SECONDS = int(os.environ.get("BENCH_WRK_SECONDS", "10"))
+RATE_SECONDS = int(os.environ.get("BENCH_RATE_SECONDS", "10"))
+CONNECTIONS = 64
+TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                 "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                 "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
+
+
+def log(msg):
+    print(f"[bench webhook] {msg}", file=sys.stderr, flush=True)
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def https(port, ca, method, path, body=None):
+    ctx = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, data
+
+
+def wrk(port, body_file):
+    env = dict(os.environ, BODY_FILE=body_file)
+    out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{WRK_SECONDS}s", "--latency",
+                          "-s", os.path.join(HERE, "post.lua"), f"https://127.0.0.1:{port}/mutate-pods"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = (int(bad.group(1)) if bad else 0) + (sum(int(x) for x in sock.groups()) if sock else 0)
+    return rps, errors
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="kvoffload-bench-")
+    cert, key, ca = f"{tmp}/tls.crt", f"{tmp}/tls.key", f"{tmp}/tls.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_bodies.py"), tmp], check=True)
+    port, nginx_port = 18443, 18444
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen([WEBHOOK, "serve", "--bind-address=127.0.0.1", f"--port={port}",
+                             "--metrics-port=-1", f"--tls-cert-file={cert}", f"--tls-key-file={key}",
+                             "--log-level=warn", "--shutdown-delay=0s", "--threads=128"])
+    ready_ms = None
+    while time.monotonic() - t0 < 10:
+        try:
+            if https(port, ca, "GET", "/readyz")[0] == 200:
+                ready_ms = (time.monotonic() - t0) * 1000
+                break
+        except OSError:
+            time.sleep(0.001)
+    assert ready_ms is not None, "webhook did not become ready"
+    time.sleep(0.5)
+    results = {"ready_ms": ready_ms, "rss_idle_kib": rss_kib(proc.pid), "bodies": {}}
+    log(f"ready in {ready_ms:.1f} ms, idle RSS {results['rss_idle_kib']} KiB")
+
+    for name in ("small", "kserve"):
+        body_file = f"{tmp}/{name}.json"
+        body = open(body_file, "rb").read()
+        status, answer = https(port, ca, "POST", "/mutate-pods", body)
+        assert status == 200 and b'"allowed":true' in answer, answer[:200]
+        # The ceiling: nginx answering the same bytes statically, same TLS and cert.
+        escaped = answer.decode().replace("\\", "\\\\").replace("'", "\\'")
+        conf = f"""daemon off; worker_processes {os.cpu_count()}; pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
+  server {{ listen 127.0.0.1:{nginx_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_ciphers {TLS12_CIPHERS};
+    location = /mutate-pods {{ default_type application/json; return 200 '{escaped}'; }} }} }}
+"""
+        with open(f"{tmp}/nginx.conf", "w") as f:
+            f.write(conf)
+        nginx = subprocess.Popen(["nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf"])
+        for _ in range(1000):
+            try:
+                s, got = https(nginx_port, ca, "POST", "/mutate-pods", body)
+                if s == 200:
+                    assert len(got) == len(answer)
+                    break
+            except OSError:
+                time.sleep(0.005)
+        log(f"{name}: body {len(body)} B, answer {len(answer)} B; wrk -c{CONNECTIONS} {WRK_SECONDS}s")
+        ours, our_errors = wrk(port, body_file)
+        rss_peak = rss_kib(proc.pid, "VmHWM")
+        ceiling, ceiling_errors = wrk(nginx_port, body_file)
+        nginx.terminate()
+        nginx.wait()
+        rates = {}
+        for label, rate in (("100", 100), ("1000", 1000), ("half", max(1, int(ours / 2)))):
+            out = subprocess.run([LOADGEN, "--port", str(port), "--body", body_file, "--ca", ca,
+                                  "--connections", "16", "--rate", str(rate), "--duration", str(RATE_SECONDS),
+                                  "--warmup", "1"], capture_output=True, text=True)
+            rates[label] = json.loads(out.stdout)
+            log(f"{name}: {rate} req/s -> p99 {rates[label]['p99_us']:.0f} us")
+        results["bodies"][name] = {"request_bytes": len(body), "answer_bytes": len(answer),
+                                   "rps": ours, "errors": our_errors, "nginx_rps": ceiling,
+                                   "nginx_errors": ceiling_errors, "ratio": ours / ceiling,
+                                   "rss_peak_kib": rss_peak, "rates": rates}
+    results["rss_peak_kib"] = rss_kib(proc.pid, "VmHWM")
+    proc.terminate()
+    proc.wait(timeout=10)
+    with open(OUT, "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
