@@ -49,10 +49,14 @@ def https(port, ca, method, path, body=None):
     return resp.status, data
 
 
-def wrk(port, body_file):
-    env = dict(os.environ, BODY_FILE=body_file)
-    out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{WRK_SECONDS}s", "--latency",
-                          "-s", os.path.join(HERE, "post.lua"), f"https://127.0.0.1:{port}/mutate-pods"],
+def wrk(port, body_file=None, path="/mutate-pods"):
+    """Saturation throughput: POSTs body_file, or GETs `path` when no body is given."""
+    cmd = ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{WRK_SECONDS}s", "--latency"]
+    env = dict(os.environ)
+    if body_file:
+        env["BODY_FILE"] = body_file
+        cmd += ["-s", os.path.join(HERE, "post.lua")]
+    out = subprocess.run(cmd + [f"https://127.0.0.1:{port}{path}"],
                          env=env, capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -100,7 +104,8 @@ events {{ worker_connections 1024; }}
 http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
   server {{ listen 127.0.0.1:{nginx_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3; ssl_ciphers {TLS12_CIPHERS};
-    location = /mutate-pods {{ default_type application/json; return 200 '{escaped}'; }} }} }}
+    location = /mutate-pods {{ default_type application/json; return 200 '{escaped}'; }}
+    location = /healthz {{ default_type text/plain; return 200 'ok\n'; }} }} }}
 """
         with open(f"{tmp}/nginx.conf", "w") as f:
             f.write(conf)
@@ -117,6 +122,12 @@ http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
         ours, our_errors = wrk(port, body_file)
         rss_peak = rss_kib(proc.pid, "VmHWM")
         ceiling, ceiling_errors = wrk(nginx_port, body_file)
+        if name == "small":
+            # The transport's own floor: a GET answered with "ok\n" by both servers. What our
+            # server loses here is cpp-httplib's per-request cost, before any admission logic.
+            results["healthz_rps"], _ = wrk(port, path="/healthz")
+            results["nginx_healthz_rps"], _ = wrk(nginx_port, path="/healthz")
+            log(f"healthz floor: ours {results['healthz_rps']:.0f}/s, nginx {results['nginx_healthz_rps']:.0f}/s")
         nginx.terminate()
         nginx.wait()
         rates = {}

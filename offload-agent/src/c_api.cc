@@ -49,6 +49,23 @@ kvo_status CheckEngine(kvo_engine* engine) {
   return KVO_OK;
 }
 
+// Store and Load take the same arguments and hand back a job id; `start` picks which one.
+template <typename Start>
+kvo_status StartJob(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
+                    uint64_t* job, Start start) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if ((n > 0 && (keys == nullptr || device_ptrs == nullptr)) || job == nullptr) {
+      return Report(Status::InvalidArgument("keys, device_ptrs and job must not be NULL"));
+    }
+    std::vector<kvoffload::BlockKey> k = Keys(keys, n);
+    auto id = start(*engine->engine, k, std::span<void* const>(device_ptrs, n));
+    if (!id.ok()) return Report(id.status());
+    *job = *id;
+    return Report(Status::Ok());
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -98,31 +115,15 @@ void kvo_engine_destroy(kvo_engine* engine) { delete engine; }
 
 kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                      uint64_t* job) {
-  return Guard([&] {
-    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
-    if ((n > 0 && (keys == nullptr || device_ptrs == nullptr)) || job == nullptr) {
-      return Report(Status::InvalidArgument("keys, device_ptrs and job must not be NULL"));
-    }
-    std::vector<kvoffload::BlockKey> k = Keys(keys, n);
-    auto id = engine->engine->Store(k, std::span<void* const>(device_ptrs, n));
-    if (!id.ok()) return Report(id.status());
-    *job = *id;
-    return Report(Status::Ok());
+  return StartJob(engine, keys, device_ptrs, n, job, [](auto& e, const auto& k, auto ptrs) {
+    return e.Store(k, ptrs);
   });
 }
 
 kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                     uint64_t* job) {
-  return Guard([&] {
-    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
-    if ((n > 0 && (keys == nullptr || device_ptrs == nullptr)) || job == nullptr) {
-      return Report(Status::InvalidArgument("keys, device_ptrs and job must not be NULL"));
-    }
-    std::vector<kvoffload::BlockKey> k = Keys(keys, n);
-    auto id = engine->engine->Load(k, std::span<void* const>(device_ptrs, n));
-    if (!id.ok()) return Report(id.status());
-    *job = *id;
-    return Report(Status::Ok());
+  return StartJob(engine, keys, device_ptrs, n, job, [](auto& e, const auto& k, auto ptrs) {
+    return e.Load(k, ptrs);
   });
 }
 
