@@ -11,10 +11,14 @@ CACHE_ROOT=${KVOFFLOAD_CACHE:-/var/cache/kv-offload}
 venv="$CACHE_ROOT/vllm-venv-$VLLM_VERSION"
 stamp="$venv/.kvoffload-ready"
 
+mkdir -p "$CACHE_ROOT"
+# Several test runs (CI and developers on one machine) may arrive here at once: one builds,
+# the others wait for it and then find the stamp.
+exec 9> "$venv.lock"
+flock 9
 if [[ ! -f "$stamp" ]]; then
   start=$(date +%s)
   rm -rf "$venv"
-  mkdir -p "$CACHE_ROOT"
   python3 -m venv "$venv"
   # uv resolves and downloads in parallel; vLLM's dependency set (torch and its wheels) is several
   # GiB and pip alone takes far longer on a 2-core machine.
