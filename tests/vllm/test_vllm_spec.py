@@ -29,6 +29,7 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from conftest import golden_env, golden_kv_transfer_config
 from kvoffload import settings
+from kvoffload.engine import DEFAULT_LIBRARY
 from kvoffload.vllm import KVOffloadAgentSpec
 
 CASE = "agent-mode-default"
@@ -83,6 +84,10 @@ def scaled_env(tmp_path, monkeypatch, persistent_only=False):
         t["capacityBytes"] = 8 * PAGE * TENSORS * 2
     env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
     env["KVOFFLOAD_CPU_BYTES"] = str(2 * PAGE * TENSORS)
+    # Where agent mode installs the library and the package; here they come from the build
+    # tree and the source tree (run.sh), so these two are checked, not applied.
+    assert env.pop("KVOFFLOAD_LIBRARY") == DEFAULT_LIBRARY
+    assert env.pop("PYTHONPATH").split(":")[0] == "/opt/kvoffload/python"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
@@ -234,3 +239,65 @@ def test_more_than_one_worker_is_refused(tmp_path, monkeypatch):
     spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra(), world_size=2))
     with pytest.raises(ValueError, match="world size 2 .* not supported yet"):
         spec.get_manager()
+
+
+def test_through_vllm_connector_worker(tmp_path, monkeypatch):
+    """vLLM's own worker-side OffloadingConnectorWorker drives our worker: deferred store
+    submission, async load with finished_recving, and its assertion that transfers succeed.
+    register_kv_caches() needs a full VllmConfig; it ends in _init_worker(), called here."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingConnectorMetadata,
+        TransferJob,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+        OffloadingConnectorWorker,
+    )
+
+    scaled_env(tmp_path, monkeypatch)
+    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
+    caches = kv_caches()
+    connector = OffloadingConnectorWorker(spec, vllm_config=None, kv_cache_config=None)
+    connector._init_worker(caches)
+    manager = spec.get_manager()
+    tensors = [t.tensor for t in caches.tensors]
+    try:
+        keys = offload_keys(6, salt=b"connector")
+        g = torch.Generator().manual_seed(9)
+        for t in tensors:
+            t[2:8] = torch.randint(-128, 128, (6, PAGE), dtype=torch.int8, generator=g)
+        expected = [t[2:8].clone() for t in tensors]
+
+        def completed(job_id, req_id=None):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                _, recving = connector.get_finished(set())
+                meta = connector.build_connector_worker_meta()
+                if meta is not None and job_id in meta.completed_jobs:
+                    return recving
+                time.sleep(0.01)
+            raise AssertionError(f"vLLM's connector worker never completed job {job_id}")
+
+        ctx = ReqContext("req-store")
+        out = manager.prepare_store(keys, ctx)
+        gpu = GPULoadStoreSpec(list(range(2, 8)), group_sizes=[6], block_indices=[0])
+        connector.prepare_store_kv(OffloadingConnectorMetadata(
+            load_jobs={}, store_jobs={10: TransferJob("req-store", gpu, out.store_spec)}))
+        # vLLM defers stores to the start of the next step.
+        connector.start_kv_transfers(OffloadingConnectorMetadata(load_jobs={}, store_jobs={}))
+        completed(10)
+        manager.complete_store(keys, ctx)
+        assert all(manager.lookup(k, ctx) is LookupResult.HIT for k in keys)
+
+        for t in tensors:
+            t.zero_()
+        ctx = ReqContext("req-load")
+        src = manager.prepare_load(keys, ctx)
+        dst = GPULoadStoreSpec(list(range(20, 26)), group_sizes=[6], block_indices=[0])
+        connector.start_kv_transfers(OffloadingConnectorMetadata(
+            load_jobs={11: TransferJob("req-load", src, dst)}, store_jobs={}))
+        assert "req-load" in completed(11)
+        manager.complete_load(keys, ctx)
+        for want, t in zip(expected, tensors):
+            assert torch.equal(want, t[20:26])
+    finally:
+        connector.shutdown()
