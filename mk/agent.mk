@@ -3,7 +3,8 @@
 # agent-cuda-build: compiles the CUDA device backend and its GPU test against NVIDIA's CUDA 13.0
 #   runtime wheels (hack/cuda-wheels.sh), in a separate build tree, without running anything:
 #   CI machines have no GPU. `make test` depends on it so that CI proves the backend compiles.
-# agent-gpu-bundle: the GPU test binary with libcudart and liburing in .cache/gpu-bundle
+# agent-gpu-bundle: the GPU test binary, the CUDA-built libkvoffload.so (for the Python
+#   transfer-core check) with libcudart and liburing in .cache/gpu-bundle
 #   (about 13 MiB), for
 #   the GPU machine, which reaches no package registry: run tool with
 #   carry [".cache/gpu-bundle"] and command "bench/gpu/run.sh".
@@ -21,6 +22,7 @@ agent-gpu-bundle: agent-cuda-build
 	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/lib
 	cp $(CUDA_BUILD)/tests/offload-agent/agent_cuda_device_test $(GPU_BUNDLE)/
 	cp -L "$$(./hack/cuda-wheels.sh)/lib/libcudart.so.13" $(GPU_BUNDLE)/lib/
+	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so $(GPU_BUNDLE)/lib/
 	ldd $(GPU_BUNDLE)/agent_cuda_device_test | awk '/liburing/ {print $$3}' | xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
 
 test: agent-cuda-build

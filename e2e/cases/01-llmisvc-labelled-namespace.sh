@@ -1,13 +1,15 @@
 # shellcheck shell=bash
 # Case 1: a pod rendered for an LLMInferenceService in a labelled namespace is stored with every
 # injected part: tier volumes (emptyDir, ephemeral PVC, pre-existing PVC), mounts, the
-# ephemeral-storage request, env, the vLLM flag, the status annotation; and in agent mode the
-# agent volume, its install init container and the library env.
+# ephemeral-storage request, env, the vLLM flag, the status annotation; and in agent mode (the
+# webhook's default) the agent volume, its install init container and the library env.
 ns="$(case_ns e2e-llmisvc)"
 new_ns "${ns}" kvoffload.io/injection=enabled
 k -n "${ns}" apply -f "${E2E_REPO}/examples/pvc.yaml" >/dev/null
 k -n "${ns}" apply -f "${E2E_REPO}/examples/llminferenceservice.yaml" >/dev/null
-pod="$(k -n "${ns}" create -f "${E2E_REPO}/examples/kserve-rendered-pod.yaml" -o json 2>&1)" \
+# vllm-native asked for by annotation (agent is the webhook's default, checked below).
+pod="$(k annotate --local -o json -f "${E2E_REPO}/examples/kserve-rendered-pod.yaml" \
+         kvoffload.io/mode=vllm-native | k -n "${ns}" create -f - -o json 2>&1)" \
   || fail "pod refused: ${pod}"
 # Check what was stored, not what create answered.
 pod="$(get_pod "${ns}" qwen3-kserve-demo)"
@@ -44,7 +46,8 @@ assert_contains "$(jqv "${status}" .source)" "qwen3" "status source names the LL
 assert_eq "vllm-native" "$(jqv "${status}" .mode)" "status mode"
 assert_eq "" "$(jqv "${pod}" '.spec.initContainers[]? | select(.name == "kvoffload-agent-install") | .name')" "no agent init container in vllm-native mode"
 
-# Agent mode, and the documented spec.workload path of the v1alpha1 API.
+# Agent mode by default (no mode annotation), and the documented spec.workload path of the
+# v1alpha1 API.
 k -n "${ns}" apply -f - >/dev/null <<'YAML'
 apiVersion: serving.kserve.io/v1alpha1
 kind: LLMInferenceService
@@ -60,7 +63,7 @@ spec:
             emptyDir:
               size: "10Gi"
 YAML
-p2="$(pod_manifest agentic-kserve-0 '{"kvoffload.io/mode":"agent"}' \
+p2="$(pod_manifest agentic-kserve-0 '{}' \
   '{"app.kubernetes.io/name":"agentic","app.kubernetes.io/part-of":"llminferenceservice"}')"
 create_pod "${ns}" "${p2}" >/dev/null
 p2="$(get_pod "${ns}" agentic-kserve-0)"
@@ -77,3 +80,4 @@ assert_eq "true" "$(jqv "${m2}" '.volumeMounts[] | select(.name == "kvoffload-ag
 assert_eq "/opt/kvoffload/lib/libkvoffload.so" "$(env_of "${m2}" KVOFFLOAD_LIBRARY)" "KVOFFLOAD_LIBRARY"
 assert_contains "$(env_of "${m2}" PYTHONPATH)" "/opt/kvoffload/python" "PYTHONPATH"
 assert_eq "KVOffloadAgentSpec" "$(jqv "$(kv_transfer_config "${m2}")" .kv_connector_extra_config.spec_name)" "agent spec_name"
+assert_eq "agent" "$(jqv "$(jqv "${p2}" '.metadata.annotations["kvoffload.io/status"]')" .mode)" "status mode (the default)"

@@ -21,13 +21,16 @@ case "${what}" in
   agent)
     "${repo}/hack/stage-agent.sh" "${build}" "${out}"
     root="${out}/opt/kvoffload"
-    [[ -f "${root}/lib/libkvoffload.so" && -x "${root}/bin/kvoffload-install" && -d "${root}/python" ]] \
+    # python/kvoffload/vllm.py is what --kv-transfer-config's spec_module_path imports.
+    [[ -f "${root}/lib/libkvoffload.so" && -x "${root}/bin/kvoffload-install" \
+       && -f "${root}/python/kvoffload/vllm.py" ]] \
       || { echo "staged agent layout incomplete" >&2; find "${out}" >&2; exit 1; }
     # The install entrypoint, as the init container runs it (but from the staged root).
     dest="$(mktemp -d)"
     sed "s#^src=/opt/kvoffload#src=${root}#" "${root}/bin/kvoffload-install" > "${out}/install.sh"
     sh "${out}/install.sh" "${dest}"
-    [[ -f "${dest}/lib/libkvoffload.so" ]] || { echo "install did not copy the library" >&2; exit 1; }
+    [[ -f "${dest}/lib/libkvoffload.so" && -f "${dest}/python/kvoffload/vllm.py" ]] \
+      || { echo "install did not copy the library and the Python package" >&2; exit 1; }
     cmp "${root}/lib/libkvoffload.so" "${dest}/lib/libkvoffload.so"
     rm -rf "${dest}"
     echo "staged agent installs into a volume"

@@ -24,6 +24,10 @@
 namespace kvoffload::webhook {
 namespace {
 
+// The agent image built from this same tree (offload-agent/Dockerfile, make images): agent mode
+// is the default, so it must work without flags; deployments pin their registry's copy.
+constexpr char kDefaultAgentImage[] = "kv-offload/offload-agent:" KVOFFLOAD_VERSION;
+
 constexpr char kUsage[] = R"(kv-offload-webhook: KV-cache offloading for vLLM pods on Kubernetes.
 
 Usage:
@@ -39,8 +43,9 @@ serve flags:
   --tls-key-file=FILE         serving key (PEM)
   --client-ca-file=FILE       require client certificates signed by this CA
   --kubeconfig=FILE           API server access (default: in-cluster service account)
-  --agent-image=IMAGE         image of the agent install step (needed for mode agent)
-  --default-mode=vllm-native  vllm-native | agent (pod annotation kvoffload.io/mode overrides)
+  --agent-image=IMAGE         image of the agent install step in mode agent
+                              (default kv-offload/offload-agent:<this version>)
+  --default-mode=agent        agent | vllm-native (pod annotation kvoffload.io/mode overrides)
   --log-format=text           text | json
   --log-level=info            debug | info | warn | error
   --shutdown-delay=5s         on SIGTERM, report not ready this long before closing
@@ -155,7 +160,7 @@ int Serve(const Flags& flags) {
   Result<std::chrono::milliseconds> poll = ParseDuration("cert-reload-interval", flags.Get("cert-reload-interval", "1s"));
   Result<std::chrono::milliseconds> lookup = ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"));
   Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
-  Result<Mode> mode = ParseMode(flags.Get("default-mode", "vllm-native"));
+  Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   for (const Status& s : {port.status(), metrics_port.status(), threads.status(), delay.status(),
                           poll.status(), lookup.status(), ttl.status()}) {
     if (!s.ok()) return Fail(s);
@@ -175,9 +180,9 @@ int Serve(const Flags& flags) {
   }
   AdmissionOptions ao;
   ao.default_mode = *mode;
-  ao.agent_image = flags.Get("agent-image");
+  ao.agent_image = flags.Get("agent-image", kDefaultAgentImage);
   if (ao.default_mode == Mode::kAgent && ao.agent_image.empty()) {
-    return Fail(Status::InvalidArgument("--default-mode=agent needs --agent-image"));
+    return Fail(Status::InvalidArgument("--default-mode=agent needs a non-empty --agent-image"));
   }
 
   // API access: --kubeconfig, else in-cluster, else none (annotation specs only).
@@ -239,10 +244,10 @@ int Inject(const Flags& flags) {
   const std::string file = flags.Get("filename");
   if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE (or -f - for stdin)"));
   InjectOptions opts;
-  Result<Mode> mode = ParseMode(flags.Get("default-mode", "vllm-native"));
+  Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));
   opts.default_mode = *mode;
-  opts.agent_image = flags.Get("agent-image");
+  opts.agent_image = flags.Get("agent-image", kDefaultAgentImage);
   opts.namespace_name = flags.Get("namespace", "default");
   if (std::string config = flags.Get("config"); !config.empty()) {
     if (config[0] == '@') {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates (once) the Python virtualenv that the vLLM adapter tests run in: the pinned vLLM release
+# and whatever torch it pins, from PyPI. It lives outside the repo, keyed by version, so CI on the
+# same machine reuses it and a version bump builds a fresh one beside the old.
+# Prints the venv's root on stdout. Idempotent: a venv is used only once its stamp file exists,
+# which is written after the install and an import check succeed, so a killed install is redone.
+set -euo pipefail
+
+VLLM_VERSION=0.33.0
+CACHE_ROOT=${KVOFFLOAD_CACHE:-/var/cache/kv-offload}
+venv="$CACHE_ROOT/vllm-venv-$VLLM_VERSION"
+stamp="$venv/.kvoffload-ready"
+
+mkdir -p "$CACHE_ROOT"
+# Several test runs (CI and developers on one machine) may arrive here at once: one builds,
+# the others wait for it and then find the stamp.
+exec 9> "$venv.lock"
+flock 9
+if [[ ! -f "$stamp" ]]; then
+  start=$(date +%s)
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  # uv resolves and downloads in parallel; vLLM's dependency set (torch and its wheels) is several
+  # GiB and pip alone takes far longer on a 2-core machine.
+  "$venv/bin/python" -m pip install --quiet --upgrade pip uv >&2
+  VIRTUAL_ENV="$venv" "$venv/bin/uv" pip install --python "$venv/bin/python" \
+    "vllm==$VLLM_VERSION" pytest >&2
+  "$venv/bin/python" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' >&2
+  echo "built in $(( $(date +%s) - start )) s" >&2
+  touch "$stamp"
+fi
+echo "$venv"

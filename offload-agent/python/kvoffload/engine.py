@@ -1,0 +1,233 @@
+"""ctypes binding of include/kvoffload/c.h. ctypes rather than a compiled extension so the
+package works with whatever Python the vLLM image ships. Thread-safe as the C API is: one
+Engine may be shared by threads."""
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+DEFAULT_LIBRARY = "/opt/kvoffload/lib/libkvoffload.so"
+
+KVO_OK = 0
+KVO_PENDING = 100
+_STATUS_NAMES = {
+    0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_FOUND", 3: "ALREADY_EXISTS", 4: "IO_ERROR",
+    5: "RESOURCE_EXHAUSTED", 6: "CORRUPTION", 7: "UNAVAILABLE", 8: "FAILED_PRECONDITION",
+    9: "DEADLINE_EXCEEDED", 10: "UNIMPLEMENTED", 11: "INTERNAL", 100: "PENDING",
+}
+MAX_TIERS = 16
+
+
+class KvoError(RuntimeError):
+    """A C API call failed; `status` is the kvo_status, the message is kvo_last_error()."""
+
+    def __init__(self, call: str, status: int, message: str):
+        super().__init__(f"{call}: {_STATUS_NAMES.get(status, status)}: {message}")
+        self.status = status
+
+
+class Key(ctypes.Structure):
+    _fields_ = [("hi", ctypes.c_uint64), ("lo", ctypes.c_uint64)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("block_bytes", ctypes.c_size_t),
+        ("model", ctypes.c_char_p),
+        ("revision", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("layout", ctypes.c_char_p),
+        ("rank", ctypes.c_int32),
+        ("device", ctypes.c_char_p),
+        ("disk_io", ctypes.c_char_p),
+        ("from_env", ctypes.c_int),
+        ("cpu_bytes", ctypes.c_uint64),
+        ("eviction_policy", ctypes.c_char_p),
+        ("tiers_json", ctypes.c_char_p),
+    ]
+
+
+_TIER_FIELDS = ["capacity_bytes", "used_bytes", "blocks", "hits", "misses", "evictions",
+                "dropped", "io_errors", "corrupt", "bytes_read", "bytes_written", "read_ns",
+                "write_ns"]
+_STATS_FIELDS = ["stored_blocks", "loaded_blocks", "failed_loads", "failed_stores", "d2h_bytes",
+                 "d2h_ns", "h2d_bytes", "h2d_ns", "queue_depth"]
+
+
+class _TierStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in _TIER_FIELDS]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = ([("struct_size", ctypes.c_size_t), ("num_tiers", ctypes.c_uint32),
+                 ("tiers", _TierStats * MAX_TIERS)]
+                + [(name, ctypes.c_uint64) for name in _STATS_FIELDS])
+
+
+_lib = None
+
+
+def library_path() -> str:
+    return os.environ.get("KVOFFLOAD_LIBRARY") or DEFAULT_LIBRARY
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise RuntimeError(
+            f"KVOFFLOAD_LIBRARY={path!r}: cannot load libkvoffload ({e}); agent mode installs it "
+            f"at {DEFAULT_LIBRARY}, tests point KVOFFLOAD_LIBRARY at the build tree") from e
+    u64p = ctypes.POINTER(ctypes.c_uint64)
+    keyp = ctypes.POINTER(Key)
+    ptrs = ctypes.POINTER(ctypes.c_void_p)
+    sig = {
+        "kvo_last_error": (ctypes.c_char_p, []),
+        "kvo_engine_create": (ctypes.c_int, [ctypes.POINTER(_Options),
+                                             ctypes.POINTER(ctypes.c_void_p)]),
+        "kvo_engine_destroy": (None, [ctypes.c_void_p]),
+        "kvo_store": (ctypes.c_int, [ctypes.c_void_p, keyp, ptrs, ctypes.c_size_t, u64p]),
+        "kvo_load": (ctypes.c_int, [ctypes.c_void_p, keyp, ptrs, ctypes.c_size_t, u64p]),
+        "kvo_lookup": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t,
+                                      ctypes.POINTER(ctypes.c_size_t),
+                                      ctypes.POINTER(ctypes.c_int32)]),
+        "kvo_job_poll": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
+        "kvo_job_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
+        "kvo_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_Stats)]),
+        "kvo_describe": (ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
+    }
+    for name, (restype, argtypes) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    _lib = lib
+    return lib
+
+
+def _check(call: str, status: int) -> None:
+    if status != KVO_OK:
+        raise KvoError(call, status, _load().kvo_last_error().decode(errors="replace"))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What scopes every key: a block stored under one fingerprint is never served under
+    another. block_bytes is part of the engine options, so it scopes too."""
+    model: str
+    revision: str
+    dtype: str
+    layout: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    block_bytes: int
+    fingerprint: Fingerprint
+    cpu_bytes: int
+    eviction_policy: str = "lru"
+    tiers_json: str | None = None
+    device: str = "host"  # "host" | "cuda"
+    disk_io: str = "auto"
+
+
+def _keys_array(keys):
+    arr = (Key * len(keys))()
+    for i, (hi, lo) in enumerate(keys):
+        arr[i].hi, arr[i].lo = hi, lo
+    return arr
+
+
+class Engine:
+    """One libkvoffload engine. Keys are (hi, lo) pairs of 64-bit ints; pointers are ints
+    (tensor.data_ptr()) of block_bytes each, on the engine's device."""
+
+    def __init__(self, options: EngineOptions):
+        lib = _load()
+        fp = options.fingerprint
+        self._strings = [s.encode() if s is not None else None for s in (
+            fp.model, fp.revision, fp.dtype, fp.layout, options.device, options.disk_io,
+            options.eviction_policy, options.tiers_json)]
+        model, revision, dtype, layout, device, disk_io, policy, tiers = self._strings
+        opts = _Options(ctypes.sizeof(_Options), options.block_bytes, model, revision, dtype,
+                        layout, fp.rank, device, disk_io, 0, options.cpu_bytes, policy, tiers)
+        handle = ctypes.c_void_p()
+        _check("kvo_engine_create", lib.kvo_engine_create(ctypes.byref(opts),
+                                                          ctypes.byref(handle)))
+        self._lib = lib
+        self._handle = handle
+        self.options = options
+
+    def close(self) -> None:
+        """Waits for running jobs, cancels queued ones. Idempotent."""
+        if self._handle:
+            self._lib.kvo_engine_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if not self._handle:
+            raise RuntimeError("kvoffload engine used after close()")
+        return self._handle
+
+    def _submit(self, fn, call, keys, ptrs) -> int:
+        if len(keys) != len(ptrs):
+            raise ValueError(f"{call}: {len(keys)} keys but {len(ptrs)} pointers")
+        job = ctypes.c_uint64()
+        arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        _check(call, fn(self._live(), _keys_array(keys), arr, len(keys), ctypes.byref(job)))
+        return job.value
+
+    def store(self, keys, ptrs) -> int:
+        """Starts copying blocks at ptrs into the tiers; returns the job id. The memory must
+        stay valid until the job finished (poll/wait)."""
+        return self._submit(self._lib.kvo_store, "kvo_store", keys, ptrs)
+
+    def load(self, keys, ptrs) -> int:
+        return self._submit(self._lib.kvo_load, "kvo_load", keys, ptrs)
+
+    def lookup(self, keys) -> list[int]:
+        """The tier of each key of the longest stored prefix (0 = pinned host, 1+i = disk
+        tier i); its length is the prefix length."""
+        n = len(keys)
+        prefix = ctypes.c_size_t()
+        tiers = (ctypes.c_int32 * max(n, 1))()
+        _check("kvo_lookup", self._lib.kvo_lookup(self._live(), _keys_array(keys), n,
+                                                  ctypes.byref(prefix), tiers))
+        return list(tiers[: prefix.value])
+
+    def poll(self, job: int) -> bool:
+        """False while running; True when finished OK; raises KvoError when it failed."""
+        status = self._lib.kvo_job_poll(self._live(), job)
+        if status == KVO_PENDING:
+            return False
+        _check("kvo_job_poll", status)
+        return True
+
+    def wait(self, job: int) -> None:
+        _check("kvo_job_wait", self._lib.kvo_job_wait(self._live(), job))
+
+    def stats(self) -> dict:
+        s = _Stats()
+        s.struct_size = ctypes.sizeof(_Stats)
+        _check("kvo_get_stats", self._lib.kvo_get_stats(self._live(), ctypes.byref(s)))
+        out = {name: getattr(s, name) for name in _STATS_FIELDS}
+        out["tiers"] = [{name: getattr(s.tiers[i], name) for name in _TIER_FIELDS}
+                        for i in range(min(s.num_tiers, MAX_TIERS))]
+        return out
+
+    def describe(self) -> str:
+        need = self._lib.kvo_describe(self._live(), None, 0)
+        buf = ctypes.create_string_buffer(need + 1)
+        self._lib.kvo_describe(self._live(), buf, need + 1)
+        return buf.value.decode(errors="replace")

@@ -1,0 +1,91 @@
+"""The agent's environment contract (shared/DESIGN.md, set by the webhook in agent mode):
+KVOFFLOAD_CPU_BYTES (required, integer bytes), KVOFFLOAD_EVICTION_POLICY (default lru),
+KVOFFLOAD_TIERS (JSON array of {path, kind, capacityBytes, persistent, shared}; default none).
+Parsed here, not with the C API's from_env, so that a bad value fails at vLLM start with the
+variable named, and so tests can check a golden pod's env without building an engine."""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_POLICIES = ("lru", "arc")
+_TIER_KINDS = ("emptyDir", "pvcSpec", "pvcRef")
+
+
+@dataclass(frozen=True)
+class Tier:
+    path: str
+    kind: str
+    capacity_bytes: int
+    persistent: bool
+    shared: bool
+
+
+@dataclass(frozen=True)
+class Settings:
+    cpu_bytes: int
+    eviction_policy: str
+    tiers: tuple[Tier, ...]
+
+    def tiers_json(self) -> str | None:
+        """KVOFFLOAD_TIERS as the C API takes it; None when there is no disk tier."""
+        if not self.tiers:
+            return None
+        return json.dumps([{"path": t.path, "kind": t.kind, "capacityBytes": t.capacity_bytes,
+                            "persistent": t.persistent, "shared": t.shared}
+                           for t in self.tiers])
+
+
+def _int(name: str, value, minimum: int) -> int:
+    # bool is an int in Python; a JSON true is not a size.
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{name}={value!r}: want an integer number of bytes")
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: want an integer number of bytes") from None
+    if n < minimum:
+        raise ValueError(f"{name}={value!r}: must be at least {minimum}")
+    return n
+
+
+def parse_tiers(text: str) -> tuple[Tier, ...]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"KVOFFLOAD_TIERS={text!r}: not JSON ({e})") from None
+    if not isinstance(raw, list):
+        raise ValueError(f"KVOFFLOAD_TIERS={text!r}: want a JSON array of tiers")
+    tiers = []
+    for i, t in enumerate(raw):
+        where = f"KVOFFLOAD_TIERS[{i}]"
+        if not isinstance(t, dict):
+            raise ValueError(f"{where}={t!r}: want an object")
+        path, kind = t.get("path"), t.get("kind")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError(f"{where}.path={path!r}: want an absolute path")
+        if kind not in _TIER_KINDS:
+            raise ValueError(f"{where}.kind={kind!r}: want one of {', '.join(_TIER_KINDS)}")
+        for flag in ("persistent", "shared"):
+            if not isinstance(t.get(flag, False), bool):
+                raise ValueError(f"{where}.{flag}={t.get(flag)!r}: want true or false")
+        tiers.append(Tier(path=path, kind=kind,
+                          capacity_bytes=_int(f"{where}.capacityBytes",
+                                              t.get("capacityBytes"), 1),
+                          persistent=t.get("persistent", False), shared=t.get("shared", False)))
+    return tuple(tiers)
+
+
+def from_env(env: Mapping[str, str]) -> Settings:
+    """Reads the contract from `env` (os.environ in vLLM). Errors name the variable and value."""
+    cpu = env.get("KVOFFLOAD_CPU_BYTES")
+    if cpu is None:
+        raise ValueError("KVOFFLOAD_CPU_BYTES is not set; the webhook sets it in agent mode "
+                         "(kvCacheOffloading.cpu), set it by hand to run without the webhook")
+    policy = env.get("KVOFFLOAD_EVICTION_POLICY") or "lru"
+    if policy not in _POLICIES:
+        raise ValueError(f"KVOFFLOAD_EVICTION_POLICY={policy!r}: want one of "
+                         f"{', '.join(_POLICIES)}")
+    tiers_text = env.get("KVOFFLOAD_TIERS")
+    return Settings(cpu_bytes=_int("KVOFFLOAD_CPU_BYTES", cpu, 1), eviction_policy=policy,
+                    tiers=parse_tiers(tiers_text) if tiers_text else ())

@@ -1,0 +1,116 @@
+"""The transfer core: moves blocks between KV-cache tensors and a libkvoffload engine.
+Plain torch tensors in, engine calls out; it never imports vLLM, so it is tested on machines
+without vLLM (the GPU machine) as well as under the vLLM adapter.
+
+A KV cache is a list of tensors whose first dimension is the block number (vLLM's canonical
+layout). One logical block (one vLLM block hash) spans the same row of every tensor, so it is
+stored as one engine block per tensor, under a key derived from (block key, tensor index).
+All tensors must have the same page size: one engine has one block size. Not thread-safe."""
+
+import hashlib
+from collections.abc import Sequence
+
+import torch
+
+from kvoffload.engine import Engine, EngineOptions, Fingerprint
+
+
+def engine_key(block_key: bytes, tensor_index: int) -> tuple[int, int]:
+    """The 128-bit engine key of one tensor's page of a block: stable across processes and
+    restarts (no Python hash()), so persistent tiers hit again after a restart."""
+    digest = hashlib.blake2b(block_key + tensor_index.to_bytes(4, "big"),
+                             digest_size=16).digest()
+    return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big")
+
+
+def page_bytes(tensor: torch.Tensor) -> int:
+    """Bytes between consecutive blocks of a (num_blocks, ...) tensor."""
+    return tensor.stride(0) * tensor.element_size()
+
+
+def device_backend(tensors: Sequence[torch.Tensor]) -> str:
+    """The engine device backend for these tensors: "cuda" for GPU tensors, "host" for CPU."""
+    kinds = {t.device.type for t in tensors}
+    if len(kinds) != 1:
+        raise ValueError(f"KV tensors live on several device types {sorted(kinds)}; "
+                         "one engine serves one device")
+    kind = kinds.pop()
+    if kind == "cuda":
+        return "cuda"
+    if kind == "cpu":
+        return "host"
+    raise ValueError(f"KV tensors on device type {kind!r}: libkvoffload supports cuda and cpu")
+
+
+class TransferCore:
+    """Owns one engine for one worker's KV tensors."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], fingerprint: Fingerprint,
+                 cpu_bytes: int, eviction_policy: str = "lru", tiers_json: str | None = None,
+                 disk_io: str = "auto", block_bytes: int | None = None):
+        if not tensors:
+            raise ValueError("no KV tensors to offload")
+        sizes = sorted({page_bytes(t) for t in tensors})
+        if len(sizes) != 1:
+            raise ValueError(f"KV tensors have different page sizes {sizes} bytes; "
+                             "libkvoffload needs one block size per engine")
+        self.stride = sizes[0]
+        # vLLM may pad pages; the engine copies exactly block_bytes from each page start.
+        self.block_bytes = block_bytes or self.stride
+        if self.block_bytes > self.stride:
+            raise ValueError(f"block_bytes={self.block_bytes} exceeds the page stride "
+                             f"{self.stride} of the KV tensors")
+        self.tensors = list(tensors)
+        self.device = device_backend(tensors)
+        self.engine = Engine(EngineOptions(
+            block_bytes=self.block_bytes, fingerprint=fingerprint, cpu_bytes=cpu_bytes,
+            eviction_policy=eviction_policy, tiers_json=tiers_json, device=self.device,
+            disk_io=disk_io))
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def _keys(self, block_keys: Sequence[bytes]) -> list[tuple[int, int]]:
+        return [engine_key(k, t) for k in block_keys for t in range(len(self.tensors))]
+
+    def _pointers(self, block_ids: Sequence[int]) -> list[int]:
+        rows = [int(b) for b in block_ids]
+        if rows:
+            low, high = min(rows), max(rows)
+            for t in self.tensors:
+                if low < 0 or high >= t.shape[0]:
+                    raise IndexError(f"block ids {low}..{high} outside a KV tensor of "
+                                     f"{t.shape[0]} blocks")
+        bases = [t.data_ptr() for t in self.tensors]
+        return [base + row * self.stride for row in rows for base in bases]
+
+    def _check_lengths(self, block_keys, block_ids):
+        if len(block_keys) != len(block_ids):
+            raise ValueError(f"{len(block_keys)} block keys but {len(block_ids)} block ids")
+
+    def store(self, block_keys: Sequence[bytes], block_ids: Sequence[int]) -> int:
+        """Starts copying rows block_ids of every tensor into the engine under block_keys.
+        On CUDA the current stream is synchronized first: the engine copies on its own
+        stream, and the rows must hold what the forward pass wrote. Returns the engine job."""
+        self._check_lengths(block_keys, block_ids)
+        if self.device == "cuda":
+            torch.cuda.current_stream(self.tensors[0].device).synchronize()
+        return self.engine.store(self._keys(block_keys), self._pointers(block_ids))
+
+    def load(self, block_keys: Sequence[bytes], block_ids: Sequence[int]) -> int:
+        """Starts copying blocks back into rows block_ids. Returns the engine job."""
+        self._check_lengths(block_keys, block_ids)
+        return self.engine.load(self._keys(block_keys), self._pointers(block_ids))
+
+    def stored_prefix(self, block_keys: Sequence[bytes]) -> int:
+        """How many leading blocks are stored, every tensor's page of them."""
+        return len(self.engine.lookup(self._keys(block_keys))) // len(self.tensors)
+
+    def poll(self, job: int) -> bool:
+        return self.engine.poll(job)
+
+    def wait(self, job: int) -> None:
+        self.engine.wait(job)
+
+    def transfer_bytes(self, num_blocks: int) -> int:
+        return num_blocks * len(self.tensors) * self.block_bytes

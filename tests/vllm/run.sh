@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# ctest entry of the vLLM adapter tests: builds (once, cached by version outside the repo) the
+# pinned vLLM virtualenv with hack/vllm-venv.sh, then runs pytest on tests/vllm against the
+# given libkvoffload.so. Fails when the venv cannot be built or when pytest collects no test.
+#   run.sh /path/to/libkvoffload.so
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+lib="${1:?usage: run.sh LIBKVOFFLOAD_SO}"
+venv="$("${repo}/hack/vllm-venv.sh")"
+export KVOFFLOAD_LIBRARY="${lib}"
+export PYTHONPATH="${repo}/offload-agent/python:${repo}/tests/vllm"
+# No bytecode in the source tree (stage-agent.sh copies offload-agent/python as is).
+export PYTHONDONTWRITEBYTECODE=1
+set +e
+"${venv}/bin/python" -m pytest -p no:cacheprovider -q "${repo}/tests/vllm"
+rc=$?
+set -e
+# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+[[ ${rc} -ne 5 ]] || { echo "run.sh: pytest collected no test" >&2; exit 1; }
+exit "${rc}"

@@ -1,0 +1,120 @@
+"""The transfer core with plain torch tensors and no vLLM: the same tests run on the GPU
+machine with CUDA tensors (bench/gpu/run.sh sets KVOFFLOAD_TEST_DEVICE=cuda)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kvoffload.engine import Fingerprint
+from kvoffload.transfer import TransferCore, engine_key
+
+DEVICE = os.environ.get("KVOFFLOAD_TEST_DEVICE", "cpu")
+PAGE = 4096          # bytes per block per tensor
+TENSORS = 2          # e.g. K and V of one layer
+BLOCKS = 16          # rows of each KV tensor
+FP = Fingerprint(model="test/model", revision="r1", dtype="float16", layout="test", rank=0)
+
+
+def kv_tensors():
+    return [torch.zeros(BLOCKS, PAGE, dtype=torch.uint8, device=DEVICE) for _ in range(TENSORS)]
+
+
+def fill(tensors, rows, seed):
+    g = torch.Generator().manual_seed(seed)
+    for t in tensors:
+        for r in rows:
+            t[r] = torch.randint(0, 256, (PAGE,), dtype=torch.uint8, generator=g).to(t.device)
+
+
+def tiers(tmp_path, persistent=False, blocks=64):
+    return json.dumps([{"path": str(tmp_path / "disk0"), "kind": "pvcRef" if persistent else
+                        "emptyDir", "capacityBytes": blocks * PAGE * 2,
+                        "persistent": persistent, "shared": False}])
+
+
+def keys(n, prefix=b"blk"):
+    return [prefix + i.to_bytes(4, "big") for i in range(n)]
+
+
+def test_does_not_import_vllm():
+    # A fresh interpreter: in this one pytest may have imported vLLM for other test files.
+    code = "import sys, kvoffload.transfer; print('vllm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False", "the transfer core must stay importable without vLLM"
+
+
+def test_engine_key_is_stable_and_per_tensor():
+    assert engine_key(b"a", 0) == engine_key(b"a", 0)
+    assert engine_key(b"a", 0) != engine_key(b"a", 1)
+    assert engine_key(b"a", 0) != engine_key(b"b", 0)
+    # Fixed value: a change would orphan every block on a persistent tier.
+    assert engine_key(b"a", 0) == (0x6DF61A09F6DF9275, 0x9592F98989CB83A1)
+
+
+def test_store_evict_to_disk_load_back_identical(tmp_path):
+    (tmp_path / "disk0").mkdir()
+    src = kv_tensors()
+    fill(src, range(8), seed=1)
+    # 4 blocks of pinned host for 8 logical blocks x 2 tensors: most cascade to disk.
+    core = TransferCore(src, FP, cpu_bytes=4 * PAGE, tiers_json=tiers(tmp_path))
+    try:
+        core.wait(core.store(keys(8), range(8)))
+        assert core.stored_prefix(keys(8)) == 8
+        stats = core.engine.stats()
+        assert stats["tiers"][1]["blocks"] > 0, f"nothing reached disk: {stats}"
+        expected = [t[:8].clone() for t in src]
+        for t in src:
+            t.zero_()
+        # Into other rows than they came from, so a no-op load cannot pass.
+        core.wait(core.load(keys(8), range(8, 16)))
+        for want, t in zip(expected, src):
+            assert torch.equal(want.cpu(), t[8:16].cpu())
+        assert core.engine.stats()["loaded_blocks"] == 8 * TENSORS
+    finally:
+        core.close()
+
+
+def test_restart_hits_from_persistent_tier_and_fingerprint_scopes(tmp_path):
+    (tmp_path / "disk0").mkdir()
+    src = kv_tensors()
+    fill(src, range(8), seed=2)
+    core = TransferCore(src, FP, cpu_bytes=2 * PAGE, tiers_json=tiers(tmp_path, True))
+    core.wait(core.store(keys(8), range(8)))
+    core.close()
+    # Blocks still in pinned memory die with the process; those evicted to disk survive.
+    core = TransferCore(kv_tensors(), FP, cpu_bytes=2 * PAGE, tiers_json=tiers(tmp_path, True))
+    try:
+        hits = [k for k in keys(8) if core.stored_prefix([k]) == 1]
+        assert len(hits) >= 6, f"only {len(hits)} of 8 blocks found after restart"
+        idx = [int.from_bytes(k[-4:], "big") for k in hits]
+        core.wait(core.load(hits, idx))
+        for s, d in zip(src, core.tensors):
+            assert torch.equal(s[idx].cpu(), d[idx].cpu())
+    finally:
+        core.close()
+    other = Fingerprint(**{**FP.__dict__, "revision": "r2"})
+    core = TransferCore(kv_tensors(), other, cpu_bytes=2 * PAGE,
+                        tiers_json=tiers(tmp_path, True))
+    try:
+        assert [core.stored_prefix([k]) for k in keys(8)] == [0] * 8
+    finally:
+        core.close()
+
+
+def test_mismatched_inputs_are_refused(tmp_path):
+    core = TransferCore(kv_tensors(), FP, cpu_bytes=4 * PAGE)
+    try:
+        with pytest.raises(ValueError, match="2 block keys but 1 block ids"):
+            core.store(keys(2), [0])
+        with pytest.raises(IndexError, match="outside a KV tensor of 16 blocks"):
+            core.store(keys(1), [16])
+    finally:
+        core.close()
+    with pytest.raises(ValueError, match="different page sizes"):
+        TransferCore([torch.zeros(4, PAGE, dtype=torch.uint8),
+                      torch.zeros(4, 2 * PAGE, dtype=torch.uint8)], FP, cpu_bytes=PAGE)

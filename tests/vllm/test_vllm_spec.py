@@ -1,0 +1,303 @@
+"""KVOffloadAgentSpec under vLLM 0.33.0: vLLM's own OffloadingSpecFactory loads it from the
+golden agent-mode pod's --kv-transfer-config, and its manager and worker are driven the way
+vLLM's OffloadingConnector scheduler and worker call them (lookup -> prepare_store ->
+submit_store -> get_finished -> complete_store; prepare_load -> submit_load -> wait ->
+complete_load), over CPU tensors with the engine's host backend."""
+
+import hashlib
+import json
+import time
+
+import pytest
+import torch
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCaches,
+    CanonicalKVCacheTensor,
+    GPULoadStoreSpec,
+    LookupResult,
+    ReqContext,
+    make_offload_key,
+)
+from vllm.v1.kv_offload.config import (
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+from conftest import golden_env, golden_kv_transfer_config
+from kvoffload import settings
+from kvoffload.engine import DEFAULT_LIBRARY
+from kvoffload.vllm import KVOffloadAgentSpec
+
+CASE = "agent-mode-default"
+PAGE = 4096
+TENSORS = 2
+BLOCKS = 32
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def offloading_config(extra, dtype="float16", world_size=1, engine_id="engine-0"):
+    parallel = OffloadingParallelConfig(
+        rank=0, world_size=world_size, tp_size=world_size, pp_size=1, pcp_size=1, dcp_size=1,
+        data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+        is_parallelism_agnostic=False)
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(tokens_per_block=16, layer_names=("layers.0",),
+                                      group_id=0),),
+        worker_kv_bytes_per_block=PAGE * TENSORS, enable_kv_cache_events=True,
+        extra_config=extra, engine_id=engine_id,
+        model=OffloadingModelConfig(name=MODEL, dtype=dtype),
+        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
+        parallel=parallel, kv_cache_layout="NHD")
+
+
+def kv_caches():
+    tensors = [torch.zeros(BLOCKS, PAGE, dtype=torch.int8) for _ in range(TENSORS)]
+    return CanonicalKVCaches(
+        tensors=[CanonicalKVCacheTensor(tensor=t, page_size_bytes=PAGE) for t in tensors],
+        group_data_refs=[[]])
+
+
+def offload_keys(n, salt=b""):
+    # vLLM block hashes are bytes digests chained over the prefix; any bytes do here.
+    return [make_offload_key(hashlib.sha256(salt + i.to_bytes(4, "big")).digest(), 0)
+            for i in range(n)]
+
+
+def agent_extra():
+    return golden_kv_transfer_config(CASE)["kv_connector_extra_config"]
+
+
+def scaled_env(tmp_path, monkeypatch, persistent_only=False):
+    """The golden pod's env with its paths moved under tmp_path and its sizes shrunk to a
+    few pages (10 GiB of pinned RAM would not fit a CI machine); names, kinds and flags stay."""
+    env = golden_env(CASE)
+    tiers = json.loads(env["KVOFFLOAD_TIERS"])
+    if persistent_only:
+        tiers = [t for t in tiers if t["persistent"]]
+    for i, t in enumerate(tiers):
+        t["path"] = str(tmp_path / f"kv-cache-{i}")
+        (tmp_path / f"kv-cache-{i}").mkdir(exist_ok=True)
+        t["capacityBytes"] = 8 * PAGE * TENSORS * 2
+    env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
+    env["KVOFFLOAD_CPU_BYTES"] = str(2 * PAGE * TENSORS)
+    # Where agent mode installs the library and the package; here they come from the build
+    # tree and the source tree (run.sh), so these two are checked, not applied.
+    assert env.pop("KVOFFLOAD_LIBRARY") == DEFAULT_LIBRARY
+    assert env.pop("PYTHONPATH").split(":")[0] == "/opt/kvoffload/python"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def finish(worker, job_id, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for r in worker.get_finished():
+            if r.job_id == job_id:
+                return r
+        time.sleep(0.01)
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s")
+
+
+def store(manager, worker, keys, rows, job_id):
+    ctx = ReqContext(req_id=f"store-{job_id}")
+    out = manager.prepare_store(keys, ctx)
+    assert out is not None
+    assert out.keys_to_store == list(keys)
+    ok = worker.submit_store(job_id, GPULoadStoreSpec(list(rows), group_sizes=[len(rows)],
+                                                      block_indices=[0]), out.store_spec)
+    assert ok
+    assert manager.lookup(keys[0], ctx) is LookupResult.HIT_PENDING
+    result = finish(worker, job_id)
+    assert result.success and result.transfer_size == len(keys) * TENSORS * PAGE
+    manager.complete_store(keys, ctx)
+
+
+def load(manager, worker, keys, rows, job_id):
+    ctx = ReqContext(req_id=f"load-{job_id}")
+    spec = manager.prepare_load(keys, ctx)
+    assert worker.submit_load(job_id, spec, GPULoadStoreSpec(list(rows), group_sizes=[len(rows)],
+                                                            block_indices=[0]))
+    worker.wait({job_id})
+    results = worker.get_finished()
+    assert [(r.job_id, r.success) for r in results] == [(job_id, True)]
+    manager.complete_load(keys, ctx)
+
+
+def new_spec(extra, **kw):
+    spec = OffloadingSpecFactory.create_spec(offloading_config(extra, **kw))
+    caches = kv_caches()
+    worker = spec.get_worker(caches)
+    return spec, spec.get_manager(), worker, [t.tensor for t in caches.tensors]
+
+
+def test_golden_env_parses_into_engine_settings():
+    s = settings.from_env(golden_env(CASE))
+    assert s.cpu_bytes == 10 * 2**30
+    assert s.eviction_policy == "arc"
+    assert s.tiers == (
+        settings.Tier("/mnt/kv-cache-0", "emptyDir", 100 * 2**30, False, False),
+        settings.Tier("/mnt/kv-cache-1", "pvcSpec", 200 * 2**30, False, False),
+        settings.Tier("/mnt/kv-cache-2", "pvcRef", 2**40, True, True),
+    )
+
+
+def test_env_errors_name_the_variable():
+    with pytest.raises(ValueError, match="KVOFFLOAD_CPU_BYTES is not set"):
+        settings.from_env({})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES='10Gi': want an integer"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "10Gi"})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_EVICTION_POLICY='fifo'"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": "fifo"})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].kind='nfs'"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
+                           '[{"path":"/x","kind":"nfs","capacityBytes":1}]'})
+
+
+def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch)
+    cfg = golden_kv_transfer_config(CASE)
+    assert cfg["kv_connector"] == "OffloadingConnector"
+    spec, manager, worker, _ = new_spec(cfg["kv_connector_extra_config"])
+    try:
+        assert type(spec) is KVOffloadAgentSpec
+        described = worker._core.engine.describe()
+        assert "policy arc" in described
+        for i in range(3):
+            assert str(tmp_path / f"kv-cache-{i}") in described, described
+    finally:
+        worker.shutdown()
+
+
+def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch)
+    spec, manager, worker, tensors = new_spec(agent_extra())
+    try:
+        keys = offload_keys(8)
+        assert manager.lookup(keys[0], ReqContext("r")) is LookupResult.MISS
+        g = torch.Generator().manual_seed(7)
+        for t in tensors:
+            t[:8] = torch.randint(-128, 128, (8, PAGE), dtype=torch.int8, generator=g)
+        expected = [t[:8].clone() for t in tensors]
+        store(manager, worker, keys, range(8), job_id=1)
+        assert all(manager.lookup(k, ReqContext("r")) is LookupResult.HIT for k in keys)
+        events = list(manager.take_events())
+        assert [e.keys for e in events] == [keys] and not events[0].removed
+        stats = worker._core.engine.stats()
+        assert stats["tiers"][1]["blocks"] > 0, f"no block reached disk tier 0: {stats}"
+        # Already offloaded: a second store of the same blocks asks for nothing.
+        assert manager.prepare_store(keys, ReqContext("r")).keys_to_store == []
+        for t in tensors:
+            t.zero_()
+        load(manager, worker, keys, range(16, 24), job_id=2)
+        for want, t in zip(expected, tensors):
+            assert torch.equal(want, t[16:24])
+    finally:
+        worker.shutdown()
+
+
+def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch, persistent_only=True)
+    keys = offload_keys(8, salt=b"restart")
+    _, manager, worker, tensors = new_spec(agent_extra())
+    g = torch.Generator().manual_seed(8)
+    for t in tensors:
+        t[:8] = torch.randint(-128, 128, (8, PAGE), dtype=torch.int8, generator=g)
+    expected = [t[:8].clone() for t in tensors]
+    store(manager, worker, keys, range(8), job_id=1)
+    worker.shutdown()
+
+    # A new process would build a new spec and engine over the same pvc.ref directory.
+    _, manager, worker, tensors = new_spec(agent_extra())
+    try:
+        ctx = ReqContext("after-restart")
+        hits = [i for i, k in enumerate(keys) if manager.lookup(k, ctx) is LookupResult.HIT]
+        # The 2 blocks left in pinned RAM die with the engine; the cascaded 6 survive.
+        assert len(hits) >= 6, f"only blocks {hits} hit after restart"
+        load(manager, worker, [keys[i] for i in hits], hits, job_id=3)
+        for want, t in zip(expected, tensors):
+            assert torch.equal(want[hits], t[hits])
+    finally:
+        worker.shutdown()
+
+    # (extra config change, OffloadingConfig change): another revision, another dtype.
+    for extra_change, config_change in (({"revision": "other"}, {}), ({}, {"dtype": "bfloat16"})):
+        _, manager, worker, _ = new_spec({**agent_extra(), **extra_change}, **config_change)
+        try:
+            assert all(manager.lookup(k, ReqContext("r")) is LookupResult.MISS for k in keys), \
+                f"blocks served under a changed fingerprint {extra_change or config_change}"
+        finally:
+            worker.shutdown()
+
+
+def test_more_than_one_worker_is_refused(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch)
+    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra(), world_size=2))
+    with pytest.raises(ValueError, match="world size 2 .* not supported yet"):
+        spec.get_manager()
+
+
+def test_through_vllm_connector_worker(tmp_path, monkeypatch):
+    """vLLM's own worker-side OffloadingConnectorWorker drives our worker: deferred store
+    submission, async load with finished_recving, and its assertion that transfers succeed.
+    register_kv_caches() needs a full VllmConfig; it ends in _init_worker(), called here."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingConnectorMetadata,
+        TransferJob,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+        OffloadingConnectorWorker,
+    )
+
+    scaled_env(tmp_path, monkeypatch)
+    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
+    caches = kv_caches()
+    connector = OffloadingConnectorWorker(spec, vllm_config=None, kv_cache_config=None)
+    connector._init_worker(caches)
+    manager = spec.get_manager()
+    tensors = [t.tensor for t in caches.tensors]
+    try:
+        keys = offload_keys(6, salt=b"connector")
+        g = torch.Generator().manual_seed(9)
+        for t in tensors:
+            t[2:8] = torch.randint(-128, 128, (6, PAGE), dtype=torch.int8, generator=g)
+        expected = [t[2:8].clone() for t in tensors]
+
+        def completed(job_id, req_id=None):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                _, recving = connector.get_finished(set())
+                meta = connector.build_connector_worker_meta()
+                if meta is not None and job_id in meta.completed_jobs:
+                    return recving
+                time.sleep(0.01)
+            raise AssertionError(f"vLLM's connector worker never completed job {job_id}")
+
+        ctx = ReqContext("req-store")
+        out = manager.prepare_store(keys, ctx)
+        gpu = GPULoadStoreSpec(list(range(2, 8)), group_sizes=[6], block_indices=[0])
+        connector.prepare_store_kv(OffloadingConnectorMetadata(
+            load_jobs={}, store_jobs={10: TransferJob("req-store", gpu, out.store_spec)}))
+        # vLLM defers stores to the start of the next step.
+        connector.start_kv_transfers(OffloadingConnectorMetadata(load_jobs={}, store_jobs={}))
+        completed(10)
+        manager.complete_store(keys, ctx)
+        assert all(manager.lookup(k, ctx) is LookupResult.HIT for k in keys)
+
+        for t in tensors:
+            t.zero_()
+        ctx = ReqContext("req-load")
+        src = manager.prepare_load(keys, ctx)
+        dst = GPULoadStoreSpec(list(range(20, 26)), group_sizes=[6], block_indices=[0])
+        connector.start_kv_transfers(OffloadingConnectorMetadata(
+            load_jobs={11: TransferJob("req-load", src, dst)}, store_jobs={}))
+        assert "req-load" in completed(11)
+        manager.complete_load(keys, ctx)
+        for want, t in zip(expected, tensors):
+            assert torch.equal(want, t[20:26])
+    finally:
+        connector.shutdown()
