@@ -64,16 +64,20 @@ ReplayResult ReplayOpt(size_t capacity_blocks, std::span<const BlockKey> trace) 
     if (it != resident.end()) {
       ++r.hits;
       it->second = next_use[i];
-    } else {
-      resident.emplace(key, next_use[i]);
+      heap.emplace(next_use[i], key);
+      continue;
     }
-    heap.emplace(next_use[i], key);
-    while (resident.size() > capacity_blocks) {
+    if (capacity_blocks == 0) continue;
+    // Demand paging, as a tier does: the new block always enters, so the victim is chosen
+    // among the blocks already resident.
+    while (resident.size() >= capacity_blocks) {
       auto [use, victim] = heap.top();
       heap.pop();
       auto v = resident.find(victim);
       if (v != resident.end() && v->second == use) resident.erase(v);
     }
+    resident.emplace(key, next_use[i]);
+    heap.emplace(next_use[i], key);
   }
   return r;
 }

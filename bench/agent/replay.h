@@ -27,9 +27,10 @@ struct ReplayResult {
 Result<ReplayResult> ReplayPolicy(std::string_view policy, size_t capacity_blocks,
                                   std::span<const BlockKey> trace);
 
-// Belady's MIN: on a miss with a full cache, evict the block (the new one included, i.e.
-// bypass) whose next use is furthest. O(n log n): next uses come from one backward pass and
-// the victim from a max-heap with lazy deletion.
+// Belady's MIN: on a miss with a full cache, evict the resident block whose next use is
+// furthest; the new block always enters (no bypass), as in the agent's tiers, so this is the
+// bound for policies that admit every block. O(n log n): next uses come from one backward
+// pass and the victim from a max-heap with lazy deletion.
 ReplayResult ReplayOpt(size_t capacity_blocks, std::span<const BlockKey> trace);
 
 }  // namespace kvoffload::bench
