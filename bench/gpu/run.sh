@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# The prepared GPU check: runs the CUDA tests of libkvoffload on the lent GPU machine.
-# That machine reaches no package registry, so the test comes built from the dev machine:
-#   here:   make agent-gpu-bundle  (fills .cache/gpu-bundle: test binary, libcudart, liburing)
-#   there:  run tool, carry [".cache/gpu-bundle"], command "bench/gpu/run.sh", timeout ~300 s
-# Without the bundle, but with a CUDA toolkit and cmake there (CUDA_HOME), it builds the test.
-# Results (gtest XML and log, nvidia-smi) go to $OUT when set. The benchmark part comes later.
+# The prepared GPU check for a lent GPU machine (device tool), in one command, under 5 minutes:
+#   1. the CUDA tests of libkvoffload (gtest XML and log);
+#   2. the GPU bandwidth benchmark: D2H/H2D for 16 KiB..8 MiB blocks through the agent's cuda
+#      device, one copy call per block against batched calls, each against the ceiling (one
+#      cudaMemcpy of a large pinned buffer), into $OUT/gpu-bench.json.
+# That machine reaches no package registry, so everything comes built from the dev machine:
+#   here:   make agent-gpu-bundle  (fills .cache/gpu-bundle: test and bench binaries,
+#           libkvoffload, libcudart, liburing)
+#   there:  run tool, carry [".cache/gpu-bundle"], command "bench/gpu/run.sh", timeout_s 300
+#   after:  copy gpu-bench.json into build/bench-results and run
+#           python3 bench/report.py build/bench-results bench/RESULTS.md "make bench" <s>
+# Without the bundle, but with a CUDA toolkit and cmake there (CUDA_HOME), it builds both.
+# Results (gtest XML and log, nvidia-smi, gpu-bench.json) go to $OUT when set.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$(mktemp -d)}
@@ -12,8 +19,9 @@ bundle=${GPU_BUNDLE:-.cache/gpu-bundle}
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "run.sh: nvidia-smi failed (see $out/nvidia-smi.txt)" >&2
 
-if [[ -x "$bundle/agent_cuda_device_test" ]]; then
+if [[ -x "$bundle/agent_cuda_device_test" && -x "$bundle/kvoffload-bench" ]]; then
   bin="$bundle/agent_cuda_device_test"
+  bench="$bundle/kvoffload-bench"
   export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   root=${CUDA_HOME:-/usr/local/cuda}
@@ -24,12 +32,20 @@ else
   fi
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WITH_CUDA=ON \
     -DCUDAToolkit_ROOT="$root"
-  cmake --build build-cuda --target agent_cuda_device_test
+  cmake --build build-cuda --target agent_cuda_device_test kvoffload-bench
   bin=build-cuda/tests/offload-agent/agent_cuda_device_test
+  bench=build-cuda/bench/kvoffload-bench
 fi
 
 # Scratch block files on this machine's own disk.
 KVOFFLOAD_TEST_SCRATCH=$(mktemp -d)
 export KVOFFLOAD_TEST_SCRATCH
 trap 'rm -rf "$KVOFFLOAD_TEST_SCRATCH"' EXIT
-"$bin" --gtest_output="xml:$out/agent_cuda_device_test.xml" 2>&1 | tee "$out/agent_cuda_device_test.log"
+# A failing test is reported but does not cost the bandwidth figures: both are wanted from the
+# one lent run. The exit code is the tests'.
+rc=0
+"$bin" --gtest_output="xml:$out/agent_cuda_device_test.xml" 2>&1 | tee "$out/agent_cuda_device_test.log" || rc=$?
+# 1 GiB buffers, 3 repetitions per shape, at most 16384 copies per shape: about a minute.
+timeout 180 "$bench" gpu --total=1G --reps=3 > "$out/gpu-bench.json" 2> >(tee "$out/gpu-bench.log" >&2)
+cat "$out/gpu-bench.json"
+exit "$rc"
