@@ -99,16 +99,17 @@ int Fail(const char* cmd, const Status& s) {
 }  // namespace
 
 int RunDisk(Flags& flags) {
-  const std::string dir = flags.GetString("dir", "");
+  const std::string dir_flag = flags.GetString("dir", "");
   const size_t block = flags.GetBytes("block-size", 2 << 20);
   const size_t qd = flags.GetU64("qd", 8);
   const uint64_t total = flags.GetBytes("total", 256 << 20);
   const std::string io = flags.GetString("disk-io", "auto");
   if (!flags.Done("disk")) return 2;
-  if (dir.empty() || block == 0 || qd == 0) {
+  if (dir_flag.empty() || block == 0 || qd == 0) {
     std::cerr << "kvoffload-bench disk: --dir is required; --block-size and --qd > 0\n";
     return 2;
   }
+  const std::string dir = std::filesystem::absolute(dir_flag).string();  // tiers need absolute paths
   const size_t n = std::max<uint64_t>(total / block, 4 * qd);
   EngineConfig config;
   config.block_bytes = block;
