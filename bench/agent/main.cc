@@ -1,6 +1,5 @@
 // kvoffload-bench entry point: flag parsing, progress lines and subcommand dispatch.
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -83,16 +82,16 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=value ...]
   trace   generate a chat/RAG/scan trace and replay it on LRU, ARC and Belady's OPT
-          --requests --seed --cache-blocks=a,b,c --system-prompts --documents --zipf
-          --scan-every --scan-blocks
+          --requests --seed --cache-blocks=a,b,c --system-prompts --conversations
+          --documents --zipf --scan-every --scan-blocks
   disk    store/load bandwidth through the engine (host device) on one disk tier
-          --dir --block-size --batch --total
+          --dir (not tmpfs) --block-size --qd --total --disk-io=auto|uring|psync
   cpu     store+load bandwidth of the pinned tier (host device) against memcpy
-          --block-size --total
+          --block-size --total --batch --jobs --reps
   policy  ns per lookup/insert/evict of a policy at --blocks resident (default 1M)
-          --policy=lru|arc --ops
+          --policy=lru|arc --ops --batch
   gpu     D2H/H2D bandwidth of the cuda device against one large cudaMemcpy
-          --sizes=16K,...  --total --ceiling-bytes
+          --total --sizes=16K,... --batch --reps --max-blocks
 Each prints one JSON object on stdout; progress goes to stderr.
 )";
 
