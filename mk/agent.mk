@@ -5,7 +5,7 @@
 #   separate build tree, without running anything: CI machines have no GPU. `make test` depends
 #   on it so that CI proves they compile.
 # agent-gpu-bundle: the GPU test and benchmark binaries with libkvoffload, libcudart and
-#   liburing in .cache/gpu-bundle (about 15 MiB), for
+#   liburing in .cache/gpu-bundle (about 32 MiB), for
 #   the GPU machine, which reaches no package registry: run tool with
 #   carry [".cache/gpu-bundle"] and command "bench/gpu/run.sh".
 CUDA_BUILD ?= build-cuda
