@@ -9,6 +9,10 @@ packages=(
   liburing-dev libgtest-dev libgmock-dev
   python3 python3-yaml curl jq shellcheck
 )
+# `install-deps.sh bench`: also the limits `make bench` measures against (never `make test`).
+if [[ "${1:-}" == bench ]]; then
+  packages+=(fio wrk nginx-light)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,11 +1,11 @@
 # offload-agent make targets (included by the top-level Makefile).
 #
-# agent-cuda-build: compiles the CUDA device backend and its GPU test against NVIDIA's CUDA 13.0
-#   runtime wheels (hack/cuda-wheels.sh), in a separate build tree, without running anything:
-#   CI machines have no GPU. `make test` depends on it so that CI proves the backend compiles.
-# agent-gpu-bundle: the GPU test binary, the CUDA-built libkvoffload.so (for the Python
-#   transfer-core check) with libcudart and liburing in .cache/gpu-bundle
-#   (about 13 MiB), for
+# agent-cuda-build: compiles the CUDA device backend, its GPU test and the GPU benchmark
+#   (kvoffload-bench gpu) against NVIDIA's CUDA 13.0 runtime wheels (hack/cuda-wheels.sh), in a
+#   separate build tree, without running anything: CI machines have no GPU. `make test` depends
+#   on it so that CI proves they compile.
+# agent-gpu-bundle: the GPU test and benchmark binaries with libkvoffload (also what the Python
+#   transfer-core check loads), libcudart and liburing in .cache/gpu-bundle (about 32 MiB), for
 #   the GPU machine, which reaches no package registry: run tool with
 #   carry [".cache/gpu-bundle"] and command "bench/gpu/run.sh".
 CUDA_BUILD ?= build-cuda
@@ -16,13 +16,15 @@ agent-cuda-build: deps
 	root=$$(./hack/cuda-wheels.sh) && \
 	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVOFFLOAD_WERROR=ON \
 	  -DKVOFFLOAD_WITH_CUDA=ON -DCUDAToolkit_ROOT=$$root $(CMAKE_FLAGS)
-	cmake --build $(CUDA_BUILD) -j $(JOBS) --target kvoffload agent_cuda_device_test
+	cmake --build $(CUDA_BUILD) -j $(JOBS) --target kvoffload agent_cuda_device_test kvoffload-bench
 
 agent-gpu-bundle: agent-cuda-build
 	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/lib
-	cp $(CUDA_BUILD)/tests/offload-agent/agent_cuda_device_test $(GPU_BUNDLE)/
-	cp -L "$$(./hack/cuda-wheels.sh)/lib/libcudart.so.13" $(GPU_BUNDLE)/lib/
+	cp $(CUDA_BUILD)/tests/offload-agent/agent_cuda_device_test $(CUDA_BUILD)/bench/kvoffload-bench \
+	  $(GPU_BUNDLE)/
+	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so.0 $(GPU_BUNDLE)/lib/
 	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so $(GPU_BUNDLE)/lib/
+	cp -L "$$(./hack/cuda-wheels.sh)/lib/libcudart.so.13" $(GPU_BUNDLE)/lib/
 	ldd $(GPU_BUNDLE)/agent_cuda_device_test | awk '/liburing/ {print $$3}' | xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
 
 test: agent-cuda-build

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# The prepared GPU check: runs the CUDA tests of libkvoffload on the lent GPU machine.
-# That machine reaches no package registry, so the test comes built from the dev machine:
-#   here:   make agent-gpu-bundle  (fills .cache/gpu-bundle: test binary, libcudart, liburing)
-#   there:  run tool, carry [".cache/gpu-bundle"], command "bench/gpu/run.sh", timeout ~300 s
-# Without the bundle, but with a CUDA toolkit and cmake there (CUDA_HOME), it builds the test.
-# Results (gtest XML and log, nvidia-smi, transfer_core.json) go to $OUT when set.
+# The prepared GPU check for a lent GPU machine (device tool), in one command, under 5 minutes:
+#   1. the CUDA tests of libkvoffload (gtest XML and log);
+#   2. the GPU bandwidth benchmark: D2H/H2D for 16 KiB..8 MiB blocks through the agent's cuda
+#      device, one copy call per block against batched calls, each against the ceiling (one
+#      cudaMemcpy of a large pinned buffer), into $OUT/gpu-bench.json.
+# That machine reaches no package registry, so everything comes built from the dev machine:
+#   here:   make agent-gpu-bundle  (fills .cache/gpu-bundle: test and bench binaries,
+#           libkvoffload, libcudart, liburing)
+#   there:  run tool, carry [".cache/gpu-bundle"], command "bench/gpu/run.sh", timeout_s 300
+#   after:  copy gpu-bench.json into build/bench-results and run
+#           python3 bench/report.py build/bench-results bench/RESULTS.md "make bench" <s>
+# Without the bundle, but with a CUDA toolkit and cmake there (CUDA_HOME), it builds both.
+#   3. the vLLM adapter's transfer core with CUDA tensors through pinned host and disk
+#      (needs torch with CUDA there; vLLM is not needed), into $OUT/transfer_core.json.
+# Results (gtest XML and log, nvidia-smi, gpu-bench.json, transfer_core.json) go to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$(mktemp -d)}
@@ -12,8 +21,9 @@ bundle=${GPU_BUNDLE:-.cache/gpu-bundle}
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "run.sh: nvidia-smi failed (see $out/nvidia-smi.txt)" >&2
 
-if [[ -x "$bundle/agent_cuda_device_test" ]]; then
+if [[ -x "$bundle/agent_cuda_device_test" && -x "$bundle/kvoffload-bench" ]]; then
   bin="$bundle/agent_cuda_device_test"
+  bench="$bundle/kvoffload-bench"
   kvo_lib="$PWD/$bundle/lib/libkvoffload.so"
   export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
@@ -25,8 +35,9 @@ else
   fi
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WITH_CUDA=ON \
     -DCUDAToolkit_ROOT="$root"
-  cmake --build build-cuda --target agent_cuda_device_test kvoffload
+  cmake --build build-cuda --target agent_cuda_device_test kvoffload-bench kvoffload
   bin=build-cuda/tests/offload-agent/agent_cuda_device_test
+  bench=build-cuda/bench/kvoffload-bench
   kvo_lib="$PWD/build-cuda/offload-agent/libkvoffload.so"
 fi
 
@@ -34,14 +45,18 @@ fi
 KVOFFLOAD_TEST_SCRATCH=$(mktemp -d)
 export KVOFFLOAD_TEST_SCRATCH
 trap 'rm -rf "$KVOFFLOAD_TEST_SCRATCH"' EXIT
-"$bin" --gtest_output="xml:$out/agent_cuda_device_test.xml" 2>&1 | tee "$out/agent_cuda_device_test.log"
-
-# The vLLM adapter's transfer core (needs torch with CUDA on this machine; vLLM is not needed),
-# against the CUDA-built libkvoffload.so of the bundle (make agent-gpu-bundle copies it).
+# A failing test is reported but does not cost the bandwidth figures: both are wanted from the
+# one lent run. The exit code is the tests'.
+rc=0
+"$bin" --gtest_output="xml:$out/agent_cuda_device_test.xml" 2>&1 | tee "$out/agent_cuda_device_test.log" || rc=$?
+# 1 GiB buffers, 3 repetitions per shape, at most 16384 copies per shape: about a minute.
+timeout 180 "$bench" gpu --total=1G --reps=3 > "$out/gpu-bench.json" 2> >(tee "$out/gpu-bench.log" >&2)
+cat "$out/gpu-bench.json"
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
   KVOFFLOAD_LIBRARY="$kvo_lib" PYTHONPATH="$PWD/offload-agent/python" \
-    python3 bench/gpu/transfer_core.py "$KVOFFLOAD_TEST_SCRATCH" "$out/transfer_core.json"
+    python3 bench/gpu/transfer_core.py "$KVOFFLOAD_TEST_SCRATCH" "$out/transfer_core.json" || rc=$?
 else
   echo "run.sh: no torch with CUDA here; the transfer-core check did not run" >&2
-  exit 3
+  [[ $rc -ne 0 ]] || rc=3
 fi
+exit "$rc"

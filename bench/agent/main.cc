@@ -1,0 +1,129 @@
+// kvoffload-bench entry point: flag parsing, progress lines and subcommand dispatch.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli.h"
+
+namespace kvoffload::bench {
+
+bool Flags::Parse(int argc, char** argv, std::string* error) {
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      *error = "unexpected argument \"" + arg + "\" (flags are --name=value)";
+      return false;
+    }
+    arg = arg.substr(2);
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      values_[arg.substr(0, eq)] = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      values_[arg] = argv[++i];
+    } else {
+      *error = "--" + arg + " needs a value";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Flags::GetString(const std::string& name, const std::string& def) {
+  read_[name] = true;
+  auto it = values_.find(name);
+  return it == values_.end() ? def : it->second;
+}
+
+uint64_t Flags::GetU64(const std::string& name, uint64_t def) {
+  const std::string v = GetString(name, "");
+  return v.empty() ? def : std::stoull(v);
+}
+
+double Flags::GetDouble(const std::string& name, double def) {
+  const std::string v = GetString(name, "");
+  return v.empty() ? def : std::stod(v);
+}
+
+uint64_t Flags::GetBytes(const std::string& name, uint64_t def) {
+  std::string v = GetString(name, "");
+  if (v.empty()) return def;
+  uint64_t mult = 1;
+  switch (v.back()) {
+    case 'K': case 'k': mult = 1ULL << 10; break;
+    case 'M': case 'm': mult = 1ULL << 20; break;
+    case 'G': case 'g': mult = 1ULL << 30; break;
+    default: break;
+  }
+  if (mult != 1) v.pop_back();
+  return std::stoull(v) * mult;
+}
+
+bool Flags::Done(std::string_view command) const {
+  for (const auto& [name, value] : values_) {
+    if (read_.contains(name)) continue;
+    std::cerr << "kvoffload-bench " << command << ": unknown flag --" << name << "\n";
+    return false;
+  }
+  return true;
+}
+
+void Progress::Update(uint64_t done) {
+  const auto now = std::chrono::steady_clock::now();
+  if (done < total_ && now - last_ < std::chrono::seconds(2)) return;
+  last_ = now;
+  std::fprintf(stderr, "[kvoffload-bench] %s %llu/%llu (%.0f%%)\n", what_.c_str(),
+               static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_),
+               total_ == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total_));
+}
+
+}  // namespace kvoffload::bench
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=value ...]
+  trace   generate a chat/RAG/scan trace and replay it on LRU, ARC and Belady's OPT
+          --requests --seed --cache-blocks=a,b,c --system-prompts --conversations
+          --documents --zipf --scan-every --scan-blocks
+  disk    store/load bandwidth through the engine (host device) on one disk tier
+          --dir (not tmpfs) --block-size --qd --total --disk-io=auto|uring|psync
+  cpu     store+load bandwidth of the pinned tier (host device) against memcpy
+          --block-size --total --batch --jobs --reps
+  policy  ns per lookup/insert/evict of a policy at --blocks resident (default 1M)
+          --policy=lru|arc --ops --batch
+  gpu     D2H/H2D bandwidth of the cuda device against one large cudaMemcpy
+          --total --sizes=16K,... --batch --reps --max-blocks
+Each prints one JSON object on stdout; progress goes to stderr.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvoffload::bench;
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  Flags flags;
+  std::string error;
+  if (!flags.Parse(argc - 2, argv + 2, &error)) {
+    std::cerr << "kvoffload-bench: " << error << "\n" << kUsage;
+    return 2;
+  }
+  int (*run)(Flags&) = nullptr;
+  if (cmd == "trace") run = RunTrace;
+  if (cmd == "disk") run = RunDisk;
+  if (cmd == "cpu") run = RunCpu;
+  if (cmd == "policy") run = RunPolicy;
+  if (cmd == "gpu") run = RunGpu;
+  if (run == nullptr) {
+    std::cerr << "kvoffload-bench: unknown subcommand \"" << cmd << "\"\n" << kUsage;
+    return 2;
+  }
+  try {
+    return run(flags);
+  } catch (const std::exception& e) {  // std::stoull on a bad number
+    std::cerr << "kvoffload-bench " << cmd << ": " << e.what() << "\n";
+    return 2;
+  }
+}
