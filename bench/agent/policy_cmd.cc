@@ -43,8 +43,7 @@ int RunPolicy(Flags& flags) {
   }
   EvictionPolicy& p = **made;
   // Real keys are hashes: `hi` is a mixed counter (splitmix64's finaliser), `lo` the counter
-  // itself, so the policy can be handed back the id of a victim. (Not hi = i * constant:
-  // BlockKeyHash folds lo by that very constant and every such key would collide.)
+  // itself, so the policy can be handed back the id of a victim.
   auto key = [](uint64_t i) {
     uint64_t z = i + 0x9E3779B97F4A7C15ULL;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

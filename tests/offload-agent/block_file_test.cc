@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <unordered_set>
 
 #include "block_file.h"
 #include "crc32c.h"
@@ -64,6 +65,19 @@ TEST_F(BlockFileTest, OtherFingerprintOrKeyIsRejected) {
   ASSERT_NE(other, fp_);
   EXPECT_NE(Verify(other, Key(7)).message().find("another model fingerprint"), std::string::npos);
   EXPECT_NE(Verify(fp_, Key(8)).message().find("another key"), std::string::npos);
+}
+
+// Keys come from callers; a relation between the halves must not make them collide. The old
+// fold (hi ^ lo * C) mapped every key with hi = lo * C to the same bucket.
+TEST(BlockKeyHashTest, StructuredKeysSpread) {
+  constexpr uint64_t kC = 0x9E3779B97F4A7C15ULL;
+  std::unordered_set<size_t> hashes;
+  for (uint64_t i = 1; i <= 10000; ++i) {
+    hashes.insert(BlockKeyHash{}(BlockKey{i * kC, i}));
+    hashes.insert(BlockKeyHash{}(BlockKey{i, i}));
+    hashes.insert(BlockKeyHash{}(BlockKey{0, i}));
+  }
+  EXPECT_GE(hashes.size(), 29990u);
 }
 
 TEST(FingerprintTest, EveryFieldChangesTheDigest) {

@@ -23,8 +23,20 @@ struct KVOFFLOAD_EXPORT BlockKey {
 
 struct BlockKeyHash {
   size_t operator()(const BlockKey& k) const noexcept {
-    // The keys are already hashes; mixing the halves is enough to spread them.
-    return static_cast<size_t>(k.hi ^ (k.lo * 0x9E3779B97F4A7C15ULL));
+    // Keys come from callers, so no simple relation between the halves may collide them all
+    // (hi ^ lo * C did, for hi = lo * C): each half goes through a full 64-bit finalizer
+    // (murmur3's fmix64) before they are combined.
+    return static_cast<size_t>(Mix(k.hi) ^ (Mix(k.lo) * 0x9E3779B97F4A7C15ULL));
+  }
+
+ private:
+  static constexpr uint64_t Mix(uint64_t x) noexcept {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
   }
 };
 
