@@ -37,10 +37,10 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-pid_t Spawn(std::vector<std::string> args) {
-  args.insert(args.begin(), KVOFFLOAD_CRASH_HELPER);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
+pid_t Spawn(const std::vector<std::string>& args) {
+  std::string helper = KVOFFLOAD_CRASH_HELPER;
+  std::vector<char*> argv{helper.data()};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
   EXPECT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
