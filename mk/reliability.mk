@@ -24,7 +24,7 @@ test-asan: deps
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) $(SAN_FLAGS) -DKVOFFLOAD_SANITIZE=tsan $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(SAN_JOBS)
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp) \
 	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
 # libFuzzer needs clang; Debian's clang-14 + libclang-rt-14-dev (hack/install-deps.sh).
