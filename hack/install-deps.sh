@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   liburing-dev libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
   python3 python3-yaml curl jq shellcheck
 )
 # `install-deps.sh bench`: also the limits `make bench` measures against (never `make test`).

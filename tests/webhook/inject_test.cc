@@ -44,6 +44,36 @@ std::vector<ojson> Docs(const std::string& yaml) {
   return docs.ok() ? *docs : std::vector<ojson>{};
 }
 
+// Found by fuzzing: yaml-cpp 0.7's LoadAll spins forever (allocating) on a flow collection
+// followed by a comma; the input must be refused, promptly.
+TEST(InjectTest, FlowCollectionFollowedByACommaIsRefusedNotAHang) {
+  for (const char* text : {"{s: {}},", "[a, [b]],", "{s: []},\n", "[[]],"}) {
+    SCOPED_TRACE(text);
+    Result<std::vector<ojson>> docs = ParseYamlDocuments(text);
+    ASSERT_FALSE(docs.ok());
+    EXPECT_NE(docs.status().message().find("not valid YAML"), std::string::npos)
+        << docs.status().message();
+    EXPECT_FALSE(InjectManifests(text, InjectOptions{}).ok());
+  }
+  // Also found by fuzzing: bytes that are not UTF-8 made a later dump() throw and terminate.
+  const std::string latin1 = "kind: Namespace\nmetadata:\n  name: caf\xe9\n";
+  Result<std::vector<ojson>> docs = ParseYamlDocuments(latin1);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("UTF-8"), std::string::npos);
+  EXPECT_FALSE(InjectManifests(latin1, InjectOptions{}).ok());
+  // NULs made yaml-cpp decode the input as UTF-32 into bytes that are not UTF-8.
+  const std::string nuls("\0\0\0 pre\0ne ", 11);
+  EXPECT_FALSE(ParseYamlDocuments(nuls).ok());
+  EXPECT_FALSE(InjectManifests(nuls, InjectOptions{}).ok());
+  // And fields of the wrong type (kind: a map) made ordered_json::value() throw: such a
+  // document is not a workload, so it passes through unchanged.
+  Result<InjectResult> odd = InjectManifests("apiVersion: v1\nkind: {a: b}\nmetadata: {name: {x: 1}, namespace: [1]}\n", InjectOptions{});
+  ASSERT_TRUE(odd.ok()) << odd.status().message();
+  EXPECT_EQ(Docs(odd->output)[0]["kind"]["a"], "b");
+  // Several real documents, empty ones included, still parse.
+  EXPECT_EQ(Docs("---\n---\na: 1\n---\nb: 2\n").size(), 2u);
+}
+
 TEST(InjectTest, InjectsWorkloadsFromTheSameStreamAndKeepsTheRest) {
   Result<InjectResult> out = InjectManifests(kStream, InjectOptions{});
   ASSERT_TRUE(out.ok()) << out.status().message();

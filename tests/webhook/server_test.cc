@@ -5,7 +5,10 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
+#include <sys/wait.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <future>
 #include <thread>
 #include <vector>
@@ -171,6 +174,27 @@ TEST_F(ServerTest, OnlyModernTls) {
   EXPECT_FALSE(Handshake(server_->port(), TLS1_VERSION, "ALL:@SECLEVEL=0"));
   // TLS 1.2 with only a CBC, non-forward-secret suite: refused.
   EXPECT_FALSE(Handshake(server_->port(), TLS1_2_VERSION, "AES128-SHA:@SECLEVEL=0"));
+}
+
+// The same policy as an operator would check it: the openssl command line (issue 7). Exit 0
+// means the handshake completed.
+int SClient(int port, const std::string& ca, const std::string& flags) {
+  const std::string cmd = "openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
+                          " -CAfile " + ca + " -verify_return_error " + flags +
+                          " </dev/null >/dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_F(ServerTest, OpensslSClientSeesOnlyModernTls) {
+  StartServer();
+  const std::string ca = (dir_ / "ca.crt").string();
+  ASSERT_EQ(SClient(server_->port(), ca, "-tls1_3"), 0) << "openssl must be installed";
+  EXPECT_EQ(SClient(server_->port(), ca, "-tls1_2"), 0);
+  EXPECT_NE(SClient(server_->port(), ca, "-tls1_1 -cipher ALL:@SECLEVEL=0"), 0);
+  EXPECT_NE(SClient(server_->port(), ca, "-tls1 -cipher ALL:@SECLEVEL=0"), 0);
+  EXPECT_NE(SClient(server_->port(), ca, "-tls1_2 -cipher AES128-SHA:@SECLEVEL=0"), 0);
+  EXPECT_NE(SClient(server_->port(), ca, "-tls1_2 -cipher RC4-SHA:DES-CBC3-SHA:@SECLEVEL=0"), 0);
 }
 
 TEST_F(ServerTest, CertificateRotationFailsNoRequest) {

@@ -10,13 +10,21 @@ namespace {
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
+// obj[key] when it is a string, else `fallback`. ordered_json::value() throws when the key
+// holds another type ("kind: {a: b}"; found by fuzzing), and a manifest is user input.
+std::string StringOr(const ojson& obj, const char* key, std::string fallback) {
+  if (!obj.is_object()) return fallback;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 struct Template {
   std::string pointer;  // "" for a Pod, else where the pod template lives
 };
 
 // Where the pod templates of a workload kind live; empty for kinds we pass through.
 std::vector<Template> TemplatesOf(const ojson& doc) {
-  const std::string kind = doc.value("kind", "");
+  const std::string kind = StringOr(doc, "kind", "");
   if (kind == "Pod") return {{""}};
   if (kind == "Deployment" || kind == "StatefulSet" || kind == "ReplicaSet" ||
       kind == "DaemonSet" || kind == "Job") {
@@ -35,7 +43,7 @@ std::vector<Template> TemplatesOf(const ojson& doc) {
 
 // How many pods the workload runs at once (only "more than one" matters: RWO warnings).
 int ReplicasOf(const ojson& doc) {
-  const std::string kind = doc.value("kind", "");
+  const std::string kind = StringOr(doc, "kind", "");
   auto int_at = [&doc](const char* pointer, int64_t fallback) {
     const ojson::json_pointer p(pointer);
     return doc.contains(p) && doc[p].is_number_integer() ? doc[p].get<int64_t>() : fallback;
@@ -52,9 +60,9 @@ int ReplicasOf(const ojson& doc) {
 
 std::string Describe(const ojson& doc, const std::string& ns) {
   const ojson& meta = doc.contains("metadata") ? doc["metadata"] : ojson();
-  std::string name = meta.is_object() ? meta.value("name", "") : "";
-  if (name.empty() && meta.is_object()) name = meta.value("generateName", "");
-  return doc.value("kind", "object") + " " + ns + "/" + name;
+  std::string name = meta.is_object() ? StringOr(meta, "name", "") : "";
+  if (name.empty() && meta.is_object()) name = StringOr(meta, "generateName", "");
+  return StringOr(doc, "kind", "object") + " " + ns + "/" + name;
 }
 
 // Rewrites a pod-rooted pointer ("/spec/volumes/-") under the template's pointer.
@@ -64,9 +72,7 @@ json Rebase(const json& patch, const std::string& prefix) {
   return out;
 }
 
-}  // namespace
-
-Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options) {
+Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions& options) {
   const size_t first = input.find_first_not_of(" \t\r\n");
   const bool is_json = first != std::string_view::npos && (input[first] == '{' || input[first] == '[');
   std::vector<ojson> docs;
@@ -89,7 +95,7 @@ Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions
   // `kind: List` documents (kubectl get -o yaml) are flattened for lookup and injection.
   std::vector<ojson*> objects;
   for (ojson& d : docs) {
-    if (d.is_object() && d.value("kind", "") == "List" && d.contains("items") && d["items"].is_array()) {
+    if (d.is_object() && StringOr(d, "kind", "") == "List" && d.contains("items") && d["items"].is_array()) {
       for (ojson& item : d["items"]) objects.push_back(&item);
     } else {
       objects.push_back(&d);
@@ -106,7 +112,7 @@ Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions
     if (!doc->is_object()) continue;
     std::string ns = options.namespace_name;
     if (doc->contains("metadata") && (*doc)["metadata"].is_object()) {
-      ns = (*doc)["metadata"].value("namespace", ns);
+      ns = StringOr((*doc)["metadata"], "namespace", ns);
     }
     for (const Template& t : TemplatesOf(*doc)) {
       const std::string what = Describe(*doc, ns);
@@ -166,6 +172,18 @@ Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions
     }
   }
   return result;
+}
+
+}  // namespace
+
+Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options) {
+  // The edge for library exceptions: a manifest nlohmann cannot represent or patch is the
+  // input's fault and gets a message, never a terminate (the command line shows it).
+  try {
+    return InjectUnchecked(input, options);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("input cannot be processed: ") + e.what());
+  }
 }
 
 }  // namespace kvoffload::webhook

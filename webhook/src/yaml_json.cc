@@ -1,7 +1,10 @@
 // YAML <-> JSON for inject: yaml-cpp parses and emits; this file only maps types.
+#include <simdjson.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <regex>
+#include <sstream>
 
 #include "webhook/inject.h"
 #include "webhook/json_util.h"
@@ -15,6 +18,41 @@ const std::regex kInt(R"([-+]?[0-9]+)");
 const std::regex kHex(R"(0x[0-9a-fA-F]+)");
 const std::regex kOct(R"(0o[0-7]+)");
 const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+
+// Ignores every event: only the number of documents the parser reports matters.
+class IgnoreEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// yaml-cpp 0.7 (Debian 12) never returns from LoadAll on a flow collection followed by a comma
+// ("{a: {}},", found by fuzzing): its parser reports an empty document forever without
+// consuming input. Every real document takes at least one character, so more documents than
+// characters means that loop; this dry run finds it before LoadAll would spin (and allocate)
+// forever. Throws YAML::Exception on invalid input, as LoadAll does.
+Status CheckDocumentsEnd(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  IgnoreEvents ignore;
+  for (size_t docs = 0; parser.HandleNextDocument(ignore);) {
+    if (++docs > text.size() + 1) {
+      return Status::InvalidArgument(
+          "input is not valid YAML: a flow collection ({...} or [...]) is followed by stray "
+          "characters");
+    }
+  }
+  return Status::Ok();
+}
 
 bool IsNull(const std::string& s) { return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL"; }
 
@@ -119,8 +157,24 @@ void Emit(YAML::Emitter& out, const ojson& v) {
 
 Result<std::vector<ojson>> ParseYamlDocuments(std::string_view text) {
   try {
+    // yaml-cpp passes any bytes through into scalars, and nlohmann's dump() throws on invalid
+    // UTF-8 later (found by fuzzing: inject terminated). YAML is Unicode text: refuse it here.
+    if (!simdjson::validate_utf8(text.data(), text.size())) {
+      return Status::InvalidArgument("input is not valid YAML: it is not UTF-8 text");
+    }
+    // YAML excludes C0 controls but tab, LF and CR; NULs also make yaml-cpp guess UTF-16/32
+    // and decode the bytes into invalid UTF-8 (found by fuzzing).
+    for (size_t i = 0; i < text.size(); ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+        return Status::InvalidArgument("input is not valid YAML: control character " +
+                                       std::to_string(c) + " at byte " + std::to_string(i));
+      }
+    }
+    const std::string copy(text);
+    if (Status s = CheckDocumentsEnd(copy); !s.ok()) return s;
     std::vector<ojson> docs;
-    for (const YAML::Node& node : YAML::LoadAll(std::string(text))) {
+    for (const YAML::Node& node : YAML::LoadAll(copy)) {
       if (node.IsNull()) continue;  // empty documents between separators
       Result<ojson> doc = Convert(node, 0);
       if (!doc.ok()) return doc.status();

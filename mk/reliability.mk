@@ -1,0 +1,43 @@
+# Reliability (issue 7): sanitizers, fuzzing, long load/crash trials.
+#   make test-asan    whole suite under ASan+UBSan, in $(ASAN_BUILD)
+#   make test-tsan    whole suite under TSan, in $(TSAN_BUILD)
+#   make fuzz         every libFuzzer target for FUZZ_SECONDS each (default 600), clang from Debian
+#   make fuzz-ci      the same for 60 s each (what .ci/run runs)
+#   make reliability  long trials (webhook load with faults, agent crash trials); not in `make test`
+# `make test` stays the fast developer loop; .ci/run runs test, test-asan, test-tsan and fuzz-ci
+# (all of them together are the issue's "make test with sanitizers and short fuzz runs").
+ASAN_BUILD   ?= build-asan
+TSAN_BUILD   ?= build-tsan
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 600
+SAN_JOBS     ?= $(JOBS)
+# Sanitized builds skip the bench tools and the CUDA tree: they test behaviour, not speed.
+SAN_FLAGS    = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WERROR=ON -DKVOFFLOAD_WITH_CUDA=OFF
+
+.PHONY: test-asan test-tsan fuzz fuzz-ci fuzz-build reliability
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) $(SAN_FLAGS) -DKVOFFLOAD_SANITIZE=asan $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(SAN_JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) $(SAN_FLAGS) -DKVOFFLOAD_SANITIZE=tsan $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j $(SAN_JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp) \
+	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+# libFuzzer needs clang; Debian's clang-14 + libclang-rt-14-dev (hack/install-deps.sh).
+fuzz-build: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DKVOFFLOAD_SANITIZE=fuzz -DKVOFFLOAD_BUILD_TESTS=OFF -DKVOFFLOAD_WITH_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j $(SAN_JOBS) --target fuzz_targets
+
+fuzz: fuzz-build
+	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzz-ci: fuzz-build
+	./tests/fuzz/run.sh $(FUZZ_BUILD) 60
+
+reliability: build
+	./tests/reliability/run.sh $(BUILD)

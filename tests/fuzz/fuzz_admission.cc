@@ -1,0 +1,17 @@
+// AdmissionReview decode + resolve (pod annotation) + mutate, as the server calls it. Every
+// input must get an answer: 200 with an AdmissionReview, or a 4xx, never a crash or a 5xx.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "webhook/admission.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const kvoffload::webhook::AdmissionHandler handler(
+      {kvoffload::webhook::Mode::kAgent, "registry.example/kvoffload-agent:0.1.0"}, nullptr);
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  const kvoffload::webhook::HttpAnswer answer = handler.Handle("application/json", body);
+  if (answer.status >= 500) std::abort();  // a hostile body is the client's error, not ours
+  return 0;
+}

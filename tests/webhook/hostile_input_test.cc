@@ -1,0 +1,183 @@
+// Hostile and extreme admissions (issue 7): each one gets a clear denial or a correct patch,
+// never a crash, a hang, an unbounded message or a patch the API server would reject.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <string>
+
+#include "webhook/admission.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kEmptyDirSpec[] =
+    R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"5Gi"}}}]})";
+
+json Pod(const std::string& spec_json, json containers = {{{"name", "main"}, {"image", "vllm"}}}) {
+  return {{"metadata", {{"name", "vllm-0"}, {"annotations", {{kAnnotationConfig, spec_json}}}}},
+          {"spec", {{"containers", std::move(containers)}}}};
+}
+
+std::string Review(const json& pod) {
+  return json{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"request",
+               {{"uid", "uid-1"},
+                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                {"namespace", "team-a"},
+                {"operation", "CREATE"},
+                {"object", pod}}}}
+      .dump();
+}
+
+std::string Unbase64(const std::string& in) {
+  std::string out(in.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  EXPECT_GE(n, 0);
+  size_t len = static_cast<size_t>(n);
+  for (size_t i = in.size(); i > 0 && in[i - 1] == '='; --i) --len;  // padding decodes as 0s
+  out.resize(len);
+  return out;
+}
+
+class HostileInputTest : public ::testing::Test {
+ protected:
+  // The answer's `response`; the HTTP status must be 200 (an AdmissionReview answer).
+  json Handle(const std::string& body) {
+    const auto start = std::chrono::steady_clock::now();
+    HttpAnswer a = handler_.Handle("application/json", body);
+    // Far under the API server's 10 s default: hostile input must not be a slow path.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    EXPECT_EQ(a.status, 200) << a.body.substr(0, 500);
+    return json::parse(a.body)["response"];
+  }
+  // Expects a denial whose message contains `needle` and stays readable (bounded).
+  void ExpectDenied(const std::string& body, int code, const std::string& needle) {
+    json r = Handle(body);
+    ASSERT_EQ(r["allowed"], false) << r.dump().substr(0, 500);
+    EXPECT_EQ(r["status"]["code"], code);
+    const std::string message = r["status"]["message"];
+    EXPECT_NE(message.find(needle), std::string::npos) << message.substr(0, 500);
+    EXPECT_LT(message.size(), 1024u) << "a denial must not echo the hostile input back";
+  }
+  // Expects an injection and returns the pod with the patch applied (throws on a bad patch,
+  // as the API server would reject it).
+  json Patched(const json& pod) {
+    json r = Handle(Review(pod));
+    EXPECT_EQ(r["allowed"], true) << r.dump().substr(0, 500);
+    if (!r.contains("patch")) {
+      ADD_FAILURE() << "no patch: " << r.dump().substr(0, 500);
+      return pod;
+    }
+    return pod.patch(json::parse(Unbase64(r["patch"].get<std::string>())));
+  }
+
+  AdmissionHandler handler_{AdmissionOptions{Mode::kAgent, "registry.example/agent:1"}, nullptr};
+};
+
+TEST_F(HostileInputTest, QuarterMebibyteValidAnnotationIsInjected) {
+  // The API server allows 256 KiB of annotations in total; whitespace keeps the spec valid.
+  std::string spec = kEmptyDirSpec;
+  spec.insert(1, std::string(256 * 1024 - spec.size(), ' '));
+  json patched = Patched(Pod(spec));
+  EXPECT_EQ(patched["spec"]["volumes"][0]["name"], "kv-cache-secondary-0");
+  EXPECT_EQ(patched["spec"]["volumes"][0]["emptyDir"]["sizeLimit"], "5Gi");
+}
+
+TEST_F(HostileInputTest, QuarterMebibyteGarbageAnnotationIsDeniedBriefly) {
+  ExpectDenied(Review(Pod(std::string(256 * 1024, 'x'))), 403, "kvoffload.io/config");
+  // A valid spec with a 256 KiB string where a quantity belongs: the message quotes a prefix.
+  ExpectDenied(Review(Pod(R"({"cpu":")" + std::string(256 * 1024, '9') + "Gi\"}")), 403,
+               "cpu");
+}
+
+TEST_F(HostileInputTest, DeeplyNestedJsonIsRefused) {
+  // In the body: a bad request (400) that names the limit; the parser does not recurse 100k deep.
+  std::string nested = std::string(100000, '[') + std::string(100000, ']');
+  json pod = Pod(kEmptyDirSpec);
+  std::string body = Review(pod);
+  body.insert(body.rfind('}'), R"(,"x":)" + nested);
+  ExpectDenied(body, 400, "nests deeper than");
+  // In the annotation: a denial of the spec, same reason.
+  ExpectDenied(Review(Pod(std::string(100000, '{') + std::string(100000, '}'))), 403,
+               "kvoffload.io/config");
+  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","x":)" + nested + "}")), 403, "nests deeper than");
+}
+
+TEST_F(HostileInputTest, TenThousandEnvEntriesArePatchedCorrectly) {
+  json env = json::array();
+  for (int i = 0; i < 10000; ++i) {
+    env.push_back({{"name", "VAR_" + std::to_string(i)}, {"value", std::to_string(i)}});
+  }
+  json patched = Patched(Pod(kEmptyDirSpec, {{{"name", "main"}, {"image", "vllm"}, {"env", env}}}));
+  const json& out = patched["spec"]["containers"][0]["env"];
+  ASSERT_GT(out.size(), 10000u);
+  // Every original entry kept, in order, ahead of what the webhook added.
+  for (size_t i = 0; i < 10000; ++i) ASSERT_EQ(out[i], env[i]) << i;
+  bool has_tiers = false;
+  for (const json& e : out) has_tiers |= e["name"] == "KVOFFLOAD_TIERS";
+  EXPECT_TRUE(has_tiers);
+}
+
+TEST_F(HostileInputTest, UnicodeNames) {
+  // A container chosen by a non-ASCII name gets the patch; the name survives byte for byte.
+  const std::string name = "modèle-推理-🚀";
+  json pod = Pod(kEmptyDirSpec, {{{"name", "sidecar"}, {"image", "x"}},
+                                 {{"name", name}, {"image", "vllm"}}});
+  pod["metadata"]["annotations"][kAnnotationContainer] = name;
+  json patched = Patched(pod);
+  EXPECT_EQ(patched["spec"]["containers"][1]["name"], name);
+  EXPECT_TRUE(patched["spec"]["containers"][1].contains("volumeMounts"));
+  EXPECT_FALSE(patched["spec"]["containers"][0].contains("volumeMounts"));
+  // A PVC name is a DNS-1123 subdomain: unicode is denied with the field named.
+  ExpectDenied(
+      Review(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv-çache"}}}}]})")),
+      403, "secondary[0].fileSystem.pvc.ref.name");
+  // Invalid UTF-8 in the body is a bad request, not a crash or a mangled patch.
+  std::string body = Review(Pod(kEmptyDirSpec));
+  body.replace(body.find("vllm-0"), 6, "\xff\xfe\xfd");
+  ExpectDenied(body, 400, "not valid JSON");
+}
+
+TEST_F(HostileInputTest, PvcRefPathEscapes) {
+  for (const char* path : {"..", "../etc", "kv/../../etc", "kv/..", "a/./../.."}) {
+    SCOPED_TRACE(path);
+    ExpectDenied(Review(Pod(std::string(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":")") +
+                            path + R"("}}}}]})")),
+                 403, "'..'");
+  }
+  for (const char* path : {"/", "/etc/passwd", "//kv"}) {
+    SCOPED_TRACE(path);
+    ExpectDenied(Review(Pod(std::string(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":")") +
+                            path + R"("}}}}]})")),
+                 403, "leading '/'");
+  }
+  // Dots that are not a '..' segment are ordinary names.
+  json patched = Patched(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"..kv/a..b/"}}}}]})"));
+  EXPECT_EQ(patched["spec"]["containers"][0]["volumeMounts"][0]["subPath"], "..kv/a..b/");
+}
+
+TEST_F(HostileInputTest, NulBytes) {
+  // Escaped NUL inside JSON strings: valid JSON, so each field rejects it by name.
+  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"kv\u0000/x"}}}}]})")),
+               403, "control characters");
+  ExpectDenied(Review(Pod(R"({"cpu":"1Gi\u0000"})")), 403, "cpu");
+  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","evictionPolicy":"lru\u0000"})")), 403,
+               "evictionPolicy");
+  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv\u0000"}}}}]})")),
+               403, "pvc.ref.name");
+  // A raw NUL byte in the body is not JSON.
+  std::string body = Review(Pod(kEmptyDirSpec));
+  body[body.find("vllm-0")] = '\0';
+  ExpectDenied(body, 400, "not valid JSON");
+  // An annotation value that is a NUL followed by a valid spec is not a valid spec.
+  ExpectDenied(Review(Pod(std::string(1, '\0') + kEmptyDirSpec)), 403, "kvoffload.io/config");
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook
