@@ -43,20 +43,42 @@ def table(header, rows):
 
 def webhook(w):
     lines = ["## 1. Webhook (admission) against nginx serving the same answer",
-             "", f"Command: `python3 bench/webhook/run.py BUILD {os.path.join(RESULTS, 'webhook.json')}` "
-             "(the lead's benchmark, issue 6 item 1; targets are the lead's, not judged here).", ""]
+             "", "Command: `python3 bench/webhook/run.py BUILD build/bench-results/webhook.json`: "
+             "wrk -t2 -c64 over TLS keep-alive against our server and against nginx answering the same "
+             "bytes with the same certificate (the ceiling), then kvoffload-loadgen (open loop, 16 "
+             "connections, latency from the scheduled send time) at fixed rates.", ""]
     if w is None:
         return lines + ["Not run (no webhook.json).", ""]
     rows = []
+    if "healthz_rps" in w:
+        floor = w["healthz_rps"] / w["nginx_healthz_rps"]
+        rows.append(["transport floor: GET /healthz", f"{w['healthz_rps']:.0f} req/s",
+                     f"nginx {w['nginx_healthz_rps']:.0f} req/s", f"{floor:.2f}", "(reference)", ""])
     for name, b in w["bodies"].items():
-        rows.append([f"{name} ({b['request_bytes']} B)", f"{b['rps']:.0f} req/s",
-                     f"nginx {b['nginx_rps']:.0f} req/s", f"{b['ratio']:.2f}"])
+        rows.append([f"{name} pod ({b['request_bytes']} B) at saturation", f"{b['rps']:.0f} req/s, {b['errors']} errors",
+                     f"nginx {b['nginx_rps']:.0f} req/s", f"{b['ratio']:.2f}", ">= 0.50", met(b["ratio"] >= 0.5)])
         for label, r in b["rates"].items():
-            rows.append([f"{name} at {'half the max' if label == 'half' else label} req/s", f"p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us",
-                         "", ""])
-    rows.append(["ready after start", f"{w['ready_ms']:.0f} ms", "", ""])
-    rows.append(["RSS idle / peak", f"{w['rss_idle_kib']} / {w['rss_peak_kib']} KiB", "", ""])
-    return lines + [table(["figure", "value", "limit", "ratio"], rows), ""]
+            judged = label == "1000"
+            rows.append([f"{name} at {'half the max' if label == 'half' else label} req/s",
+                         f"p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, p99.9 {r['p999_us']:.0f} us",
+                         "2000 us" if judged else "", f"{r['p99_us'] / 2000:.2f}" if judged else "",
+                         "p99 <= 2 ms" if judged else "", met(r["p99_us"] <= 2000) if judged else ""])
+    rows.append(["ready after start", f"{w['ready_ms']:.0f} ms", "100 ms", f"{w['ready_ms'] / 100:.2f}",
+                 "< 100 ms", met(w["ready_ms"] < 100)])
+    peak_mib = w["rss_peak_kib"] / 1024
+    rows.append(["RSS idle / peak under load", f"{w['rss_idle_kib'] / 1024:.1f} / {peak_mib:.1f} MiB", "50 MiB",
+                 f"{peak_mib / 50:.2f}", "< 50 MiB", met(peak_mib < 50)])
+    why = ("Why throughput misses: cpp-httplib (the chosen HTTP library) serves one thread per "
+           "keep-alive connection and reads a request in many small reads, so even a bare GET "
+           "/healthz with no admission logic stays well below nginx's event loop (the transport "
+           "floor row, in runs that have it). On top of that the admission (parse the pod with "
+           "simdjson into the nlohmann DOM, resolve, mutate, hash, answer) costs about 1.3M "
+           "instructions for the 10 KB pod (callgrind), most of it allocating the DOM. Client and "
+           "server share the same 2 cores, as they do for nginx. Latency tails at fixed rates "
+           "follow the machine's load: with other tenants at a load average of 8-11 on 2 cores "
+           "the scheduler, not the server, sets p99, and other runs on the same loaded machine "
+           "landed on either side of 2 ms; a quiet machine is needed to judge this target.")
+    return lines + [table(["figure", "value", "limit", "ratio", "target", ""], rows), "", why, ""]
 
 
 def disk(d):
