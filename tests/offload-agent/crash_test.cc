@@ -21,11 +21,10 @@
 
 #include "test_util.h"
 
-extern char** environ;
-
 namespace kvoffload {
 namespace {
 
+using testing::Reap;
 using testing::TempDir;
 
 struct Outcome {
@@ -37,20 +36,10 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::string helper = KVOFFLOAD_CRASH_HELPER;
-  std::vector<char*> argv{helper.data()};
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  EXPECT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  return pid;
-}
-
-int Reap(pid_t pid) {
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+pid_t SpawnHelper(const std::vector<std::string>& args) {
+  std::vector<std::string> all{KVOFFLOAD_CRASH_HELPER};
+  all.insert(all.end(), args.begin(), args.end());
+  return testing::Spawn(all);
 }
 
 Outcome ReadOutcome(const std::string& path) {
@@ -75,7 +64,7 @@ TEST(CrashTest, KilledWriterThenRestartServesNoWrongBlock) {
   for (int t = 0; t < trials; ++t) {
     SCOPED_TRACE("trial " + std::to_string(t));
     std::filesystem::remove(tier + "/.ready");
-    const pid_t writer = Spawn({"write", tier});
+    const pid_t writer = SpawnHelper({"write", tier});
     for (int i = 0; i < 3000 && !std::filesystem::exists(tier + "/.ready"); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -85,7 +74,7 @@ TEST(CrashTest, KilledWriterThenRestartServesNoWrongBlock) {
     ASSERT_EQ(Reap(writer), 128 + SIGKILL) << "the writer stopped before it was killed";
     // The same directory survives every trial: leftovers of all earlier crashes pile up.
     const std::string result = dir.path() + "/verify.result";
-    ASSERT_EQ(Reap(Spawn({"verify", tier, result})), 0);
+    ASSERT_EQ(Reap(SpawnHelper({"verify", tier, result})), 0);
     const Outcome o = ReadOutcome(result);
     exact += o.exact;
     wrong += o.wrong;
@@ -105,8 +94,8 @@ TEST(CrashTest, TwoProcessesHammeringOneSharedTierNeverReadTornBlocks) {
   const int seconds = EnvInt("KVO_HAMMER_SECONDS", 3);
   TempDir dir;
   const std::string tier = dir.path() + "/tier";
-  const pid_t a = Spawn({"hammer", tier, std::to_string(seconds), "1", dir.path() + "/a.result"});
-  const pid_t b = Spawn({"hammer", tier, std::to_string(seconds), "2", dir.path() + "/b.result"});
+  const pid_t a = SpawnHelper({"hammer", tier, std::to_string(seconds), "1", dir.path() + "/a.result"});
+  const pid_t b = SpawnHelper({"hammer", tier, std::to_string(seconds), "2", dir.path() + "/b.result"});
   ASSERT_EQ(Reap(a), 0);
   ASSERT_EQ(Reap(b), 0);
   const Outcome oa = ReadOutcome(dir.path() + "/a.result");

@@ -12,31 +12,16 @@
 
 #include "test_util.h"
 
-extern char** environ;
-
 namespace kvoffload {
 namespace {
 
+using testing::Reap;
+using testing::Spawn;
 using testing::TempDir;
 
 struct Outcome {
   uint64_t exact = 0, foreign = 0, wrong = 0;
 };
-
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  EXPECT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  return pid;
-}
-
-int Reap(pid_t pid) {
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 Outcome ReadOutcome(const std::string& path) {
   std::ifstream in(path);

@@ -4,9 +4,12 @@
 #define KVOFFLOAD_TESTS_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -196,6 +199,23 @@ inline uint64_t BytesUnder(const std::string& dir) {
     }
   }
   return n;
+}
+
+// Starts `args[0]` with `args` (the helper processes of the multi-process tests).
+inline pid_t Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  EXPECT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  return pid;
+}
+
+// Waits for `pid`: its exit code, or 128 + the signal that ended it.
+inline int Reap(pid_t pid) {
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace kvoffload::testing
