@@ -66,6 +66,24 @@ kvo_status StartJob(kvo_engine* engine, const kvo_key* keys, void* const* device
   });
 }
 
+// Lookup and Hold take the same arguments and fill the same prefix; `find` picks which one.
+template <typename Find>
+kvo_status FindPrefix(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
+                      int32_t* tiers, Find find) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if ((n > 0 && keys == nullptr) || prefix == nullptr) {
+      return Report(Status::InvalidArgument("keys and prefix must not be NULL"));
+    }
+    kvoffload::LookupResult r = find(*engine->engine, Keys(keys, n));
+    *prefix = r.prefix;
+    if (tiers != nullptr) {
+      for (size_t i = 0; i < n; ++i) tiers[i] = i < r.prefix ? r.tiers[i] : kvoffload::kTierMiss;
+    }
+    return Report(Status::Ok());
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -78,17 +96,26 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
       return Report(Status::InvalidArgument("options and out must not be NULL"));
     }
     *out = nullptr;
-    if (options->struct_size != sizeof(kvo_options)) {
+    // Fields are appended: a struct from an older caller ends before the newer ones, which
+    // then keep their zero defaults.
+    const size_t first_size = offsetof(kvo_options, event_capacity);
+    if (options->struct_size != first_size && options->struct_size != sizeof(kvo_options)) {
       return Report(Status::InvalidArgument(
           "kvo_options.struct_size=" + std::to_string(options->struct_size) + " but this " +
-          "libkvoffload expects " + std::to_string(sizeof(kvo_options)) + "; set it to sizeof"));
+          "libkvoffload knows " + std::to_string(first_size) + " and " +
+          std::to_string(sizeof(kvo_options)) + "; set it to sizeof(kvo_options)"));
     }
+    kvo_options full;
+    std::memset(&full, 0, sizeof(full));
+    std::memcpy(&full, options, options->struct_size);
+    options = &full;
     kvoffload::EngineConfig config;
     config.block_bytes = options->block_bytes;
     config.fingerprint = {Or(options->model, ""), Or(options->revision, ""),
                           Or(options->dtype, ""), Or(options->layout, ""), options->rank};
     config.device = Or(options->device, "host");
     config.disk_io = Or(options->disk_io, "auto");
+    config.event_capacity = options->event_capacity;
     if (options->from_env != 0) {
       kvoffload::Result<kvoffload::EngineConfig> env =
           kvoffload::ConfigFromEnv(config, kvoffload::ProcessEnv);
@@ -129,15 +156,35 @@ kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device
 
 kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
                       int32_t* tiers) {
+  return FindPrefix(engine, keys, n, prefix, tiers,
+                    [](auto& e, const auto& k) { return e.Lookup(k); });
+}
+
+kvo_status kvo_hold(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
+                    int32_t* tiers) {
+  return FindPrefix(engine, keys, n, prefix, tiers,
+                    [](auto& e, const auto& k) { return e.Hold(k); });
+}
+
+kvo_status kvo_release(kvo_engine* engine, const kvo_key* keys, size_t n) {
   return Guard([&] {
     if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
-    if ((n > 0 && keys == nullptr) || prefix == nullptr) {
-      return Report(Status::InvalidArgument("keys and prefix must not be NULL"));
+    if (n > 0 && keys == nullptr) return Report(Status::InvalidArgument("keys must not be NULL"));
+    return Report(engine->engine->Release(Keys(keys, n)));
+  });
+}
+
+kvo_status kvo_take_events(kvo_engine* engine, kvo_event* out, size_t cap, size_t* n) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if ((cap > 0 && out == nullptr) || n == nullptr) {
+      return Report(Status::InvalidArgument("out and n must not be NULL"));
     }
-    kvoffload::LookupResult r = engine->engine->Lookup(Keys(keys, n));
-    *prefix = r.prefix;
-    if (tiers != nullptr) {
-      for (size_t i = 0; i < n; ++i) tiers[i] = i < r.prefix ? r.tiers[i] : kvoffload::kTierMiss;
+    std::vector<kvoffload::TierEvent> events(cap);
+    *n = engine->engine->TakeEvents(events);
+    for (size_t i = 0; i < *n; ++i) {
+      out[i] = kvo_event{kvo_key{events[i].key.hi, events[i].key.lo}, events[i].tier,
+                         events[i].removed ? 1 : 0};
     }
     return Report(Status::Ok());
   });
@@ -193,6 +240,8 @@ kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
     all.h2d_bytes = s.h2d_bytes;
     all.h2d_ns = s.h2d_ns;
     all.queue_depth = s.queue_depth;
+    all.held_blocks = s.held_blocks;
+    all.events_dropped = s.events_dropped;
     // An older caller's struct is a prefix of ours: hand back what it has room for.
     std::memcpy(out, &all, all.struct_size);
     return Report(Status::Ok());

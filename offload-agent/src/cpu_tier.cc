@@ -6,10 +6,13 @@
 namespace kvoffload {
 
 CpuTier::CpuTier(std::unique_ptr<PinnedRegion> pool, size_t block_bytes,
-                 std::unique_ptr<EvictionPolicy> policy)
+                 std::unique_ptr<EvictionPolicy> policy, const HoldSet* holds,
+                 EventLog* events)
     : pool_(std::move(pool)),
       slot_bytes_(BlockFileBytes(block_bytes)),
       slot_count_(pool_->size() / slot_bytes_),
+      holds_(holds),
+      events_(events),
       policy_(std::move(policy)) {
   free_.reserve(slot_count_);
   for (size_t i = slot_count_; i > 0; --i) free_.push_back(i - 1);
@@ -24,6 +27,12 @@ bool CpuTier::Contains(const BlockKey& key) {
          (it->second.state == State::kResident || it->second.state == State::kEvicting);
 }
 
+bool CpuTier::Protected(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.state == State::kResident;
+}
+
 Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
   MutexLock lock(&mu_);
   if (entries_.contains(key)) {
@@ -34,7 +43,7 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
   // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
   auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
     const Entry& e = entries_.at(k);
-    return e.pins > 0 || e.state != State::kResident;
+    return e.pins > 0 || e.state != State::kResident || (holds_ && holds_->Contains(k));
   };
   while (free_.empty()) {
     std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
@@ -50,6 +59,7 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
     }
     Entry& v = entries_.at(*victim);
     v.state = State::kEvicting;
+    if (events_) events_->Record(*victim, kTierCpu, /*removed=*/true);
     ++stats_.evictions;
     ++evictions_in_flight_;
     const size_t slot = v.slot;
@@ -79,6 +89,7 @@ void CpuTier::CommitInsert(const BlockKey& key, bool keep_pinned) {
   Entry& e = entries_.at(key);
   e.state = State::kResident;
   if (keep_pinned) ++e.pins;
+  if (events_) events_->Record(key, kTierCpu, /*removed=*/false);
 }
 
 void CpuTier::AbortInsert(const BlockKey& key) {

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "event_log.h"
+#include "hold_set.h"
 #include "kvoffload/block_key.h"
 #include "kvoffload/device.h"
 #include "kvoffload/eviction_policy.h"
@@ -28,14 +30,20 @@ class CpuTier {
   using EvictSink = std::function<bool(const BlockKey& key, std::byte* slot)>;
 
   // REQUIRES: pool->size() >= one slot; policy sized for pool->size() / slot bytes.
+  // holds (blocks never chosen as victims) and events (residency feed) may be null; both
+  // outlive the tier.
   CpuTier(std::unique_ptr<PinnedRegion> pool, size_t block_bytes,
-          std::unique_ptr<EvictionPolicy> policy);
+          std::unique_ptr<EvictionPolicy> policy, const HoldSet* holds = nullptr,
+          EventLog* events = nullptr);
 
   // REQUIRES: called once, before any insert.
   void SetEvictSink(EvictSink sink) { sink_ = std::move(sink); }
 
   // Resident (published) blocks only.
   bool Contains(const BlockKey& key);
+  // Resident and not chosen as a victim: a block the caller has put in the HoldSet stays here
+  // until released. False for a block being demoted (it may still be readable).
+  bool Protected(const BlockKey& key);
 
   // Reserves a slot for a new block, evicting as needed. The block is invisible until
   // CommitInsert. AlreadyExists when the key is known here (resident, being inserted, or
@@ -70,6 +78,8 @@ class CpuTier {
   const size_t slot_bytes_;
   const size_t slot_count_;
   EvictSink sink_;
+  const HoldSet* const holds_;
+  EventLog* const events_;
 
   Mutex mu_;
   CondVar cv_{&mu_};  // an eviction finished or a slot was freed

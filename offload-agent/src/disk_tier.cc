@@ -186,7 +186,15 @@ int DiskTier::OpenFlags(int base) const { return base | O_CLOEXEC | (direct_ ? O
 bool DiskTier::IsPinnedLocked(const BlockKey& key) const {
   if (inserting_.contains(key)) return true;
   auto it = entries_.find(key);
-  return it != entries_.end() && (it->second.pins > 0 || it->second.evicting);
+  return it != entries_.end() && (it->second.pins > 0 || it->second.evicting ||
+                                  (options_.holds && options_.holds->Contains(key)));
+}
+
+bool DiskTier::Protected(const BlockKey& key) {
+  if (!Contains(key)) return false;  // also indexes a file another process shared since
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && !it->second.evicting && !it->second.doomed;
 }
 
 bool DiskTier::Contains(const BlockKey& key) {
@@ -235,6 +243,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
   inserting_.erase(key);
   if (published.ok()) {
     entries_.emplace(key, Entry{});
+    if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
     if (!*published) ledger_->Release(file_bytes_);  // another process's file holds the bytes
   } else {
     policy_->OnRemove(key);
@@ -299,6 +308,7 @@ void DiskTier::RemoveLocked(const BlockKey& key) {
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
   if (::unlink(BlockPath(dir_, key).c_str()) == 0) ledger_->Release(file_bytes_);
   entries_.erase(key);
+  if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
   cv_.SignalAll();
 }
 

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "capacity_ledger.h"
+#include "event_log.h"
+#include "hold_set.h"
 #include "kvoffload/block_key.h"
 #include "kvoffload/config.h"
 #include "kvoffload/disk_io.h"
@@ -31,6 +33,9 @@ struct DiskTierOptions {
   size_t block_bytes = 0;
   BlockKey fingerprint;  // ModelFingerprint::Digest()
   std::string policy = "lru";
+  int tier = 1;                     // its number in the engine (TierEvent::tier)
+  const HoldSet* holds = nullptr;   // blocks never chosen as victims; outlives the tier
+  EventLog* events = nullptr;       // residency feed; outlives the tier
 };
 
 class DiskTier {
@@ -51,6 +56,9 @@ class DiskTier {
 
   // Whether the block is here. Shared tiers also look for a file another process published.
   bool Contains(const BlockKey& key);
+  // Here and not being evicted or removed: a block the caller has put in the HoldSet stays
+  // here until released (unless another process sharing the tier removes its file).
+  bool Protected(const BlockKey& key);
 
   // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned, trailer encoded) to a
   // temp file and publishes it atomically, evicting to make room first. OK when the block is

@@ -12,6 +12,8 @@
 #include "block_file.h"
 #include "cpu_tier.h"
 #include "disk_tier.h"
+#include "event_log.h"
+#include "hold_set.h"
 #include "kvoffload/device.h"
 #include "mutex.h"
 
@@ -68,8 +70,9 @@ class EngineImpl final : public Engine {
         NewEvictionPolicy(config_.eviction_policy, slots);
     if (!policy.ok()) return policy.status();
     std::byte* pool_base = (*pool)->data();
+    if (config_.event_capacity > 0) events_ = std::make_unique<EventLog>(config_.event_capacity);
     cpu_ = std::make_unique<CpuTier>(std::move(pool).value(), config_.block_bytes,
-                                     std::move(policy).value());
+                                     std::move(policy).value(), &holds_, events_.get());
 
     for (size_t i = 0; i < config_.tiers.size(); ++i) {
       DiskIoOptions io_options;
@@ -81,7 +84,9 @@ class EngineImpl final : public Engine {
       std::unique_ptr<DiskIo> backend = std::move(io).value();
       if (hooks.wrap_disk_io) backend = hooks.wrap_disk_io(i, std::move(backend));
       DiskTierOptions options{"disk" + std::to_string(i), config_.tiers[i], config_.block_bytes,
-                              fingerprint_, config_.eviction_policy};
+                              fingerprint_,    config_.eviction_policy,
+                              kTierCpu + 1 + static_cast<int>(i),
+                              &holds_,         events_.get()};
       Result<std::unique_ptr<DiskTier>> tier = DiskTier::Open(options, std::move(backend));
       if (!tier.ok()) return tier.status();
       disks_.push_back(std::move(tier).value());
@@ -131,6 +136,37 @@ class EngineImpl final : public Engine {
     return result;
   }
 
+  LookupResult Hold(std::span<const BlockKey> keys) override {
+    LookupResult result;
+    for (const BlockKey& key : keys) {
+      // Held first, checked second: a victim chosen after Add sees the hold, and one chosen
+      // before it is no longer Protected, so a block reported here cannot be evicted.
+      holds_.Add(key);
+      int tier = Locate(key, /*record=*/true, /*protect=*/true);
+      if (tier == kTierMiss) {
+        holds_.Remove(key);
+        break;
+      }
+      result.tiers.push_back(tier);
+    }
+    result.prefix = result.tiers.size();
+    return result;
+  }
+
+  Status Release(std::span<const BlockKey> keys) override {
+    Status first;
+    for (const BlockKey& key : keys) {
+      if (!holds_.Remove(key) && first.ok()) {
+        first = Status::FailedPrecondition("block " + key.ToHex() + " is not held");
+      }
+    }
+    return first;
+  }
+
+  size_t TakeEvents(std::span<TierEvent> out) override {
+    return events_ ? events_->Take(out) : 0;
+  }
+
   Result<bool> Poll(JobId job) override {
     MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
@@ -164,6 +200,8 @@ class EngineImpl final : public Engine {
     s.d2h_ns = d2h_ns_.load();
     s.h2d_bytes = h2d_bytes_.load();
     s.h2d_ns = h2d_ns_.load();
+    s.held_blocks = holds_.size();
+    s.events_dropped = events_ ? events_->dropped() : 0;
     MutexLock lock(&jobs_mu_);
     for (const auto& [id, job] : jobs_) s.queue_depth += job.done ? 0 : 1;
     return s;
@@ -220,13 +258,14 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // kTierCpu, kTierCpu + 1 + i for disk i, or kTierMiss.
-  int Locate(const BlockKey& key, bool record) {
-    bool hit = cpu_->Contains(key);
+  // kTierCpu, kTierCpu + 1 + i for disk i, or kTierMiss. With `protect`, only a tier where a
+  // held block is now safe from eviction counts (Protected rather than Contains).
+  int Locate(const BlockKey& key, bool record, bool protect = false) {
+    bool hit = protect ? cpu_->Protected(key) : cpu_->Contains(key);
     if (record) cpu_->RecordLookup(hit);
     if (hit) return kTierCpu;
     for (size_t i = 0; i < disks_.size(); ++i) {
-      hit = disks_[i]->Contains(key);
+      hit = protect ? disks_[i]->Protected(key) : disks_[i]->Contains(key);
       if (record) disks_[i]->RecordLookup(hit);
       if (hit) return kTierCpu + 1 + static_cast<int>(i);
     }
@@ -287,26 +326,30 @@ class EngineImpl final : public Engine {
     std::vector<bool> pinned(n, false);
     std::vector<Status> result(n);
     std::vector<std::vector<size_t>> from_disk(disks_.size());
+    std::vector<DiskBatch> batches(disks_.size());
+    // Pin every disk block before making room for promotions: that cascades evictions down the
+    // tiers, which must not take the blocks this job is about to read. A block is read from
+    // the first tier that can pin it, so a copy being evicted from an upper tier (which may
+    // still be listed there) is passed over for the one below.
     for (size_t i = 0; i < n; ++i) {
       if (std::byte* p = cpu_->Pin(keys[i])) {
         src[i] = p;
         pinned[i] = true;
         continue;
       }
-      int tier = Locate(keys[i], /*record=*/false);
-      if (tier <= kTierCpu) {
+      size_t t = 0;
+      for (Status pin; t < disks_.size(); ++t) {
+        if (!disks_[t]->Contains(keys[i])) continue;  // Contains indexes a shared tier's file
+        disks_[t]->Pin(std::span(&keys[i], 1), std::span(&pin, 1));
+        if (pin.ok()) break;
+      }
+      if (t == disks_.size()) {
         result[i] = Status::NotFound("block " + keys[i].ToHex() + " is not offloaded");
         continue;
       }
-      from_disk[static_cast<size_t>(tier - 1)].push_back(i);
-    }
-    // Pin every disk block first: making room for promotions cascades evictions down the
-    // tiers, which must not take the blocks this job is about to read.
-    std::vector<DiskBatch> batches(disks_.size());
-    for (size_t t = 0; t < disks_.size(); ++t) {
-      for (size_t i : from_disk[t]) batches[t].keys.push_back(keys[i]);
-      batches[t].result.resize(batches[t].keys.size());
-      if (!batches[t].keys.empty()) disks_[t]->Pin(batches[t].keys, batches[t].result);
+      from_disk[t].push_back(i);
+      batches[t].keys.push_back(keys[i]);
+      batches[t].result.push_back(Status::Ok());
     }
     std::vector<AlignedBuffer> bounce;
     for (size_t t = 0; t < disks_.size(); ++t) {
@@ -394,6 +437,9 @@ class EngineImpl final : public Engine {
   const EngineConfig config_;
   const BlockKey fingerprint_;
   std::unique_ptr<DeviceBackend> device_;
+  // Before the tiers, which point at them: destroyed after.
+  HoldSet holds_;
+  std::unique_ptr<EventLog> events_;
   std::unique_ptr<CpuTier> cpu_;
   std::vector<std::unique_ptr<DiskTier>> disks_;
 

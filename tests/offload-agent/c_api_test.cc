@@ -105,6 +105,58 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   kvo_engine_destroy(e);
 }
 
+TEST(CApiTest, HoldReleaseAndEventFeed) {
+  kvo_options o = Options(2);
+  o.event_capacity = 16;
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  std::vector<kvo_key> keys = {{5, 1}, {5, 2}, {5, 3}};
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+  for (const kvo_key& k : keys) data.push_back(kvoffload::testing::Pattern({k.hi, k.lo}, kBlock));
+  for (auto& d : data) ptrs.push_back(d.data());
+  uint64_t job = 0;
+  ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), 2, &job), KVO_OK);
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+
+  size_t prefix = 9;
+  std::vector<int32_t> tiers(3, 99);
+  ASSERT_EQ(kvo_hold(e, keys.data(), keys.size(), &prefix, tiers.data()), KVO_OK);
+  EXPECT_EQ(prefix, 2u);
+  EXPECT_EQ(tiers, (std::vector<int32_t>{KVO_TIER_CPU, KVO_TIER_CPU, -1}));
+  // Both slots held: the third block finds no slot, the two held ones stay.
+  ASSERT_EQ(kvo_store(e, &keys[2], &ptrs[2], 1, &job), KVO_OK);
+  EXPECT_EQ(kvo_job_wait(e, job), KVO_RESOURCE_EXHAUSTED);
+  kvo_stats s{};
+  s.struct_size = sizeof(s);
+  ASSERT_EQ(kvo_get_stats(e, &s), KVO_OK);
+  EXPECT_EQ(s.held_blocks, 2u);
+  EXPECT_EQ(kvo_release(e, keys.data(), keys.size()), KVO_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(kvo_last_error()).find("not held"), std::string::npos);
+  ASSERT_EQ(kvo_get_stats(e, &s), KVO_OK);
+  EXPECT_EQ(s.held_blocks, 0u);
+
+  std::vector<kvo_event> events(16);
+  size_t n = 0;
+  ASSERT_EQ(kvo_take_events(e, events.data(), events.size(), &n), KVO_OK);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(events[0].key.lo, 1u);
+  EXPECT_EQ(events[0].tier, KVO_TIER_CPU);
+  EXPECT_EQ(events[0].removed, 0);
+  EXPECT_EQ(kvo_take_events(e, nullptr, 4, &n), KVO_INVALID_ARGUMENT);
+  kvo_engine_destroy(e);
+
+  // A caller compiled before event_capacity existed passes the shorter struct: no feed.
+  o = Options(2);
+  o.struct_size = offsetof(kvo_options, event_capacity);
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), 1, &job), KVO_OK);
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK);
+  ASSERT_EQ(kvo_take_events(e, events.data(), events.size(), &n), KVO_OK);
+  EXPECT_EQ(n, 0u);
+  kvo_engine_destroy(e);
+}
+
 TEST(CApiTest, ErrorsCarryCodesAndMessages) {
   kvo_options o = Options(2);
   o.model = nullptr;
@@ -115,7 +167,7 @@ TEST(CApiTest, ErrorsCarryCodesAndMessages) {
       << kvo_last_error();
 
   o = Options(2);
-  o.struct_size = sizeof(o) - 8;  // a caller built against another layout
+  o.struct_size = sizeof(o) + 8;  // a caller built against a layout this library never had
   EXPECT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvo_last_error()).find("struct_size"), std::string::npos);
 

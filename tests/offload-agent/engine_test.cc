@@ -98,6 +98,135 @@ TEST(EngineTest, CascadesCpuToDisk0ToDisk1ThenDrops) {
   EXPECT_LE(testing::BytesUnder(d1.path()), 4 * testing::kSlot);
 }
 
+// Stores blocks one job each, so that LRU order is the order given.
+void StoreOneByOne(Engine& e, const Blocks& b) {
+  for (size_t i = 0; i < b.keys.size(); ++i) {
+    Blocks one;
+    one.keys = {b.keys[i]};
+    one.ptrs = {b.ptrs[i]};
+    ASSERT_TRUE(StoreAndWait(e, one).ok());
+  }
+}
+
+int TierOf(Engine& e, const BlockKey& key) {
+  LookupResult r = e.Lookup(std::span(&key, 1));
+  return r.prefix == 0 ? kTierMiss : r.tiers[0];
+}
+
+TEST(EngineTest, HeldBlocksAreNotEvictedUntilReleased) {
+  TempDir d0;
+  // cpu 2 blocks, disk0 2: without holds, 6 stores push blocks 0 and 1 out of the last tier.
+  auto e = Open(Config(2, {Tier(d0.path(), 2)}));
+  Blocks b = Blocks::Make(0, 6);
+  Blocks first = Blocks::Make(0, 2);
+  StoreOneByOne(*e, first);
+  // Held in the cpu tier: the prefix and its tiers, as Lookup reports them.
+  std::vector<BlockKey> query = {b.keys[0], b.keys[1], b.keys[5]};
+  LookupResult held = e->Hold(query);
+  EXPECT_EQ(held.prefix, 2u);
+  EXPECT_EQ(held.tiers, (std::vector<int>{kTierCpu, kTierCpu}));
+  EXPECT_EQ(e->Stats().held_blocks, 2u);
+
+  Blocks rest;
+  for (size_t i = 2; i < 6; ++i) {
+    rest.keys.push_back(b.keys[i]);
+    rest.ptrs.push_back(b.ptrs[i]);
+  }
+  // The cpu tier is all held: stores cannot take a slot there and fail, losing nothing held.
+  Status full = StoreAndWait(*e, rest);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.ToString();
+  EXPECT_EQ(TierOf(*e, b.keys[0]), kTierCpu);
+  EXPECT_EQ(TierOf(*e, b.keys[1]), kTierCpu);
+
+  // Released, they are ordinary blocks again: the cascade pushes them down and out.
+  ASSERT_TRUE(e->Release(std::span(query).first(held.prefix)).ok());
+  EXPECT_EQ(e->Stats().held_blocks, 0u);
+  StoreOneByOne(*e, rest);
+  EXPECT_EQ(TierOf(*e, b.keys[0]), kTierMiss);
+  EXPECT_EQ(TierOf(*e, b.keys[1]), kTierMiss);
+}
+
+TEST(EngineTest, HeldDiskBlocksSurviveTheCascadeAndLoad) {
+  TempDir d0;
+  auto e = Open(Config(1, {Tier(d0.path(), 2)}));
+  Blocks b = Blocks::Make(0, 3);
+  StoreOneByOne(*e, b);  // 0 and 1 on disk0, 2 in cpu
+  ASSERT_EQ(TierOf(*e, b.keys[0]), kTierCpu + 1);
+  LookupResult held = e->Hold(std::span(&b.keys[0], 1));
+  ASSERT_EQ(held.prefix, 1u);
+  EXPECT_EQ(held.tiers[0], kTierCpu + 1);
+  // Six more blocks through a 1-block cpu tier and a 2-block disk: block 0, the oldest, would
+  // be the first to go; held, it stays and block 1 and later ones go instead.
+  StoreOneByOne(*e, Blocks::Make(10, 6));
+  EXPECT_EQ(TierOf(*e, b.keys[0]), kTierCpu + 1);
+  EXPECT_EQ(TierOf(*e, b.keys[1]), kTierMiss);
+  EXPECT_LE(testing::FilesUnder(d0.path()), 2u);
+  Blocks one;
+  one.keys = {b.keys[0]};
+  one.data = {b.data[0]};
+  one.ptrs = {one.data[0].data()};
+  ExpectLoadsExactly(*e, one);
+  ASSERT_TRUE(e->Release(one.keys).ok());
+}
+
+TEST(EngineTest, HoldStopsAtTheFirstMissAndReleaseNamesAnUnheldKey) {
+  auto e = Open(Config(4));
+  Blocks b = Blocks::Make(0, 2);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  std::vector<BlockKey> query = {b.keys[0], Key(77), b.keys[1]};
+  EXPECT_EQ(e->Hold(query).prefix, 1u);
+  EXPECT_EQ(e->Stats().held_blocks, 1u) << "nothing past the miss is held";
+  // Holds count: a second hold needs a second release.
+  EXPECT_EQ(e->Hold(query).prefix, 1u);
+  EXPECT_TRUE(e->Release(std::span(&b.keys[0], 1)).ok());
+  EXPECT_EQ(e->Stats().held_blocks, 1u);
+  Status s = e->Release(query);  // b0 held once more; Key(77) and b1 never were
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find(Key(77).ToHex()), std::string::npos) << s.ToString();
+  EXPECT_EQ(e->Stats().held_blocks, 0u) << "the held key is released despite the error";
+}
+
+TEST(EngineTest, EventFeedReportsEachTierEnteredAndLeft) {
+  TempDir d0;
+  EngineConfig c = Config(1, {Tier(d0.path(), 1)});
+  c.event_capacity = 64;
+  auto e = Open(c);
+  Blocks b = Blocks::Make(0, 3);
+  StoreOneByOne(*e, b);
+  std::vector<TierEvent> out(64);
+  out.resize(e->TakeEvents(out));
+  auto ev = [&](size_t k, int tier, bool removed) {
+    return std::tuple(b.keys[k].ToHex(), tier, removed);
+  };
+  std::vector<std::tuple<std::string, int, bool>> got;
+  for (const TierEvent& x : out) got.emplace_back(x.key.ToHex(), x.tier, x.removed);
+  const int disk0 = kTierCpu + 1;
+  // b0 in; b0 out of cpu, onto disk0, b1 in; b1 out of cpu, b0 off disk0 (dropped), b1 onto
+  // disk0, b2 in.
+  EXPECT_EQ(got, (std::vector<std::tuple<std::string, int, bool>>{
+                     ev(0, kTierCpu, false), ev(0, kTierCpu, true), ev(0, disk0, false),
+                     ev(1, kTierCpu, false), ev(1, kTierCpu, true), ev(0, disk0, true),
+                     ev(1, disk0, false), ev(2, kTierCpu, false)}));
+  EXPECT_EQ(e->TakeEvents(out), 0u) << "taken events are gone";
+  EXPECT_EQ(e->Stats().events_dropped, 0u);
+}
+
+TEST(EngineTest, FullEventFeedCountsWhatItDrops) {
+  EngineConfig c = Config(8);
+  c.event_capacity = 2;
+  auto e = Open(c);
+  ASSERT_TRUE(StoreAndWait(*e, Blocks::Make(0, 5)).ok());
+  std::vector<TierEvent> out(8);
+  EXPECT_EQ(e->TakeEvents(out), 2u);
+  EXPECT_EQ(out[0].key, Key(0));
+  EXPECT_EQ(e->Stats().events_dropped, 3u);
+  // Without a feed configured nothing is recorded.
+  auto quiet = Open(Config(8));
+  ASSERT_TRUE(StoreAndWait(*quiet, Blocks::Make(0, 5)).ok());
+  EXPECT_EQ(quiet->TakeEvents(out), 0u);
+  EXPECT_EQ(quiet->Stats().events_dropped, 0u);
+}
+
 TEST(EngineTest, MissingBlocksFailTheLoadButTheOthersArrive) {
   auto e = Open(Config(4));
   Blocks b = Blocks::Make(0, 2);

@@ -3,6 +3,7 @@
 // exactly the bytes stored under that key or leaves the buffer untouched, never other bytes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -131,6 +132,56 @@ TEST_P(EnginePropertyTest, ConcurrentJobsKeepCapacityAndExactBytes) {
   for (std::thread& t : threads) t.join();
   ASSERT_NO_FATAL_FAILURE(CheckCapacity());
   EXPECT_GT(exact.load(), 0u);
+}
+
+// vLLM's pattern: a block looked up (and held) now is loaded later, while other threads' stores
+// keep evicting. Every block a Hold reported must load, byte for byte, until it is released.
+TEST_P(EnginePropertyTest, HeldBlocksAlwaysLoadWhileStoresEvict) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (uint64_t t = 0; t < 2; ++t) {
+    writers.emplace_back([&, t] {
+      std::mt19937_64 rng(99 + t);
+      while (!stop) {
+        const BlockKey k = Key(rng() % kKeys);
+        std::vector<std::byte> d = Pattern(k, kBlock);
+        void* p = d.data();
+        Result<JobId> job = engine_->Store(std::span(&k, 1), std::span(&p, 1));
+        if (job.ok()) (void)engine_->Wait(*job);
+      }
+    });
+  }
+  std::mt19937_64 rng(4242);
+  size_t held = 0;
+  // Until enough holds met the writers (a bound on time, not a timed assertion: a slow machine
+  // only makes the loop longer).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (held < 300 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<BlockKey> keys;
+    for (int i = 0; i < 3; ++i) keys.push_back(Key(rng() % kKeys));
+    LookupResult r = engine_->Hold(keys);
+    keys.resize(r.prefix);
+    if (keys.empty()) continue;
+    held += keys.size();
+    std::this_thread::yield();  // let the writers evict around the held blocks
+    testing::Blocks b;
+    b.keys = keys;
+    b = b.Empty();
+    Status s = testing::LoadAndWait(*engine_, b);
+    // EXPECT and break rather than ASSERT: the writers must be stopped and joined.
+    bool exact = s.ok();
+    EXPECT_TRUE(s.ok()) << "held blocks failed to load: " << s.ToString();
+    for (size_t i = 0; exact && i < keys.size(); ++i) exact = b.data[i] == Pattern(keys[i], kBlock);
+    EXPECT_TRUE(exact) << "a held block came back with other bytes";
+    EXPECT_TRUE(engine_->Release(keys).ok());
+    if (!exact) break;
+  }
+  stop = true;
+  for (std::thread& t : writers) t.join();
+  EXPECT_GE(held, 300u) << "too few holds succeeded to test anything";
+  EXPECT_EQ(engine_->Stats().held_blocks, 0u);
+  EXPECT_GT(engine_->Stats().tiers[2].evictions, 0u) << "the writers never evicted";
+  ASSERT_NO_FATAL_FAILURE(CheckCapacity());
 }
 
 INSTANTIATE_TEST_SUITE_P(

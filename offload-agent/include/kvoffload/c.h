@@ -63,6 +63,9 @@ typedef struct kvo_options {
   uint64_t cpu_bytes;
   const char* eviction_policy; /* NULL = "lru" */
   const char* tiers_json;      /* KVOFFLOAD_TIERS format; NULL = no disk tier */
+  /* Appended after the first fields: residency events kept for kvo_take_events; 0 = no event feed. A caller
+   * compiled before this field passes the shorter struct_size and gets 0. */
+  uint64_t event_capacity;
 } kvo_options;
 
 #define KVO_MAX_TIERS 16
@@ -80,7 +83,16 @@ typedef struct kvo_stats {
   uint64_t stored_blocks, loaded_blocks, failed_loads, failed_stores;
   uint64_t d2h_bytes, d2h_ns, h2d_bytes, h2d_ns;
   uint64_t queue_depth;
+  uint64_t held_blocks;    /* distinct blocks held by kvo_hold now */
+  uint64_t events_dropped; /* residency events lost because the feed was full */
 } kvo_stats;
+
+/* One residency change (kvo_take_events). */
+typedef struct kvo_event {
+  kvo_key key;
+  int32_t tier;    /* KVO_TIER_CPU or 1 + i for disk tier i */
+  int32_t removed; /* 0: the block entered the tier; 1: it left it */
+} kvo_event;
 
 /* The message of the last failed call on this thread ("" when none). Valid until the next
  * call on this thread. */
@@ -97,6 +109,17 @@ KVO_API kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* cons
  * for i < *prefix, -1 after. */
 KVO_API kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
                       int32_t* tiers);
+/* kvo_lookup that also holds the prefix it found: no tier of this engine evicts a held block
+ * until kvo_release, so a block found now is still there when its kvo_load runs later. Each
+ * hold needs one release. Another process sharing a tier may still remove a held file. */
+KVO_API kvo_status kvo_hold(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
+                            int32_t* tiers);
+/* Releases one hold of each key; KVO_FAILED_PRECONDITION naming the first key that was not
+ * held (the others are still released). */
+KVO_API kvo_status kvo_release(kvo_engine* engine, const kvo_key* keys, size_t n);
+/* Moves up to cap residency events, oldest first, into out; *n = how many. Empty unless the
+ * engine was created with event_capacity > 0. */
+KVO_API kvo_status kvo_take_events(kvo_engine* engine, kvo_event* out, size_t cap, size_t* n);
 KVO_API kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                     uint64_t* job);
 /* KVO_PENDING while running; then the job's result (the job is then forgotten). */

@@ -40,6 +40,7 @@ struct KVOFFLOAD_EXPORT EngineConfig {
   std::string disk_io = "auto";  // "auto" | "uring" | "psync"
   size_t worker_threads = 2;     // jobs run concurrently
   size_t io_parallelism = 4;     // psync threads / uring rings per tier
+  size_t event_capacity = 0;     // residency events kept for TakeEvents; 0 = no event feed
 
   // Checks every field; errors name the field and the value.
   Status Validate() const;

@@ -31,6 +31,13 @@ struct LookupResult {
 
 using JobId = uint64_t;
 
+// One residency change in the event feed (EngineConfig::event_capacity > 0).
+struct TierEvent {
+  BlockKey key;
+  int tier = kTierCpu;   // kTierCpu or kTierCpu + 1 + i for disk tier i
+  bool removed = false;  // false: the block entered the tier; true: it left it
+};
+
 // Test and integration hooks.
 struct EngineHooks {
   // Wraps the disk I/O backend of disk tier `tier` (fault injection).
@@ -57,6 +64,18 @@ class KVOFFLOAD_EXPORT Engine {
   // fails (NotFound / IOError) when any block could not be delivered; the others are delivered.
   virtual Result<JobId> Load(std::span<const BlockKey> keys,
                              std::span<void* const> device_ptrs) = 0;
+  // Lookup, and holds the prefix it found: no tier evicts a held block until Release, so a
+  // block seen now is still there when its load runs later. Each hold needs one Release.
+  // Holds are this process's: another process sharing a tier may still remove the file.
+  virtual LookupResult Hold(std::span<const BlockKey> keys) = 0;
+  // Releases one hold of each key; FailedPrecondition naming the first key that was not held
+  // (the others are still released).
+  virtual Status Release(std::span<const BlockKey> keys) = 0;
+  // Moves up to out.size() residency changes, oldest first, into out; returns how many. Blocks
+  // entering a tier (a store, a promotion, a demotion to disk) and leaving it (eviction,
+  // corruption). Blocks recovered from a persistent tier at start are not announced.
+  virtual size_t TakeEvents(std::span<TierEvent> out) = 0;
+
   // false while the job runs; true when it finished OK; its error when it failed. A finished
   // job is forgotten once its result was returned (by Poll or Wait).
   virtual Result<bool> Poll(JobId job) = 0;

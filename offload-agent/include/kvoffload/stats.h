@@ -36,6 +36,8 @@ struct EngineStats {
   uint64_t h2d_bytes = 0;
   uint64_t h2d_ns = 0;
   uint64_t queue_depth = 0;  // jobs submitted and not yet finished
+  uint64_t held_blocks = 0;  // distinct blocks held (Engine::Hold) now
+  uint64_t events_dropped = 0;  // residency events lost because the feed was full
 };
 
 }  // namespace kvoffload
