@@ -15,7 +15,7 @@ from kvoffload.transfer import TransferCore
 PAGE = 256 * 1024   # bytes per block per tensor: a typical 16-token page of an 8B model layer
 TENSORS = 4
 BLOCKS = 512        # rows per tensor: 512 MiB of KV in all
-CPU_BLOCKS = 1024   # pinned tier holds half the engine blocks; the rest cascade to disk
+CPU_BLOCKS = 256    # pinned tier holds half the blocks (one row of every tensor each)
 
 
 def main() -> int:
@@ -27,7 +27,8 @@ def main() -> int:
     tiers = json.dumps([{"path": scratch, "kind": "emptyDir", "capacityBytes": 4 * BLOCKS *
                          TENSORS * PAGE, "persistent": False, "shared": False}])
     fp = Fingerprint("bench/model", "", "int8", "gpu-check", 0)
-    core = TransferCore(tensors, fp, cpu_bytes=CPU_BLOCKS * PAGE, tiers_json=tiers)
+    core = TransferCore(tensors, fp, cpu_bytes=CPU_BLOCKS * (TENSORS * PAGE + 4096),
+                        tiers_json=tiers)
     keys = [i.to_bytes(8, "big") for i in range(BLOCKS)]
     total = BLOCKS * TENSORS * PAGE
     try:

@@ -13,6 +13,7 @@
 
 struct kvo_engine {
   std::unique_ptr<kvoffload::Engine> engine;
+  size_t segments;  // device pointers per block
 };
 
 namespace {
@@ -59,7 +60,7 @@ kvo_status StartJob(kvo_engine* engine, const kvo_key* keys, void* const* device
       return Report(Status::InvalidArgument("keys, device_ptrs and job must not be NULL"));
     }
     std::vector<kvoffload::BlockKey> k = Keys(keys, n);
-    auto id = start(*engine->engine, k, std::span<void* const>(device_ptrs, n));
+    auto id = start(*engine->engine, k, std::span<void* const>(device_ptrs, n * engine->segments));
     if (!id.ok()) return Report(id.status());
     *job = *id;
     return Report(Status::Ok());
@@ -116,6 +117,7 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
     config.device = Or(options->device, "host");
     config.disk_io = Or(options->disk_io, "auto");
     config.event_capacity = options->event_capacity;
+    config.segments = options->segments == 0 ? 1 : options->segments;
     if (options->from_env != 0) {
       kvoffload::Result<kvoffload::EngineConfig> env =
           kvoffload::ConfigFromEnv(config, kvoffload::ProcessEnv);
@@ -133,7 +135,7 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
     kvoffload::Result<std::unique_ptr<kvoffload::Engine>> engine =
         kvoffload::Engine::Open(config);
     if (!engine.ok()) return Report(engine.status());
-    *out = new kvo_engine{std::move(engine).value()};
+    *out = new kvo_engine{std::move(engine).value(), config.segments};
     return Report(Status::Ok());
   });
 }

@@ -104,6 +104,11 @@ Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env) {
 
 Status EngineConfig::Validate() const {
   if (block_bytes == 0) return Status::InvalidArgument("block_bytes must be > 0");
+  if (segments == 0 || block_bytes % segments != 0) {
+    return Status::InvalidArgument("segments=" + std::to_string(segments) +
+                                   " must be > 0 and divide block_bytes=" +
+                                   std::to_string(block_bytes));
+  }
   if (fingerprint.model.empty()) {
     return Status::InvalidArgument("fingerprint.model must be set: blocks are scoped by model");
   }

@@ -55,11 +55,10 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
       entries_.erase(key);
       policy_->OnRemove(key);
       return Status::ResourceExhausted("all " + std::to_string(slot_count_) +
-                                       " pinned host slots are in use by copies in flight");
+                                       " pinned host slots are in use by copies in flight or held for loads");
     }
     Entry& v = entries_.at(*victim);
     v.state = State::kEvicting;
-    if (events_) events_->Record(*victim, kTierCpu, /*removed=*/true);
     ++stats_.evictions;
     ++evictions_in_flight_;
     const size_t slot = v.slot;
@@ -67,6 +66,9 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
     // Pins only block slot reuse, not the demotion: readers and the disk write both only read.
     const bool taken = sink_ && sink_(*victim, SlotPtr(slot));
     lock.Lock();
+    // Recorded after the sink's own "entered disk0": a reader of the feed never sees the block
+    // in no tier while it moves down.
+    if (events_) events_->Record(*victim, kTierCpu, /*removed=*/true);
     if (!taken) ++stats_.dropped;
     Entry& demoted = entries_.at(*victim);
     if (demoted.pins == 0) {

@@ -222,9 +222,10 @@ class EngineImpl final : public Engine {
     Status status;
   };
 
-  static Status CheckBatch(std::span<const BlockKey> keys, std::span<void* const> ptrs) {
-    if (keys.size() != ptrs.size()) {
-      return Status::InvalidArgument(std::to_string(keys.size()) + " keys but " +
+  Status CheckBatch(std::span<const BlockKey> keys, std::span<void* const> ptrs) const {
+    if (keys.size() * config_.segments != ptrs.size()) {
+      return Status::InvalidArgument(std::to_string(keys.size()) + " keys of " +
+                                     std::to_string(config_.segments) + " segments but " +
                                      std::to_string(ptrs.size()) + " device pointers");
     }
     for (void* p : ptrs) {
@@ -314,7 +315,7 @@ class EngineImpl final : public Engine {
         continue;
       }
       taken.push_back(i);
-      ops.push_back(CopyOp{*slot, ptrs[i], config_.block_bytes});
+      GatherOps(ops, *slot, ptrs, i);
     }
     flush();
     return first_error;
@@ -356,8 +357,11 @@ class EngineImpl final : public Engine {
       if (!from_disk[t].empty()) Promote(t, from_disk[t], batches[t], src, pinned, result, bounce);
     }
     std::vector<CopyOp> ops;
+    size_t delivered = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (result[i].ok()) ops.push_back(CopyOp{ptrs[i], src[i], config_.block_bytes});
+      if (!result[i].ok()) continue;
+      ScatterOps(ops, ptrs, i, src[i]);
+      ++delivered;
     }
     Status copied;
     if (!ops.empty()) {
@@ -372,9 +376,9 @@ class EngineImpl final : public Engine {
       failed_loads_ += n;
       return copied;
     }
-    loaded_blocks_ += ops.size();
-    h2d_bytes_ += ops.size() * config_.block_bytes;
-    const size_t failed = n - ops.size();
+    loaded_blocks_ += delivered;
+    h2d_bytes_ += delivered * config_.block_bytes;
+    const size_t failed = n - delivered;
     if (failed == 0) return Status::Ok();
     failed_loads_ += failed;
     for (size_t i = 0; i < n; ++i) {
@@ -425,6 +429,22 @@ class EngineImpl final : public Engine {
         result[i] = batch.result[j];
         if (promoted[j]) cpu_->AbortInsert(batch.keys[j]);
       }
+    }
+  }
+
+  // The copies of block i from its segment pointers into its host slot, and back.
+  void GatherOps(std::vector<CopyOp>& ops, std::byte* slot, const std::vector<void*>& ptrs,
+                 size_t i) const {
+    const size_t seg = config_.block_bytes / config_.segments;
+    for (size_t s = 0; s < config_.segments; ++s) {
+      ops.push_back(CopyOp{slot + s * seg, ptrs[i * config_.segments + s], seg});
+    }
+  }
+  void ScatterOps(std::vector<CopyOp>& ops, const std::vector<void*>& ptrs, size_t i,
+                  const std::byte* slot) const {
+    const size_t seg = config_.block_bytes / config_.segments;
+    for (size_t s = 0; s < config_.segments; ++s) {
+      ops.push_back(CopyOp{ptrs[i * config_.segments + s], slot + s * seg, seg});
     }
   }
 

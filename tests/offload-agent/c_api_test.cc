@@ -157,6 +157,29 @@ TEST(CApiTest, HoldReleaseAndEventFeed) {
   kvo_engine_destroy(e);
 }
 
+TEST(CApiTest, SegmentsGatherOneBlockFromSeveralPointers) {
+  kvo_options o = Options(2);
+  o.segments = 2;
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  const kvo_key key{9, 9};
+  std::vector<std::byte> whole = kvoffload::testing::Pattern({9, 9}, kBlock);
+  // The two halves of the block live in two unrelated buffers ("K" and "V" pages).
+  std::vector<std::byte> k(whole.begin(), whole.begin() + kBlock / 2);
+  std::vector<std::byte> v(whole.begin() + kBlock / 2, whole.end());
+  void* in[] = {k.data(), v.data()};
+  uint64_t job = 0;
+  ASSERT_EQ(kvo_store(e, &key, in, 1, &job), KVO_OK) << kvo_last_error();
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+  std::vector<std::byte> k2(kBlock / 2), v2(kBlock / 2);
+  void* out[] = {k2.data(), v2.data()};
+  ASSERT_EQ(kvo_load(e, &key, out, 1, &job), KVO_OK);
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+  EXPECT_EQ(k2, k);
+  EXPECT_EQ(v2, v);
+  kvo_engine_destroy(e);
+}
+
 TEST(CApiTest, ErrorsCarryCodesAndMessages) {
   kvo_options o = Options(2);
   o.model = nullptr;

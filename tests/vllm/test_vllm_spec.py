@@ -15,7 +15,9 @@ from vllm.v1.kv_offload.base import (
     CanonicalKVCacheTensor,
     GPULoadStoreSpec,
     LookupResult,
+    Medium,
     ReqContext,
+    ScheduleEndContext,
     make_offload_key,
 )
 from vllm.v1.kv_offload.config import (
@@ -30,12 +32,16 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 from conftest import golden_env, golden_kv_transfer_config
 from kvoffload import settings
 from kvoffload.engine import DEFAULT_LIBRARY
+from kvoffload.transfer import engine_key
 from kvoffload.vllm import KVOffloadAgentSpec
 
 CASE = "agent-mode-default"
 PAGE = 4096
 TENSORS = 2
 BLOCKS = 32
+# One engine block is one row of every KV tensor; its pinned slot and its file add a trailer,
+# rounded up to 4 KiB.
+SLOT = PAGE * TENSORS + 4096
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
@@ -81,9 +87,9 @@ def scaled_env(tmp_path, monkeypatch, persistent_only=False):
     for i, t in enumerate(tiers):
         t["path"] = str(tmp_path / f"kv-cache-{i}")
         (tmp_path / f"kv-cache-{i}").mkdir(exist_ok=True)
-        t["capacityBytes"] = 8 * PAGE * TENSORS * 2
+        t["capacityBytes"] = 8 * SLOT
     env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
-    env["KVOFFLOAD_CPU_BYTES"] = str(2 * PAGE * TENSORS)
+    env["KVOFFLOAD_CPU_BYTES"] = str(2 * SLOT)
     # Where agent mode installs the library and the package; here they come from the build
     # tree and the source tree (run.sh), so these two are checked, not applied.
     assert env.pop("KVOFFLOAD_LIBRARY") == DEFAULT_LIBRARY
@@ -91,6 +97,26 @@ def scaled_env(tmp_path, monkeypatch, persistent_only=False):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
+
+
+END_OF_STEP = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
+# Engine tier -> (medium, ownership) of the adapter's OffloadingEvents.
+MEDIUM_OF_TIER = {0: (Medium.CPU, None), 1: (Medium.STORAGE, "disk0"),
+                  2: (Medium.STORAGE, "disk1"), 3: (Medium.STORAGE, "disk2")}
+
+
+def residency(events):
+    """Replays OffloadingEvents: key -> the (medium, ownership) places it is in at the end."""
+    where = {}
+    for e in events:
+        for k in e.keys:
+            places = where.setdefault(k, set())
+            if e.removed:
+                assert (e.medium, e.ownership) in places, f"{k.hex()} removed from where it was not"
+                places.discard((e.medium, e.ownership))
+            else:
+                places.add((e.medium, e.ownership))
+    return {k: v for k, v in where.items() if v}
 
 
 def finish(worker, job_id, timeout=30.0):
@@ -103,7 +129,7 @@ def finish(worker, job_id, timeout=30.0):
     raise AssertionError(f"job {job_id} did not finish in {timeout} s")
 
 
-def store(manager, worker, keys, rows, job_id):
+def store(manager, worker, keys, rows, job_id, kept=True):
     ctx = ReqContext(req_id=f"store-{job_id}")
     out = manager.prepare_store(keys, ctx)
     assert out is not None
@@ -113,7 +139,9 @@ def store(manager, worker, keys, rows, job_id):
     assert ok
     assert manager.lookup(keys[0], ctx) is LookupResult.HIT_PENDING
     result = finish(worker, job_id)
-    assert result.success and result.transfer_size == len(keys) * TENSORS * PAGE
+    # A store the engine could not keep is still reported done: vLLM asserts on failures.
+    assert result.success
+    assert result.transfer_size == (len(keys) * TENSORS * PAGE if kept else 0)
     manager.complete_store(keys, ctx)
 
 
@@ -185,8 +213,11 @@ def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
         expected = [t[:8].clone() for t in tensors]
         store(manager, worker, keys, range(8), job_id=1)
         assert all(manager.lookup(k, ReqContext("r")) is LookupResult.HIT for k in keys)
-        events = list(manager.take_events())
-        assert [e.keys for e in events] == [keys] and not events[0].removed
+        manager.on_schedule_end(END_OF_STEP)
+        # Replayed, the events put every block where the engine says it is.
+        where = residency(manager.take_events())
+        tiers = worker._core.engine.lookup([engine_key(k) for k in keys])
+        assert [where.get(k) for k in keys] == [{MEDIUM_OF_TIER[t]} for t in tiers]
         stats = worker._core.engine.stats()
         assert stats["tiers"][1]["blocks"] > 0, f"no block reached disk tier 0: {stats}"
         # Already offloaded: a second store of the same blocks asks for nothing.
@@ -301,3 +332,93 @@ def test_through_vllm_connector_worker(tmp_path, monkeypatch):
             assert torch.equal(want, t[20:26])
     finally:
         connector.shutdown()
+
+
+def test_lookup_hit_stays_loadable_until_complete_load(tmp_path, monkeypatch):
+    """vLLM loads a block a step after its lookup; the engine's stores evict meanwhile. A HIT
+    must still load: the lookup holds it, complete_load lets it go."""
+    env = scaled_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KVOFFLOAD_TIERS", "[]")  # pinned host only: eviction drops blocks
+    del env
+    spec, manager, worker, tensors = new_spec(agent_extra())
+    engine = worker._core.engine
+    try:
+        old, new = offload_keys(2, salt=b"old"), offload_keys(2, salt=b"new")
+        g = torch.Generator().manual_seed(11)
+        for t in tensors:
+            t[:4] = torch.randint(-128, 128, (4, PAGE), dtype=torch.int8, generator=g)
+        expected = [t[:2].clone() for t in tensors]
+        store(manager, worker, old, range(2), job_id=1)
+        ctx = ReqContext("req-load")
+        assert [manager.lookup(k, ctx) for k in old] == [LookupResult.HIT] * 2
+        assert engine.stats()["held_blocks"] == 2
+        # Two new blocks want the only two slots: held, the old ones stay and the store
+        # keeps nothing (reported done: vLLM asserts on failed stores).
+        store(manager, worker, new, range(2, 4), job_id=2, kept=False)
+        assert [manager.lookup(k, ctx) for k in new] == [LookupResult.MISS] * 2
+        spec_ = manager.prepare_load(old, ctx)
+        manager.on_schedule_end(END_OF_STEP)
+        assert engine.stats()["held_blocks"] == 2, "the load's holds outlive the step"
+        for t in tensors:
+            t.zero_()
+        assert worker.submit_load(3, spec_, GPULoadStoreSpec([10, 11], group_sizes=[2],
+                                                             block_indices=[0]))
+        worker.wait({3})
+        assert [(r.job_id, r.success) for r in worker.get_finished()] == [(3, True)]
+        for want, t in zip(expected, tensors):
+            assert torch.equal(want, t[10:12])
+        manager.complete_load(old, ctx)
+        assert engine.stats()["held_blocks"] == 0
+        # Released, the old blocks give way to new ones.
+        store(manager, worker, new, range(2, 4), job_id=4)
+        assert [manager.lookup(k, ctx) for k in new] == [LookupResult.HIT] * 2
+        assert [manager.lookup(k, ctx) for k in old] == [LookupResult.MISS] * 2
+        manager.on_schedule_end(END_OF_STEP)
+        assert engine.stats()["held_blocks"] == 0
+    finally:
+        worker.shutdown()
+
+
+def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch)
+    spec, manager, worker, _ = new_spec(agent_extra())
+    engine = worker._core.engine
+    try:
+        keys = offload_keys(3, salt=b"step")
+        store(manager, worker, keys, range(3), job_id=1)
+        ctx = ReqContext("req")
+        # The same prefix looked up by two requests: two holds per block.
+        for _ in range(2):
+            assert all(manager.lookup(k, ctx) is LookupResult.HIT for k in keys)
+        assert engine.stats()["held_blocks"] == 3
+        manager.prepare_load(keys[:1], ctx)  # one of them is loaded
+        manager.on_schedule_end(END_OF_STEP)
+        assert engine.stats()["held_blocks"] == 1, "only the loading block is still held"
+        manager.complete_load(keys[:1], ctx)
+        assert engine.stats()["held_blocks"] == 0
+    finally:
+        worker.shutdown()
+
+
+def test_evictions_are_reported_as_removed_events(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("KVOFFLOAD_TIERS", json.dumps([{
+        "path": str(tmp_path / "kv-cache-0"), "kind": "emptyDir", "capacityBytes": 2 * SLOT,
+        "persistent": False, "shared": False}]))
+    spec, manager, worker, _ = new_spec(agent_extra())
+    try:
+        keys = offload_keys(6, salt=b"evict")
+        for i in range(6):  # one by one: a strict order through 2 pinned + 2 disk slots
+            store(manager, worker, keys[i:i + 1], [i], job_id=10 + i)
+        events = list(manager.take_events())
+        where = residency(events)
+        # The two oldest fell off the last tier: stored, moved to disk, removed from there.
+        assert keys[0] not in where and keys[1] not in where
+        removed = [k for e in events if e.removed and e.ownership == "disk0" for k in e.keys]
+        assert removed == keys[:2]
+        assert where == {k: {MEDIUM_OF_TIER[t]} for k, t in zip(
+            keys[2:], worker._core.engine.lookup([engine_key(k) for k in keys[2:]]))}
+        assert manager._names.keys() == {engine_key(k) for k in keys[2:]}, \
+            "names of blocks gone from every tier are forgotten"
+    finally:
+        worker.shutdown()

@@ -66,6 +66,10 @@ typedef struct kvo_options {
   /* Appended after the first fields: residency events kept for kvo_take_events; 0 = no event feed. A caller
    * compiled before this field passes the shorter struct_size and gets 0. */
   uint64_t event_capacity;
+  /* Device pointers per block, 0 = 1: kvo_store gathers block i from device_ptrs[i * segments
+   * + s] (block_bytes / segments bytes each) and kvo_load scatters it back, so a block that
+   * spans one page of several KV tensors is one engine block. */
+  uint64_t segments;
 } kvo_options;
 
 #define KVO_MAX_TIERS 16
@@ -102,7 +106,8 @@ KVO_API kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** ou
 /* Waits for running jobs; queued jobs are cancelled. NULL is ignored. */
 KVO_API void kvo_engine_destroy(kvo_engine* engine);
 
-/* Starts copying n blocks from device memory into the offload tiers; *job identifies it. */
+/* Starts copying n blocks from device memory into the offload tiers; *job identifies it.
+ * device_ptrs holds n * segments pointers (kvo_options.segments). */
 KVO_API kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                      uint64_t* job);
 /* *prefix = number of leading keys stored; tiers[i] (n entries, may be NULL) = tier of key i

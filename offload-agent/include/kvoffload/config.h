@@ -41,6 +41,10 @@ struct KVOFFLOAD_EXPORT EngineConfig {
   size_t worker_threads = 2;     // jobs run concurrently
   size_t io_parallelism = 4;     // psync threads / uring rings per tier
   size_t event_capacity = 0;     // residency events kept for TakeEvents; 0 = no event feed
+  // Device pointers per block. A vLLM block spans one page in each of its KV tensors: the
+  // engine gathers them into one block (one slot, one file) on store and scatters them back
+  // on load, block_bytes / segments bytes each.
+  size_t segments = 1;
 
   // Checks every field; errors name the field and the value.
   Status Validate() const;

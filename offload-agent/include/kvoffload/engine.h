@@ -53,15 +53,17 @@ class KVOFFLOAD_EXPORT Engine {
   // Finishes running jobs, cancels queued ones (Unavailable), then frees the tiers.
   virtual ~Engine() = default;
 
-  // Copies each block (block_bytes at device_ptrs[i]) into the pinned tier. Blocks already
+  // Copies each block into the pinned tier: block i is gathered from the `segments` pointers
+  // device_ptrs[i * segments + s], block_bytes / segments bytes each. Blocks already
   // stored are skipped. The device memory must stay valid until the job is waited.
-  // REQUIRES: keys.size() == device_ptrs.size().
+  // REQUIRES: device_ptrs.size() == keys.size() * segments (else InvalidArgument).
   virtual Result<JobId> Store(std::span<const BlockKey> keys,
                               std::span<void* const> device_ptrs) = 0;
   // Longest prefix of keys stored in any tier, with the tier of each.
   virtual LookupResult Lookup(std::span<const BlockKey> keys) = 0;
-  // Copies each block to device_ptrs[i], promoting disk blocks to the pinned tier. The job
-  // fails (NotFound / IOError) when any block could not be delivered; the others are delivered.
+  // Scatters each block back to its segment pointers (as Store), promoting disk blocks to the
+  // pinned tier. The job fails (NotFound / IOError) when any block could not be delivered;
+  // the others are delivered.
   virtual Result<JobId> Load(std::span<const BlockKey> keys,
                              std::span<void* const> device_ptrs) = 0;
   // Lookup, and holds the prefix it found: no tier evicts a held block until Release, so a

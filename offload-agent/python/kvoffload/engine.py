@@ -45,6 +45,8 @@ class _Options(ctypes.Structure):
         ("cpu_bytes", ctypes.c_uint64),
         ("eviction_policy", ctypes.c_char_p),
         ("tiers_json", ctypes.c_char_p),
+        ("event_capacity", ctypes.c_uint64),
+        ("segments", ctypes.c_uint64),
     ]
 
 
@@ -52,7 +54,8 @@ _TIER_FIELDS = ["capacity_bytes", "used_bytes", "blocks", "hits", "misses", "evi
                 "dropped", "io_errors", "corrupt", "bytes_read", "bytes_written", "read_ns",
                 "write_ns"]
 _STATS_FIELDS = ["stored_blocks", "loaded_blocks", "failed_loads", "failed_stores", "d2h_bytes",
-                 "d2h_ns", "h2d_bytes", "h2d_ns", "queue_depth"]
+                 "d2h_ns", "h2d_bytes", "h2d_ns", "queue_depth", "held_blocks",
+                 "events_dropped"]
 
 
 class _TierStats(ctypes.Structure):
@@ -63,6 +66,19 @@ class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_size_t), ("num_tiers", ctypes.c_uint32),
                  ("tiers", _TierStats * MAX_TIERS)]
                 + [(name, ctypes.c_uint64) for name in _STATS_FIELDS])
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [("key", Key), ("tier", ctypes.c_int32), ("removed", ctypes.c_int32)]
+
+
+@dataclass(frozen=True)
+class TierEvent:
+    """A block entered (removed=False) or left (removed=True) a tier: 0 = pinned host,
+    1 + i = disk tier i."""
+    key: tuple[int, int]
+    tier: int
+    removed: bool
 
 
 _lib = None
@@ -96,6 +112,12 @@ def _load():
         "kvo_lookup": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t,
                                       ctypes.POINTER(ctypes.c_size_t),
                                       ctypes.POINTER(ctypes.c_int32)]),
+        "kvo_hold": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t,
+                                    ctypes.POINTER(ctypes.c_size_t),
+                                    ctypes.POINTER(ctypes.c_int32)]),
+        "kvo_release": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t]),
+        "kvo_take_events": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_Event),
+                                           ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
         "kvo_job_poll": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
         "kvo_job_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
         "kvo_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_Stats)]),
@@ -134,6 +156,8 @@ class EngineOptions:
     tiers_json: str | None = None
     device: str = "host"  # "host" | "cuda"
     disk_io: str = "auto"
+    event_capacity: int = 0  # residency events kept for take_events(); 0 = no feed
+    segments: int = 1  # pointers per block: store/load take len(keys) * segments pointers
 
 
 def _keys_array(keys):
@@ -155,7 +179,8 @@ class Engine:
             options.eviction_policy, options.tiers_json)]
         model, revision, dtype, layout, device, disk_io, policy, tiers = self._strings
         opts = _Options(ctypes.sizeof(_Options), options.block_bytes, model, revision, dtype,
-                        layout, fp.rank, device, disk_io, 0, options.cpu_bytes, policy, tiers)
+                        layout, fp.rank, device, disk_io, 0, options.cpu_bytes, policy, tiers,
+                        options.event_capacity, options.segments)
         handle = ctypes.c_void_p()
         _check("kvo_engine_create", lib.kvo_engine_create(ctypes.byref(opts),
                                                           ctypes.byref(handle)))
@@ -181,8 +206,9 @@ class Engine:
         return self._handle
 
     def _submit(self, fn, call, keys, ptrs) -> int:
-        if len(keys) != len(ptrs):
-            raise ValueError(f"{call}: {len(keys)} keys but {len(ptrs)} pointers")
+        if len(keys) * self.options.segments != len(ptrs):
+            raise ValueError(f"{call}: {len(keys)} keys of {self.options.segments} segments "
+                             f"but {len(ptrs)} pointers")
         job = ctypes.c_uint64()
         arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
         _check(call, fn(self._live(), _keys_array(keys), arr, len(keys), ctypes.byref(job)))
@@ -196,15 +222,41 @@ class Engine:
     def load(self, keys, ptrs) -> int:
         return self._submit(self._lib.kvo_load, "kvo_load", keys, ptrs)
 
-    def lookup(self, keys) -> list[int]:
-        """The tier of each key of the longest stored prefix (0 = pinned host, 1+i = disk
-        tier i); its length is the prefix length."""
+    def _prefix(self, fn, call, keys) -> list[int]:
         n = len(keys)
         prefix = ctypes.c_size_t()
         tiers = (ctypes.c_int32 * max(n, 1))()
-        _check("kvo_lookup", self._lib.kvo_lookup(self._live(), _keys_array(keys), n,
-                                                  ctypes.byref(prefix), tiers))
+        _check(call, fn(self._live(), _keys_array(keys), n, ctypes.byref(prefix), tiers))
         return list(tiers[: prefix.value])
+
+    def lookup(self, keys) -> list[int]:
+        """The tier of each key of the longest stored prefix (0 = pinned host, 1+i = disk
+        tier i); its length is the prefix length."""
+        return self._prefix(self._lib.kvo_lookup, "kvo_lookup", keys)
+
+    def hold(self, keys) -> list[int]:
+        """lookup() that also holds the prefix it found: no eviction takes those blocks until
+        release(). Each hold needs one release."""
+        return self._prefix(self._lib.kvo_hold, "kvo_hold", keys)
+
+    def release(self, keys) -> None:
+        """Releases one hold of each key; raises KvoError (FAILED_PRECONDITION) naming a key
+        that was not held, after releasing the others."""
+        _check("kvo_release", self._lib.kvo_release(self._live(), _keys_array(keys), len(keys)))
+
+    def take_events(self, batch: int = 4096) -> list[TierEvent]:
+        """Every residency change since the last call, oldest first (empty unless the engine
+        was created with event_capacity > 0)."""
+        out: list[TierEvent] = []
+        buf = (_Event * batch)()
+        n = ctypes.c_size_t()
+        while True:
+            _check("kvo_take_events",
+                   self._lib.kvo_take_events(self._live(), buf, batch, ctypes.byref(n)))
+            out.extend(TierEvent((e.key.hi, e.key.lo), e.tier, bool(e.removed))
+                       for e in buf[: n.value])
+            if n.value < batch:
+                return out
 
     def poll(self, job: int) -> bool:
         """False while running; True when finished OK; raises KvoError when it failed."""

@@ -3,27 +3,27 @@ Plain torch tensors in, engine calls out; it never imports vLLM, so it is tested
 without vLLM (the GPU machine) as well as under the vLLM adapter.
 
 A KV cache is a list of tensors whose first dimension is the block number (vLLM's canonical
-layout). One logical block (one vLLM block hash) spans the same row of every tensor, so it is
-stored as one engine block per tensor, under a key derived from (block key, tensor index).
-All tensors must have the same page size: one engine has one block size. Not thread-safe."""
+layout). One logical block (one vLLM block hash) spans the same row of every tensor; it is one
+engine block of one segment per tensor (the engine gathers the rows on store and scatters them
+on load), so it lives, is evicted, held and reported as a unit, in one slot and one file.
+All tensors must have the same page size. Not thread-safe."""
 
 import hashlib
 from collections.abc import Sequence
 
 import torch
 
-from kvoffload.engine import Engine, EngineOptions, Fingerprint
+from kvoffload.engine import Engine, EngineOptions, Fingerprint, TierEvent
 
 
-def engine_key(block_key: bytes, tensor_index: int) -> tuple[int, int]:
-    """The 128-bit engine key of one tensor's page of a block: stable across processes and
-    restarts (no Python hash()), so persistent tiers hit again after a restart."""
-    digest = hashlib.blake2b(block_key + tensor_index.to_bytes(4, "big"),
-                             digest_size=16).digest()
+def engine_key(block_key: bytes) -> tuple[int, int]:
+    """The 128-bit engine key of a block: stable across processes and restarts (no Python
+    hash()), so persistent tiers hit again after a restart."""
+    digest = hashlib.blake2b(block_key, digest_size=16).digest()
     return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big")
 
 
-def page_bytes(tensor: torch.Tensor) -> int:
+def page_stride(tensor: torch.Tensor) -> int:
     """Bytes between consecutive blocks of a (num_blocks, ...) tensor."""
     return tensor.stride(0) * tensor.element_size()
 
@@ -47,31 +47,34 @@ class TransferCore:
 
     def __init__(self, tensors: Sequence[torch.Tensor], fingerprint: Fingerprint,
                  cpu_bytes: int, eviction_policy: str = "lru", tiers_json: str | None = None,
-                 disk_io: str = "auto", block_bytes: int | None = None):
+                 disk_io: str = "auto", page_bytes: int | None = None,
+                 event_capacity: int = 0):
         if not tensors:
             raise ValueError("no KV tensors to offload")
-        sizes = sorted({page_bytes(t) for t in tensors})
+        sizes = sorted({page_stride(t) for t in tensors})
         if len(sizes) != 1:
             raise ValueError(f"KV tensors have different page sizes {sizes} bytes; "
                              "libkvoffload needs one block size per engine")
         self.stride = sizes[0]
-        # vLLM may pad pages; the engine copies exactly block_bytes from each page start.
-        self.block_bytes = block_bytes or self.stride
-        if self.block_bytes > self.stride:
-            raise ValueError(f"block_bytes={self.block_bytes} exceeds the page stride "
+        # vLLM may pad pages; the engine copies exactly page_bytes from each page start.
+        self.page_bytes = page_bytes or self.stride
+        if self.page_bytes > self.stride:
+            raise ValueError(f"page_bytes={self.page_bytes} exceeds the page stride "
                              f"{self.stride} of the KV tensors")
         self.tensors = list(tensors)
         self.device = device_backend(tensors)
         self.engine = Engine(EngineOptions(
-            block_bytes=self.block_bytes, fingerprint=fingerprint, cpu_bytes=cpu_bytes,
+            block_bytes=self.page_bytes * len(self.tensors), segments=len(self.tensors),
+            fingerprint=fingerprint, cpu_bytes=cpu_bytes,
             eviction_policy=eviction_policy, tiers_json=tiers_json, device=self.device,
-            disk_io=disk_io))
+            disk_io=disk_io, event_capacity=event_capacity))
 
     def close(self) -> None:
         self.engine.close()
 
-    def _keys(self, block_keys: Sequence[bytes]) -> list[tuple[int, int]]:
-        return [engine_key(k, t) for k in block_keys for t in range(len(self.tensors))]
+    @staticmethod
+    def _keys(block_keys: Sequence[bytes]) -> list[tuple[int, int]]:
+        return [engine_key(k) for k in block_keys]
 
     def _pointers(self, block_ids: Sequence[int]) -> list[int]:
         rows = [int(b) for b in block_ids]
@@ -103,8 +106,20 @@ class TransferCore:
         return self.engine.load(self._keys(block_keys), self._pointers(block_ids))
 
     def stored_prefix(self, block_keys: Sequence[bytes]) -> int:
-        """How many leading blocks are stored, every tensor's page of them."""
-        return len(self.engine.lookup(self._keys(block_keys))) // len(self.tensors)
+        """How many leading blocks are stored."""
+        return len(self.engine.lookup(self._keys(block_keys)))
+
+    def hold(self, block_keys: Sequence[bytes]) -> int:
+        """Holds the longest stored prefix of blocks so that no eviction takes them until
+        release(); returns its length."""
+        return len(self.engine.hold(self._keys(block_keys)))
+
+    def release(self, block_keys: Sequence[bytes]) -> None:
+        self.engine.release(self._keys(block_keys))
+
+    def take_events(self) -> list[TierEvent]:
+        """The engine's residency changes since the last call, keyed by engine_key()."""
+        return self.engine.take_events()
 
     def poll(self, job: int) -> bool:
         return self.engine.poll(job)
@@ -113,4 +128,4 @@ class TransferCore:
         self.engine.wait(job)
 
     def transfer_bytes(self, num_blocks: int) -> int:
-        return num_blocks * len(self.tensors) * self.block_bytes
+        return num_blocks * len(self.tensors) * self.page_bytes

@@ -13,12 +13,14 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Collection, Iterable
 
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
     GPULoadStoreSpec,
     LoadStoreSpec,
+    Locality,
     LookupResult,
     Medium,
     OffloadingEvent,
@@ -29,15 +31,21 @@ from vllm.v1.kv_offload.base import (
     PrepareStoreOutput,
     ReqContext,
     RequestOffloadingContext,
+    ScheduleEndContext,
     TransferResult,
 )
 from vllm.v1.kv_offload.config import OffloadingConfig
 
 from kvoffload import settings as settings_mod
 from kvoffload.engine import Fingerprint, KvoError
-from kvoffload.transfer import TransferCore
+from kvoffload.transfer import TransferCore, engine_key
 
 logger = logging.getLogger(__name__)
+
+# Residency events the engine keeps between two take_events() of the scheduler (one step):
+# 24 bytes each, so at most 24 MiB; a step that moves more blocks than this loses events
+# (counted in the engine's events_dropped), never blocks.
+EVENT_CAPACITY = 1 << 20
 
 # engine_id -> the transfer core of that engine's worker, so the scheduler-side manager of
 # the same vLLM engine (same process) reads the index the worker writes.
@@ -91,16 +99,28 @@ def _require_single_worker(config: OffloadingConfig) -> None:
 
 
 class KVOffloadManager(OffloadingManager):
-    """Scheduler side. Lookups go to the engine; keys being stored are tracked here so they
-    are not stored twice; loads in flight are counted for complete_load. Eviction happens in
-    the engine, which reports no per-block feed through the C API: prepare_store returns no
-    evicted keys and only stores produce events."""
+    """Scheduler side, answered from the engine of this process's worker.
+
+    Protection: the engine evicts on its own store threads, outside vLLM's manager lock, so a
+    lookup HIT holds the block in the engine right away (kvo_hold); nothing evicts it until
+    released. prepare_load turns one of this step's lookup holds into a load hold, which
+    complete_load releases; lookup holds no load took are released at on_schedule_end, vLLM's
+    last manager call of a step.
+
+    Events: the engine's residency feed says which block entered or left which tier; they are
+    reported as vLLM OffloadingEvents, the pinned host tier as Medium.CPU and disk tier i as
+    Medium.STORAGE owned by "disk<i>". A block is named by the OffloadKey it was stored under
+    in this process; blocks recovered from a persistent tier at start are not announced."""
 
     def __init__(self, engine_id: str, enable_events: bool):
         self._engine_id = engine_id
         self._enable_events = enable_events
         self._storing: set[OffloadKey] = set()
-        self._loading: dict[OffloadKey, int] = {}
+        self._step_holds: Counter[OffloadKey] = Counter()
+        self._load_holds: Counter[OffloadKey] = Counter()
+        # For events: engine key -> OffloadKey, and the tiers each named block is in now.
+        self._names: dict[tuple[int, int], OffloadKey] = {}
+        self._residency: dict[tuple[int, int], set[int]] = {}
         self._events: list[OffloadingEvent] = []
 
     def _core(self) -> TransferCore:
@@ -115,48 +135,102 @@ class KVOffloadManager(OffloadingManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if key in self._storing:
             return LookupResult.HIT_PENDING
-        return LookupResult.HIT if self._core().stored_prefix([key]) == 1 else LookupResult.MISS
+        if self._core().hold([key]) == 1:
+            self._step_holds[key] += 1
+            return LookupResult.HIT
+        return LookupResult.MISS
 
     def prepare_load(self, keys: Collection[OffloadKey],
                      req_context: ReqContext) -> LoadStoreSpec:
+        core = self._core()
         for key in keys:
-            self._loading[key] = self._loading.get(key, 0) + 1
+            if self._step_holds[key] > 0:
+                self._step_holds[key] -= 1
+            elif core.hold([key]) != 1:
+                # vLLM loads only what a lookup reported; this block was not looked up this
+                # step and is gone now. Its load fails and vLLM reports it.
+                logger.error("kvoffload: block %s is loaded without a lookup hit and is not "
+                             "offloaded", key.hex())
+                continue
+            self._load_holds[key] += 1
+        self._step_holds = +self._step_holds  # drop zero counts
         return KVOffloadLoadStoreSpec(list(keys))
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
-        for key in keys:
-            left = self._loading.get(key, 0) - 1
-            if left > 0:
-                self._loading[key] = left
-            else:
-                self._loading.pop(key, None)
+        held = [k for k in keys if self._load_holds[k] > 0]
+        self._load_holds.subtract(held)
+        self._load_holds = +self._load_holds
+        if held:
+            self._core().release(held)
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        if self._step_holds:
+            self._core().release(list(self._step_holds.elements()))
+            self._step_holds.clear()
 
     def prepare_store(self, keys: Collection[OffloadKey],
                       req_context: ReqContext) -> PrepareStoreOutput | None:
         core = self._core()
         # Order matters: the scheduler pairs these keys with GPU block ids in its own order,
-        # which is the order it passed them in.
+        # which is the order it passed them in. Evictions happen in the engine when the store
+        # runs; they reach vLLM as events, so none are returned here.
         todo = [k for k in keys if k not in self._storing and core.stored_prefix([k]) == 0]
         self._storing.update(todo)
+        if self._enable_events:
+            for key in todo:
+                self._names[engine_key(key)] = key
         return PrepareStoreOutput(keys_to_store=todo, store_spec=KVOffloadLoadStoreSpec(todo),
                                   evicted_keys=[])
 
     def complete_store(self, keys: Collection[OffloadKey], req_context: ReqContext,
                        success: bool = True):
         self._storing.difference_update(keys)
-        if success and self._enable_events and keys:
-            self._events.append(OffloadingEvent(keys=list(keys), medium=Medium.CPU,
-                                                removed=False))
+        if self._enable_events:
+            # The job is over, so its events are in the feed: a key with no tier after them
+            # was not stored (no room, copy error) and needs no name.
+            self._drain_events()
+            for key in keys:
+                k = engine_key(key)
+                if k not in self._residency:
+                    self._names.pop(k, None)
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
 
     def take_events(self) -> Iterable[OffloadingEvent]:
+        if self._enable_events:
+            self._drain_events()
         events, self._events = self._events, []
         return events
 
-    def loads_in_flight(self) -> int:
-        return len(self._loading)
+    def _drain_events(self) -> None:
+        run: OffloadingEvent | None = None
+        run_tier = -1
+        for ev in self._core().take_events():
+            name = self._names.get(ev.key)
+            if name is None:
+                continue
+            tiers = self._residency.setdefault(ev.key, set())
+            if ev.removed:
+                tiers.discard(ev.tier)
+                if not tiers:  # gone from every tier
+                    del self._residency[ev.key]
+                    del self._names[ev.key]
+            else:
+                tiers.add(ev.tier)
+            # Consecutive changes of one tier and direction become one OffloadingEvent.
+            if run is None or run.removed != ev.removed or run_tier != ev.tier:
+                run, run_tier = _offloading_event(ev.tier, ev.removed), ev.tier
+                self._events.append(run)
+            run.keys.append(name)
+
+
+def _offloading_event(tier: int, removed: bool) -> OffloadingEvent:
+    if tier == 0:
+        return OffloadingEvent(keys=[], medium=Medium.CPU, removed=removed)
+    return OffloadingEvent(keys=[], medium=Medium.STORAGE, removed=removed,
+                           locality=Locality.LOCAL, ownership=f"disk{tier - 1}",
+                           removal_expected=True)
 
 
 class KVOffloadWorker(OffloadingWorker):
@@ -252,11 +326,13 @@ class KVOffloadAgentSpec(OffloadingSpec):
         self._manager: KVOffloadManager | None = None
         self._worker: KVOffloadWorker | None = None
 
+    def _events_enabled(self) -> bool:
+        return bool(self.kv_events_config.enable_kv_cache_events)
+
     def get_manager(self) -> OffloadingManager:
         _require_single_worker(self.config)
         if self._manager is None:
-            self._manager = KVOffloadManager(self.config.engine_id,
-                                             self.kv_events_config.enable_kv_cache_events)
+            self._manager = KVOffloadManager(self.config.engine_id, self._events_enabled())
         return self._manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
@@ -271,7 +347,8 @@ class KVOffloadAgentSpec(OffloadingSpec):
                                 cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
                                 tiers_json=s.tiers_json(),
                                 disk_io=str(self.extra_config.get("disk_io", "auto")),
-                                block_bytes=pages.pop())
+                                page_bytes=pages.pop(),
+                                event_capacity=EVENT_CAPACITY if self._events_enabled() else 0)
             logger.info("kvoffload: %s", core.engine.describe())
             with _cores_lock:
                 _cores[self.config.engine_id] = core
