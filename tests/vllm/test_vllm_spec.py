@@ -5,7 +5,6 @@ submit_store -> get_finished -> complete_store; prepare_load -> submit_load -> w
 complete_load), over CPU tensors with the engine's host backend."""
 
 import hashlib
-import json
 import time
 
 import pytest
@@ -27,12 +26,11 @@ from vllm.v1.kv_offload.config import (
 )
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-from conftest import golden_env, golden_kv_transfer_config
+from conftest import AGENT_CASE as CASE
+from conftest import golden_env, golden_kv_transfer_config, scaled_env
 from kvoffload import settings
-from kvoffload.engine import DEFAULT_LIBRARY
 from kvoffload.vllm import KVOffloadAgentSpec
 
-CASE = "agent-mode-default"
 PAGE = 4096
 TENSORS = 2
 BLOCKS = 32
@@ -69,28 +67,6 @@ def offload_keys(n, salt=b""):
 
 def agent_extra():
     return golden_kv_transfer_config(CASE)["kv_connector_extra_config"]
-
-
-def scaled_env(tmp_path, monkeypatch, persistent_only=False):
-    """The golden pod's env with its paths moved under tmp_path and its sizes shrunk to a
-    few pages (10 GiB of pinned RAM would not fit a CI machine); names, kinds and flags stay."""
-    env = golden_env(CASE)
-    tiers = json.loads(env["KVOFFLOAD_TIERS"])
-    if persistent_only:
-        tiers = [t for t in tiers if t["persistent"]]
-    for i, t in enumerate(tiers):
-        t["path"] = str(tmp_path / f"kv-cache-{i}")
-        (tmp_path / f"kv-cache-{i}").mkdir(exist_ok=True)
-        t["capacityBytes"] = 8 * PAGE * TENSORS * 2
-    env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
-    env["KVOFFLOAD_CPU_BYTES"] = str(2 * PAGE * TENSORS)
-    # Where agent mode installs the library and the package; here they come from the build
-    # tree and the source tree (run.sh), so these two are checked, not applied.
-    assert env.pop("KVOFFLOAD_LIBRARY") == DEFAULT_LIBRARY
-    assert env.pop("PYTHONPATH").split(":")[0] == "/opt/kvoffload/python"
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env
 
 
 def finish(worker, job_id, timeout=30.0):
@@ -159,7 +135,7 @@ def test_env_errors_name_the_variable():
 
 
 def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     cfg = golden_kv_transfer_config(CASE)
     assert cfg["kv_connector"] == "OffloadingConnector"
     spec, manager, worker, _ = new_spec(cfg["kv_connector_extra_config"])
@@ -174,7 +150,7 @@ def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch)
 
 
 def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec, manager, worker, tensors = new_spec(agent_extra())
     try:
         keys = offload_keys(8)
@@ -201,7 +177,7 @@ def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
 
 
 def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch, persistent_only=True)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS, persistent_only=True)
     keys = offload_keys(8, salt=b"restart")
     _, manager, worker, tensors = new_spec(agent_extra())
     g = torch.Generator().manual_seed(8)
@@ -235,7 +211,7 @@ def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, mo
 
 
 def test_more_than_one_worker_is_refused(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra(), world_size=2))
     with pytest.raises(ValueError, match="world size 2 .* not supported yet"):
         spec.get_manager()
@@ -253,7 +229,7 @@ def test_through_vllm_connector_worker(tmp_path, monkeypatch):
         OffloadingConnectorWorker,
     )
 
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
     caches = kv_caches()
     connector = OffloadingConnectorWorker(spec, vllm_config=None, kv_cache_config=None)
