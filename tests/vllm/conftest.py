@@ -7,8 +7,16 @@ import pathlib
 
 import pytest
 
+from kvoffload.engine import DEFAULT_LIBRARY
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "webhook" / "testdata"
+# The golden pod that agent mode produces by default: its env and --kv-transfer-config.
+AGENT_CASE = "agent-mode-default"
+
+# No adapter test may reach the Hugging Face hub (CI has no route to it). huggingface_hub reads
+# this when first imported, so it is set here, before any test module imports vLLM.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,3 +42,33 @@ def golden_kv_transfer_config(case: str) -> dict:
     args = [a for a in golden_container(case)["args"] if a.startswith(flag)]
     assert len(args) == 1, f"{case}: want one {flag} arg, got {args}"
     return json.loads(args[0][len(flag):])
+
+
+def slot_bytes(block_bytes: int) -> int:
+    """What one engine block of block_bytes occupies in pinned RAM and on disk: payload plus
+    a 64-byte trailer, rounded up to 4 KiB (offload-agent/FORMAT.md)."""
+    return -(-(block_bytes + 64) // 4096) * 4096
+
+
+def scaled_env(tmp_path, monkeypatch, block_bytes: int, persistent_only=False) -> dict[str, str]:
+    """The golden agent-mode pod's env, set in this process, with its tier paths moved under
+    tmp_path and its sizes shrunk to a few vLLM blocks of block_bytes (10 GiB of pinned RAM
+    would not fit a CI machine): pinned RAM holds 2 blocks, each disk tier 16, so a handful
+    of stored blocks already cascades to disk. Names, kinds and flags stay."""
+    env = golden_env(AGENT_CASE)
+    tiers = json.loads(env["KVOFFLOAD_TIERS"])
+    if persistent_only:
+        tiers = [t for t in tiers if t["persistent"]]
+    for i, t in enumerate(tiers):
+        t["path"] = str(tmp_path / f"kv-cache-{i}")
+        (tmp_path / f"kv-cache-{i}").mkdir(exist_ok=True)
+        t["capacityBytes"] = 16 * slot_bytes(block_bytes)
+    env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
+    env["KVOFFLOAD_CPU_BYTES"] = str(2 * slot_bytes(block_bytes))
+    # Where agent mode installs the library and the package; here they come from the build
+    # tree and the source tree (run.sh), so these two are checked, not applied.
+    assert env.pop("KVOFFLOAD_LIBRARY") == DEFAULT_LIBRARY
+    assert env.pop("PYTHONPATH").split(":")[0] == "/opt/kvoffload/python"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env

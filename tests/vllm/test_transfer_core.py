@@ -1,5 +1,6 @@
-"""The transfer core with plain torch tensors and no vLLM: the same tests run on the GPU
-machine with CUDA tensors (bench/gpu/run.sh sets KVOFFLOAD_TEST_DEVICE=cuda)."""
+"""The transfer core with plain torch tensors and no vLLM. KVOFFLOAD_TEST_DEVICE=cuda runs the
+same tests with CUDA tensors where torch sees a GPU; the GPU machine's own check is
+bench/gpu/transfer_core.py (run by bench/gpu/run.sh)."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from conftest import slot_bytes
 from kvoffload.engine import Fingerprint
 from kvoffload.transfer import TransferCore, engine_key
 
@@ -16,9 +18,8 @@ DEVICE = os.environ.get("KVOFFLOAD_TEST_DEVICE", "cpu")
 PAGE = 4096          # bytes per block per tensor
 TENSORS = 2          # e.g. K and V of one layer
 BLOCKS = 16          # rows of each KV tensor
-# One engine block is one row of every tensor; its pinned slot (and file) adds a trailer,
-# rounded up to 4 KiB.
-SLOT = PAGE * TENSORS + 4096
+# One engine block is one row of every tensor.
+SLOT = slot_bytes(PAGE * TENSORS)
 FP = Fingerprint(model="test/model", revision="r1", dtype="float16", layout="test", rank=0)
 
 

@@ -29,19 +29,17 @@ from vllm.v1.kv_offload.config import (
 )
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-from conftest import golden_env, golden_kv_transfer_config
+from conftest import AGENT_CASE as CASE
+from conftest import golden_env, golden_kv_transfer_config, scaled_env, slot_bytes
 from kvoffload import settings
-from kvoffload.engine import DEFAULT_LIBRARY
 from kvoffload.transfer import engine_key
 from kvoffload.vllm import KVOffloadAgentSpec
 
-CASE = "agent-mode-default"
 PAGE = 4096
 TENSORS = 2
 BLOCKS = 32
-# One engine block is one row of every KV tensor; its pinned slot and its file add a trailer,
-# rounded up to 4 KiB.
-SLOT = PAGE * TENSORS + 4096
+# One engine block is one row of every KV tensor.
+SLOT = slot_bytes(PAGE * TENSORS)
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
@@ -75,28 +73,6 @@ def offload_keys(n, salt=b""):
 
 def agent_extra():
     return golden_kv_transfer_config(CASE)["kv_connector_extra_config"]
-
-
-def scaled_env(tmp_path, monkeypatch, persistent_only=False):
-    """The golden pod's env with its paths moved under tmp_path and its sizes shrunk to a
-    few pages (10 GiB of pinned RAM would not fit a CI machine); names, kinds and flags stay."""
-    env = golden_env(CASE)
-    tiers = json.loads(env["KVOFFLOAD_TIERS"])
-    if persistent_only:
-        tiers = [t for t in tiers if t["persistent"]]
-    for i, t in enumerate(tiers):
-        t["path"] = str(tmp_path / f"kv-cache-{i}")
-        (tmp_path / f"kv-cache-{i}").mkdir(exist_ok=True)
-        t["capacityBytes"] = 8 * SLOT
-    env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
-    env["KVOFFLOAD_CPU_BYTES"] = str(2 * SLOT)
-    # Where agent mode installs the library and the package; here they come from the build
-    # tree and the source tree (run.sh), so these two are checked, not applied.
-    assert env.pop("KVOFFLOAD_LIBRARY") == DEFAULT_LIBRARY
-    assert env.pop("PYTHONPATH").split(":")[0] == "/opt/kvoffload/python"
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env
 
 
 END_OF_STEP = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
@@ -187,7 +163,7 @@ def test_env_errors_name_the_variable():
 
 
 def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     cfg = golden_kv_transfer_config(CASE)
     assert cfg["kv_connector"] == "OffloadingConnector"
     spec, manager, worker, _ = new_spec(cfg["kv_connector_extra_config"])
@@ -202,7 +178,7 @@ def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch)
 
 
 def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec, manager, worker, tensors = new_spec(agent_extra())
     try:
         keys = offload_keys(8)
@@ -232,7 +208,7 @@ def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
 
 
 def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch, persistent_only=True)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS, persistent_only=True)
     keys = offload_keys(8, salt=b"restart")
     _, manager, worker, tensors = new_spec(agent_extra())
     g = torch.Generator().manual_seed(8)
@@ -266,7 +242,7 @@ def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, mo
 
 
 def test_more_than_one_worker_is_refused(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra(), world_size=2))
     with pytest.raises(ValueError, match="world size 2 .* not supported yet"):
         spec.get_manager()
@@ -284,7 +260,7 @@ def test_through_vllm_connector_worker(tmp_path, monkeypatch):
         OffloadingConnectorWorker,
     )
 
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
     caches = kv_caches()
     connector = OffloadingConnectorWorker(spec, vllm_config=None, kv_cache_config=None)
@@ -337,7 +313,7 @@ def test_through_vllm_connector_worker(tmp_path, monkeypatch):
 def test_lookup_hit_stays_loadable_until_complete_load(tmp_path, monkeypatch):
     """vLLM loads a block a step after its lookup; the engine's stores evict meanwhile. A HIT
     must still load: the lookup holds it, complete_load lets it go."""
-    env = scaled_env(tmp_path, monkeypatch)
+    env = scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     monkeypatch.setenv("KVOFFLOAD_TIERS", "[]")  # pinned host only: eviction drops blocks
     del env
     spec, manager, worker, tensors = new_spec(agent_extra())
@@ -380,7 +356,7 @@ def test_lookup_hit_stays_loadable_until_complete_load(tmp_path, monkeypatch):
 
 
 def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec, manager, worker, _ = new_spec(agent_extra())
     engine = worker._core.engine
     try:
@@ -401,7 +377,7 @@ def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
 
 
 def test_evictions_are_reported_as_removed_events(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch)
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     monkeypatch.setenv("KVOFFLOAD_TIERS", json.dumps([{
         "path": str(tmp_path / "kv-cache-0"), "kind": "emptyDir", "capacityBytes": 2 * SLOT,
         "persistent": False, "shared": False}]))

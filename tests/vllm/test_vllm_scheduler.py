@@ -1,0 +1,263 @@
+"""KVOffloadAgentSpec under vLLM 0.33.0's own scheduler: the real
+vllm.v1.core.sched.scheduler.Scheduler, configured with the golden agent-mode pod's
+--kv-transfer-config, builds its OffloadingConnector in role SCHEDULER (our manager), and a
+second OffloadingConnector in role WORKER (our worker, over CPU tensors) executes what the
+scheduler asks. test_vllm_spec.py calls our manager directly; here only vLLM calls it, so what
+is checked is the contract as vLLM 0.33.0 uses it:
+
+- Scheduler.schedule() -> get_num_new_matched_tokens (manager.lookup per block key),
+  update_state_after_alloc (prepare_load), build_connector_meta (prepare_store for the
+  computed blocks, on_request_finished, on_schedule_end);
+- OffloadingConnector(WORKER): register_kv_caches (vLLM turns per-layer KV tensors into
+  CanonicalKVCaches and calls our get_worker), handle_preemptions, start_load_kv (deferred
+  store submission, async loads), wait_for_save, get_transfer_results,
+  build_connector_worker_meta;
+- Scheduler.update_from_output() -> update_connector_output (complete_store/complete_load
+  from the worker's completed jobs) and finished_recving, which wakes a request whose KV
+  was loading.
+
+No model runs. EngineCoreLoop below plays vLLM's engine core and model runner: it calls the
+worker connector in the order KVConnectorModelRunnerMixin does, and its "forward" writes
+random bytes into the KV slots of exactly the tokens a step computes, so the bytes a load
+brings back can be compared with what request A's forward wrote.
+
+No Hugging Face hub (conftest sets HF_HUB_OFFLINE=1): ModelConfig reads a 2-layer llama
+config.json written under tmp_path, with skip_tokenizer_init (no tokenizer files) and no
+weights (nothing loads the model). On a machine's first run vLLM's model registry inspects
+LlamaForCausalLM in a subprocess (about 20 s here) and caches the result under
+VLLM_CACHE_ROOT; later runs skip that."""
+
+import json
+import time
+
+import pytest
+import torch
+from vllm import SamplingParams
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+    set_current_vllm_config,
+)
+from vllm.distributed.kv_transfer.kv_connector.utils import yield_req_data
+from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+    OffloadingConnector,
+)
+from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+    compute_layer_kv_cache_shape_bytes,
+)
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from conftest import AGENT_CASE, golden_kv_transfer_config, scaled_env
+from kvoffload.vllm import KVOffloadAgentSpec
+
+TOKENS_PER_BLOCK = 16
+NUM_GPU_BLOCKS = 32
+KV_HEADS = 4
+HEAD_SIZE = 16
+LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
+# One model layer's KV of one block: 16 tokens x 4 heads x (K + V) x 16 x fp16 = 4 KiB.
+ATTENTION = FullAttentionSpec(block_size=TOKENS_PER_BLOCK, num_kv_heads=KV_HEADS,
+                              head_size=HEAD_SIZE, dtype=torch.float16)
+PAGE = ATTENTION.page_size_bytes
+# A's prompt: this many full blocks, then a partial one that is never offloaded.
+FULL_BLOCKS = 4
+SAMPLED_TOKEN = 7
+
+
+def tiny_llama(tmp_path) -> str:
+    """A model directory ModelConfig accepts without the hub: config.json only."""
+    model = tmp_path / "tiny-llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": KV_HEADS * HEAD_SIZE, "intermediate_size": 128,
+        "num_hidden_layers": len(LAYERS), "num_attention_heads": KV_HEADS,
+        "num_key_value_heads": KV_HEADS, "vocab_size": 128, "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5, "torch_dtype": "float16", "tie_word_embeddings": False,
+    }))
+    return str(model)
+
+
+def vllm_config(model: str) -> VllmConfig:
+    config = VllmConfig(
+        model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float16",
+                                 seed=0, max_model_len=512),
+        cache_config=CacheConfig(block_size=TOKENS_PER_BLOCK, enable_prefix_caching=True),
+        # A budget above every prompt: each prefill completes in one step.
+        scheduler_config=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=256,
+                                         max_model_len=512, is_encoder_decoder=False),
+        kv_transfer_config=KVTransferConfig(**golden_kv_transfer_config(AGENT_CASE)),
+        device_config=DeviceConfig("cpu"))
+    # The engine core resolves the layout before any connector is built, taking the one the
+    # OffloadingConnector asks for (get_required_kvcache_layout) when the backend allows.
+    config.cache_config.kv_cache_layout = "LBHNC"
+    config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
+    return config
+
+
+def kv_cache_config() -> KVCacheConfig:
+    """One full-attention group over both layers, in one layer-outermost allocation, the
+    way vLLM's KV cache config for this model would place them."""
+    return KVCacheConfig(
+        num_blocks=NUM_GPU_BLOCKS,
+        kv_cache_tensors=[KVCacheTensor(size=len(LAYERS) * NUM_GPU_BLOCKS * PAGE,
+                                        layers=list(LAYERS),
+                                        layer_stride=NUM_GPU_BLOCKS * PAGE, block_stride=PAGE)],
+        kv_cache_groups=[KVCacheGroupSpec(list(LAYERS), ATTENTION)])
+
+
+class EngineCoreLoop:
+    """vLLM's Scheduler and, in place of the model runner, this loop calling the
+    worker-side OffloadingConnector. kv is the "GPU" KV cache: (layer, block, head, token,
+    K+V bytes), vLLM's logical per-layer shape stacked over the layers."""
+
+    def __init__(self, config: VllmConfig, kv_config: KVCacheConfig):
+        hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        self.block_hasher = get_request_block_hasher(TOKENS_PER_BLOCK, hash_fn,
+                                                     config.num_hash_lookahead_tokens)
+        self.kv = torch.zeros(len(LAYERS), *compute_layer_kv_cache_shape_bytes(
+            ATTENTION, NUM_GPU_BLOCKS), dtype=torch.int8)
+        self.scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
+                                   structured_output_manager=StructuredOutputManager(config),
+                                   block_size=TOKENS_PER_BLOCK, log_stats=True)
+        self.worker = OffloadingConnector(config, KVConnectorRole.WORKER, kv_config)
+        with set_current_vllm_config(config):
+            self.worker.register_kv_caches(dict(zip(LAYERS, self.kv)))
+        self.block_tables: dict[str, list[int]] = {}
+        self.outputs: dict[str, list] = {}
+        self.finished_recving: set[str] = set()
+        self._random = torch.Generator().manual_seed(0)
+
+    def add(self, req_id: str, prompt: list[int], max_tokens: int) -> None:
+        self.scheduler.add_request(Request(
+            request_id=req_id, prompt_token_ids=prompt,
+            sampling_params=SamplingParams(max_tokens=max_tokens), pooling_params=None,
+            block_hasher=self.block_hasher))
+
+    def _forward(self, out) -> None:
+        """Writes the KV of the tokens this step computes, and only those, into their slots
+        of the request's blocks, as the model would."""
+        for req_id, block_ids, full_table in yield_req_data(out):
+            if full_table:
+                self.block_tables[req_id] = list(block_ids[0])
+            elif block_ids is not None:
+                self.block_tables[req_id].extend(block_ids[0])
+        computed = {r.req_id: r.num_computed_tokens for r in out.scheduled_new_reqs}
+        cached = out.scheduled_cached_reqs
+        computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+        for req_id, n in out.num_scheduled_tokens.items():
+            table = self.block_tables[req_id]
+            for pos in range(computed[req_id], computed[req_id] + n):
+                slot = self.kv[:, table[pos // TOKENS_PER_BLOCK], :, pos % TOKENS_PER_BLOCK]
+                slot.copy_(torch.randint(-128, 128, slot.shape, dtype=torch.int8,
+                                         generator=self._random))
+
+    def step(self) -> bool:
+        """One engine step; False when it computed nothing (only transfers moved)."""
+        out = self.scheduler.schedule()
+        worker = self.worker
+        worker.handle_preemptions(out.kv_connector_metadata)
+        worker.bind_connector_metadata(out.kv_connector_metadata)
+        # Sync loads feed this step's forward; async ones start after it.
+        if out.has_sync_kv_loads:
+            worker.start_load_kv(None)
+        self._forward(out)
+        if not out.has_sync_kv_loads:
+            worker.start_load_kv(None)
+        worker.wait_for_save()
+        results = worker.get_transfer_results(out.finished_req_ids)
+        connector_output = KVConnectorOutput(
+            finished_sending=results.finished_sending,
+            finished_recving=results.finished_recving,
+            kv_connector_worker_meta=worker.build_connector_worker_meta())
+        worker.clear_connector_metadata()
+        self.finished_recving |= results.finished_recving
+        if out.total_num_scheduled_tokens:
+            # Every prefill completes in its step (see the token budget), so every
+            # scheduled request samples one token.
+            req_ids = list(out.num_scheduled_tokens)
+            runner_output = ModelRunnerOutput(
+                req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                sampled_token_ids=[[SAMPLED_TOKEN] for _ in req_ids],
+                kv_connector_output=connector_output)
+        else:
+            runner_output = ModelRunnerOutput.with_kv_conn_output_only(connector_output)
+        for outputs in self.scheduler.update_from_output(out, runner_output).values():
+            for o in outputs.outputs:
+                self.outputs.setdefault(o.request_id, []).append(o)
+        return out.total_num_scheduled_tokens > 0
+
+    def run_until_idle(self, what: str, timeout: float = 30.0) -> None:
+        """Steps while the scheduler has work, as the engine core does: unfinished requests
+        or, through the connector, transfer jobs not yet reported complete."""
+        deadline = time.monotonic() + timeout
+        while self.scheduler.has_requests():
+            assert time.monotonic() < deadline, f"{what}: not done after {timeout} s"
+            if not self.step():
+                # Transfers run on libkvoffload's threads: leave them the CPU.
+                time.sleep(0.001)
+
+    def prefill_stats(self, req_id: str):
+        stats = [o.prefill_stats for o in self.outputs.get(req_id, []) if o.prefill_stats]
+        assert len(stats) == 1, f"{req_id}: want one prefill report, got {stats}"
+        return stats[0]
+
+    def shutdown(self) -> None:
+        self.scheduler.shutdown()
+        self.worker.shutdown()
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch):
+    # A's FULL_BLOCKS blocks exceed the pinned RAM scaled_env leaves: the engine cascades
+    # some of them to the emptyDir tier, and B's load has to read those from disk.
+    scaled_env(tmp_path, monkeypatch, block_bytes=len(LAYERS) * PAGE)
+    loop = EngineCoreLoop(vllm_config(tiny_llama(tmp_path)), kv_cache_config())
+    yield loop
+    loop.shutdown()
+
+
+def test_scheduler_loads_what_it_stored_through_the_spec(engine):
+    assert type(engine.worker.connector_worker.spec) is KVOffloadAgentSpec
+    prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+    engine.add("A", prompt_a, max_tokens=2)
+    # Idle means A finished and every store job the scheduler made was reported complete.
+    engine.run_until_idle("request A and its stores")
+    assert [o.new_token_ids for o in engine.outputs["A"]] == [[SAMPLED_TOKEN]] * 2
+    assert engine.prefill_stats("A").num_external_cached_tokens == 0
+    # What A's forward wrote into its full blocks; its partial last block is never stored.
+    held = engine.kv[:, engine.block_tables["A"][:FULL_BLOCKS]].clone()
+    tiers = engine.worker.connector_worker.worker._core.engine.stats()["tiers"]
+    assert tiers[1]["blocks"] > 0, f"none of A's blocks reached disk tier 0: {tiers}"
+
+    # Empties the GPU prefix cache only (the connector keeps its blocks), as vLLM's
+    # /reset_prefix_cache does by default: otherwise B would hit A's blocks in GPU memory and
+    # never ask the connector. Zeroed, the GPU blocks can only hold what a load writes.
+    assert engine.scheduler.reset_prefix_cache()
+    engine.kv.zero_()
+    prompt_b = prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101, 102, 103, 104, 105]
+    engine.add("B", prompt_b, max_tokens=1)
+    engine.run_until_idle("request B")
+
+    stats = engine.prefill_stats("B")
+    assert stats.num_local_cached_tokens == 0
+    assert stats.num_external_cached_tokens == FULL_BLOCKS * TOKENS_PER_BLOCK
+    assert "B" in engine.finished_recving, "B's load never completed through finished_recving"
+    loaded = engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]]
+    differ = [i for i in range(FULL_BLOCKS) if not torch.equal(held[:, i], loaded[:, i])]
+    assert not differ, f"B's blocks {differ} (of {FULL_BLOCKS} loaded) differ from A's"
