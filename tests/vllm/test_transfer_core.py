@@ -55,6 +55,9 @@ def test_does_not_import_vllm():
 def test_engine_key_is_stable():
     assert engine_key(b"a") == engine_key(b"a")
     assert engine_key(b"a") != engine_key(b"b")
+    # Generation 0 is the plain key (what persistent tiers hold); a reset's next one differs.
+    assert engine_key(b"a", 0) == engine_key(b"a")
+    assert engine_key(b"a", 1) not in (engine_key(b"a"), engine_key(b"a", 2))
     # Fixed value: a change would orphan every block on a persistent tier.
     assert engine_key(b"a") == (0x27C35E6E9373877F, 0x29E562464E46497E)
 

@@ -261,3 +261,44 @@ def test_scheduler_loads_what_it_stored_through_the_spec(engine):
     loaded = engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]]
     differ = [i for i in range(FULL_BLOCKS) if not torch.equal(held[:, i], loaded[:, i])]
     assert not differ, f"B's blocks {differ} (of {FULL_BLOCKS} loaded) differ from A's"
+
+
+def _core(engine):
+    return engine.worker.connector_worker.worker._core
+
+
+def test_connector_reset_drops_what_was_offloaded(engine):
+    """reset_prefix_cache(reset_connector=True) (vLLM's /reset_prefix_cache?reset_external=true,
+    and pausing with clear_cache around a weight update) must stop the connector serving
+    KV computed before it."""
+    prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+    engine.add("A", prompt_a, max_tokens=2)
+    engine.run_until_idle("request A and its stores")
+    assert engine.scheduler.reset_prefix_cache(reset_connector=True)
+    engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1)
+    engine.run_until_idle("request B")
+    assert engine.prefill_stats("B").num_external_cached_tokens == 0, \
+        "blocks offloaded before the reset were served after it"
+    assert _core(engine).engine.stats()["held_blocks"] == 0
+
+
+def test_connector_reset_while_storing_leaves_no_block_pending(engine):
+    """A reset while A's store job is in flight: vLLM skips that job's completion, so nothing
+    may wait for it (a key left "being stored" would defer every request with that prefix
+    forever). vLLM stores A's blocks again after the reset, under the new generation, and B
+    loads those."""
+    prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+    engine.add("A", prompt_a, max_tokens=2)
+    engine.step()  # A's prefill: the scheduler makes its store job, the worker defers it
+    # The connector half of reset_prefix_cache(reset_connector=True), whose GPU half refuses
+    # while A runs.
+    assert engine.scheduler.reset_connector_cache()
+    engine.run_until_idle("request A")
+    held = engine.kv[:, engine.block_tables["A"][:FULL_BLOCKS]].clone()
+    assert engine.scheduler.reset_prefix_cache()
+    engine.kv.zero_()
+    engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1)
+    engine.run_until_idle("request B after a reset in mid-store", timeout=15)
+    assert engine.prefill_stats("B").num_external_cached_tokens == FULL_BLOCKS * TOKENS_PER_BLOCK
+    assert torch.equal(held, engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]])
+    assert _core(engine).engine.stats()["held_blocks"] == 0

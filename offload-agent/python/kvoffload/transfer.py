@@ -16,10 +16,12 @@ import torch
 from kvoffload.engine import Engine, EngineOptions, Fingerprint, TierEvent
 
 
-def engine_key(block_key: bytes) -> tuple[int, int]:
+def engine_key(block_key: bytes, generation: int = 0) -> tuple[int, int]:
     """The 128-bit engine key of a block: stable across processes and restarts (no Python
-    hash()), so persistent tiers hit again after a restart."""
-    digest = hashlib.blake2b(block_key, digest_size=16).digest()
+    hash()), so persistent tiers hit again after a restart. A cache reset moves the caller to
+    the next generation, under which no earlier block is found."""
+    salt = b"" if generation == 0 else b"\0kvoffload-generation" + generation.to_bytes(8, "big")
+    digest = hashlib.blake2b(block_key + salt, digest_size=16).digest()
     return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big")
 
 
@@ -73,8 +75,8 @@ class TransferCore:
         self.engine.close()
 
     @staticmethod
-    def _keys(block_keys: Sequence[bytes]) -> list[tuple[int, int]]:
-        return [engine_key(k) for k in block_keys]
+    def _keys(block_keys: Sequence[bytes], generation: int) -> list[tuple[int, int]]:
+        return [engine_key(k, generation) for k in block_keys]
 
     def _pointers(self, block_ids: Sequence[int]) -> list[int]:
         rows = [int(b) for b in block_ids]
@@ -91,31 +93,33 @@ class TransferCore:
         if len(block_keys) != len(block_ids):
             raise ValueError(f"{len(block_keys)} block keys but {len(block_ids)} block ids")
 
-    def store(self, block_keys: Sequence[bytes], block_ids: Sequence[int]) -> int:
+    def store(self, block_keys: Sequence[bytes], block_ids: Sequence[int],
+              generation: int = 0) -> int:
         """Starts copying rows block_ids of every tensor into the engine under block_keys.
         On CUDA the current stream is synchronized first: the engine copies on its own
         stream, and the rows must hold what the forward pass wrote. Returns the engine job."""
         self._check_lengths(block_keys, block_ids)
         if self.device == "cuda":
             torch.cuda.current_stream(self.tensors[0].device).synchronize()
-        return self.engine.store(self._keys(block_keys), self._pointers(block_ids))
+        return self.engine.store(self._keys(block_keys, generation), self._pointers(block_ids))
 
-    def load(self, block_keys: Sequence[bytes], block_ids: Sequence[int]) -> int:
+    def load(self, block_keys: Sequence[bytes], block_ids: Sequence[int],
+             generation: int = 0) -> int:
         """Starts copying blocks back into rows block_ids. Returns the engine job."""
         self._check_lengths(block_keys, block_ids)
-        return self.engine.load(self._keys(block_keys), self._pointers(block_ids))
+        return self.engine.load(self._keys(block_keys, generation), self._pointers(block_ids))
 
-    def stored_prefix(self, block_keys: Sequence[bytes]) -> int:
+    def stored_prefix(self, block_keys: Sequence[bytes], generation: int = 0) -> int:
         """How many leading blocks are stored."""
-        return len(self.engine.lookup(self._keys(block_keys)))
+        return len(self.engine.lookup(self._keys(block_keys, generation)))
 
-    def hold(self, block_keys: Sequence[bytes]) -> int:
+    def hold(self, block_keys: Sequence[bytes], generation: int = 0) -> int:
         """Holds the longest stored prefix of blocks so that no eviction takes them until
         release(); returns its length."""
-        return len(self.engine.hold(self._keys(block_keys)))
+        return len(self.engine.hold(self._keys(block_keys, generation)))
 
-    def release(self, block_keys: Sequence[bytes]) -> None:
-        self.engine.release(self._keys(block_keys))
+    def release(self, block_keys: Sequence[bytes], generation: int = 0) -> None:
+        self.engine.release(self._keys(block_keys, generation))
 
     def take_events(self) -> list[TierEvent]:
         """The engine's residency changes since the last call, keyed by engine_key()."""

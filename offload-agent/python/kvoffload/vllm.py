@@ -55,13 +55,16 @@ _cores_lock = threading.Lock()
 
 class KVOffloadLoadStoreSpec(LoadStoreSpec):
     """The blocks of a transfer on the engine side: their vLLM offload keys, in the order of
-    the GPU block ids the scheduler pairs them with. Pickled to the workers."""
+    the GPU block ids the scheduler pairs them with, and the manager's key generation when it
+    made the spec (a store prepared before a cache reset lands where nothing finds it).
+    Pickled to the workers."""
 
-    def __init__(self, keys: list[OffloadKey]):
+    def __init__(self, keys: list[OffloadKey], generation: int):
         self.keys = keys
+        self.generation = generation
 
     def __repr__(self) -> str:
-        return f"KVOffloadLoadStoreSpec({len(self.keys)} keys)"
+        return f"KVOffloadLoadStoreSpec({len(self.keys)} keys, generation {self.generation})"
 
 
 def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
@@ -118,6 +121,10 @@ class KVOffloadManager(OffloadingManager):
         self._storing: set[OffloadKey] = set()
         self._step_holds: Counter[OffloadKey] = Counter()
         self._load_holds: Counter[OffloadKey] = Counter()
+        # Key generation (reset_cache), and the load holds of earlier ones that wait for
+        # on_reset_flushed.
+        self._generation = 0
+        self._flushing: list[tuple[int, list[OffloadKey]]] = []
         # For events: engine key -> OffloadKey, and the tiers each named block is in now.
         self._names: dict[tuple[int, int], OffloadKey] = {}
         self._residency: dict[tuple[int, int], set[int]] = {}
@@ -135,7 +142,7 @@ class KVOffloadManager(OffloadingManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if key in self._storing:
             return LookupResult.HIT_PENDING
-        if self._core().hold([key]) == 1:
+        if self._core().hold([key], self._generation) == 1:
             self._step_holds[key] += 1
             return LookupResult.HIT
         return LookupResult.MISS
@@ -146,7 +153,7 @@ class KVOffloadManager(OffloadingManager):
         for key in keys:
             if self._step_holds[key] > 0:
                 self._step_holds[key] -= 1
-            elif core.hold([key]) != 1:
+            elif core.hold([key], self._generation) != 1:
                 # vLLM loads only what a lookup reported; this block was not looked up this
                 # step and is gone now. Its load fails and vLLM reports it.
                 logger.error("kvoffload: block %s is loaded without a lookup hit and is not "
@@ -154,19 +161,48 @@ class KVOffloadManager(OffloadingManager):
                 continue
             self._load_holds[key] += 1
         self._step_holds = +self._step_holds  # drop zero counts
-        return KVOffloadLoadStoreSpec(list(keys))
+        return KVOffloadLoadStoreSpec(list(keys), self._generation)
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
         held = [k for k in keys if self._load_holds[k] > 0]
         self._load_holds.subtract(held)
         self._load_holds = +self._load_holds
         if held:
-            self._core().release(held)
+            self._core().release(held, self._generation)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         if self._step_holds:
-            self._core().release(list(self._step_holds.elements()))
+            self._core().release(list(self._step_holds.elements()), self._generation)
             self._step_holds.clear()
+
+    def reset_cache(self) -> None:
+        """vLLM drops every offloaded block (a cache reset, e.g. around a weight update). The
+        manager moves to the next key generation: every block stored before, and every store
+        still in flight (its spec carries the old generation), is unreachable at once, and is
+        the first to age out of the tiers since nothing touches it again. After a restart the
+        generation starts from 0 again: a persistent tier then serves what was stored before
+        the first reset, with the weights a restart loads. Holds of this step's lookups end
+        now; those of loads in flight end at on_reset_flushed, once vLLM's workers are done."""
+        core = self._core()
+        if self._step_holds:
+            core.release(list(self._step_holds.elements()), self._generation)
+        if self._load_holds:
+            self._flushing.append((self._generation, list(self._load_holds.elements())))
+        self._step_holds = Counter()
+        self._load_holds = Counter()
+        # Keys stored under the old generation never complete_store (vLLM skips stale jobs):
+        # left here they would answer HIT_PENDING forever.
+        self._storing.clear()
+        self._names.clear()
+        self._residency.clear()
+        self._events.clear()
+        self._generation += 1
+
+    def on_reset_flushed(self) -> None:
+        core = self._core()
+        for generation, keys in self._flushing:
+            core.release(keys, generation)
+        self._flushing.clear()
 
     def prepare_store(self, keys: Collection[OffloadKey],
                       req_context: ReqContext) -> PrepareStoreOutput | None:
@@ -174,13 +210,14 @@ class KVOffloadManager(OffloadingManager):
         # Order matters: the scheduler pairs these keys with GPU block ids in its own order,
         # which is the order it passed them in. Evictions happen in the engine when the store
         # runs; they reach vLLM as events, so none are returned here.
-        todo = [k for k in keys if k not in self._storing and core.stored_prefix([k]) == 0]
+        gen = self._generation
+        todo = [k for k in keys if k not in self._storing and core.stored_prefix([k], gen) == 0]
         self._storing.update(todo)
         if self._enable_events:
             for key in todo:
-                self._names[engine_key(key)] = key
-        return PrepareStoreOutput(keys_to_store=todo, store_spec=KVOffloadLoadStoreSpec(todo),
-                                  evicted_keys=[])
+                self._names[engine_key(key, gen)] = key
+        return PrepareStoreOutput(keys_to_store=todo,
+                                  store_spec=KVOffloadLoadStoreSpec(todo, gen), evicted_keys=[])
 
     def complete_store(self, keys: Collection[OffloadKey], req_context: ReqContext,
                        success: bool = True):
@@ -190,7 +227,7 @@ class KVOffloadManager(OffloadingManager):
             # was not stored (no room, copy error) and needs no name.
             self._drain_events()
             for key in keys:
-                k = engine_key(key)
+                k = engine_key(key, self._generation)
                 if k not in self._residency:
                     self._names.pop(k, None)
 
@@ -246,7 +283,9 @@ class KVOffloadWorker(OffloadingWorker):
         self._jobs: dict[int, tuple[int, bool, int, float]] = {}
         self._finished: list[TransferResult] = []
 
-    def _submit(self, job_id: int, keys: list[OffloadKey], block_ids, is_store: bool) -> bool:
+    def _submit(self, job_id: int, spec: KVOffloadLoadStoreSpec, block_ids,
+                 is_store: bool) -> bool:
+        keys = spec.keys
         if len(keys) != len(block_ids):
             logger.error("kvoffload: job %d pairs %d keys with %d GPU blocks", job_id,
                          len(keys), len(block_ids))
@@ -254,7 +293,7 @@ class KVOffloadWorker(OffloadingWorker):
         start = time.perf_counter()
         try:
             fn = self._core.store if is_store else self._core.load
-            engine_job = fn(keys, block_ids)
+            engine_job = fn(keys, block_ids, generation=spec.generation)
         except KvoError as e:
             logger.error("kvoffload: job %d not submitted: %s", job_id, e)
             if is_store:
@@ -267,14 +306,14 @@ class KVOffloadWorker(OffloadingWorker):
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
                      dst_spec: LoadStoreSpec) -> bool:
         assert isinstance(dst_spec, KVOffloadLoadStoreSpec), dst_spec
-        return self._submit(job_id, dst_spec.keys, src_spec.block_ids, is_store=True)
+        return self._submit(job_id, dst_spec, src_spec.block_ids, is_store=True)
 
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec,
                     expedited: bool = False) -> bool:
         # The engine runs jobs in submission order on its workers; an expedited load is
         # waited on right away by vLLM, which is all the priority it gets here.
         assert isinstance(src_spec, KVOffloadLoadStoreSpec), src_spec
-        return self._submit(job_id, src_spec.keys, dst_spec.block_ids, is_store=False)
+        return self._submit(job_id, src_spec, dst_spec.block_ids, is_store=False)
 
     def _finish(self, job_id: int, ok: bool, error: Exception | None) -> None:
         _, is_store, size, start = self._jobs.pop(job_id)
