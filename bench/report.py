@@ -159,16 +159,15 @@ def policy(p):
               "Steady state: filled to 1M first (not timed), then rounds of 1024 lookups of random "
               "resident blocks, 1024 evictions and 1024 fresh inserts, timed per batch.", ""]
     if misses:
-        lines += ["Why the miss (reasoned, not profiled): both policies are `std::list` + "
-                  "`std::unordered_map` (src/key_list.h). At 1M blocks the index and the list "
-                  "nodes (tens of MiB) are far beyond the caches, so each operation pays several "
-                  "dependent cache and TLB misses (bucket -> hash node -> list node -> "
-                  "neighbours); ARC touches two or three lists per operation. The 64K rows show "
-                  "how much of it is the size; what remains at 64K is the shared machine (load "
-                  "average above 8 on 2 cores: other tenants evict our cache lines between "
-                  "batches). Meeting 150 ns at 1M needs an array-backed intrusive list (indices "
-                  "into one slab) with an open-addressing index, one or two misses per "
-                  "operation: an agent change, not made here.", ""]
+        lines += ["Why the miss (reasoned, not profiled): at 1M blocks the key index and the list "
+                  "slab (src/key_list.h, tens of MiB) are far beyond the few MiB of cache the "
+                  "shared machine leaves us, so an operation is a chain of dependent cache misses: "
+                  "a lookup is index slot -> list node -> its neighbours, three in a row; an "
+                  "eviction or insert pays one or two. The CPU overlaps the chains of consecutive "
+                  "operations, so a figure is well under their sum, but it moves with the cost of "
+                  "one miss: about 160 ns on a quiet machine (pointer chasing over 64 MiB), over "
+                  "200 ns while other tenants load the memory system, which the load average does "
+                  "not show. The 64K rows, in cache, separate that from the code's cost.", ""]
     return lines
 
 

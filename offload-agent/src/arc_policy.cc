@@ -17,98 +17,103 @@ namespace {
 
 class ArcPolicy final : public EvictionPolicy {
  public:
-  explicit ArcPolicy(size_t capacity) : c_(capacity) {}
+  // Up to 2c keys with the ghosts, one more while an insert waits for its eviction.
+  explicit ArcPolicy(size_t capacity) : c_(capacity), keys_(2 * capacity + 1) {}
 
   std::string_view name() const override { return "arc"; }
 
   void OnInsert(const BlockKey& key) override {
     last_insert_was_b2_hit_ = false;
-    if (b1_.Erase(key)) {
+    const Keys::Node n = keys_.Find(key);
+    const bool in_b1 = n != Keys::kNone && keys_.list(n) == kB1;
+    const bool in_b2 = n != Keys::kNone && keys_.list(n) == kB2;
+    if (in_b1) {
       // Case II: recency was undervalued.
-      size_t delta = std::max<size_t>(1, b2_.size() / (b1_.size() + 1));  // |B1| before
+      keys_.MoveToFront(kT2, n);
+      size_t delta = std::max<size_t>(1, size(kB2) / (size(kB1) + 1));  // |B1| before
       p_ = std::min(c_, p_ + delta);
-      t2_.PushFront(key);
-    } else if (b2_.Erase(key)) {
+    } else if (in_b2) {
       // Case III: frequency was undervalued.
-      size_t delta = std::max<size_t>(1, b1_.size() / (b2_.size() + 1));  // |B2| before
+      keys_.MoveToFront(kT2, n);
+      size_t delta = std::max<size_t>(1, size(kB1) / (size(kB2) + 1));  // |B2| before
       p_ = p_ > delta ? p_ - delta : 0;
-      t2_.PushFront(key);
       last_insert_was_b2_hit_ = true;
     } else {
-      t1_.PushFront(key);  // Case IV
+      keys_.PushFront(kT1, key);  // Case IV
     }
     TrimGhosts();
   }
 
   void OnAccess(const BlockKey& key) override {
-    // Case I: a second use makes the block frequent.
-    if (t1_.Erase(key)) {
-      t2_.PushFront(key);
-    } else {
-      t2_.MoveToFront(key);
-    }
+    // Case I: a second use makes the block frequent (and a later one keeps it most recent).
+    const Keys::Node n = keys_.Find(key);
+    if (n != Keys::kNone && IsResident(keys_.list(n))) keys_.MoveToFront(kT2, n);
   }
 
   void OnRemove(const BlockKey& key) override {
-    if (!t1_.Erase(key)) t2_.Erase(key);
+    const Keys::Node n = keys_.Find(key);
+    if (n != Keys::kNone && IsResident(keys_.list(n))) keys_.Erase(n);
   }
 
   // REPLACE(x, p): evict from T1 when it exceeds its target (or ties it on a B2 hit), else T2;
   // falls back to the other list when every candidate of the preferred one is pinned.
   std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
     bool from_t1 =
-        !t1_.empty() && (t1_.size() > p_ || (last_insert_was_b2_hit_ && t1_.size() == p_));
-    if (t2_.empty()) from_t1 = true;
-    std::optional<BlockKey> victim = (from_t1 ? t1_ : t2_).PopLeastRecent(is_pinned);
+        !empty(kT1) && (size(kT1) > p_ || (last_insert_was_b2_hit_ && size(kT1) == p_));
+    if (empty(kT2)) from_t1 = true;
+    Keys::Node victim = keys_.LeastRecentUnpinned(from_t1 ? kT1 : kT2, is_pinned);
     bool victim_from_t1 = from_t1;
-    if (!victim) {
-      victim = (from_t1 ? t2_ : t1_).PopLeastRecent(is_pinned);
+    if (victim == Keys::kNone) {
+      victim = keys_.LeastRecentUnpinned(from_t1 ? kT2 : kT1, is_pinned);
       victim_from_t1 = !from_t1;
     }
-    if (victim) {
-      (victim_from_t1 ? b1_ : b2_).PushFront(*victim);
-      TrimGhosts();
-    }
-    return victim;
+    if (victim == Keys::kNone) return std::nullopt;
+    const BlockKey key = keys_.key(victim);  // before TrimGhosts, which may drop it again
+    keys_.MoveToFront(victim_from_t1 ? kB1 : kB2, victim);
+    TrimGhosts();
+    return key;
   }
 
-  size_t resident() const override { return t1_.size() + t2_.size(); }
+  size_t resident() const override { return size(kT1) + size(kT2); }
 
   std::vector<BlockKey> EvictionOrder() const override {
     // Approximation for inspection: T1 before T2 when T1 is over its target.
     std::vector<BlockKey> out;
-    if (t1_.size() > p_) {
-      t1_.AppendLeastRecentFirst(out);
-      t2_.AppendLeastRecentFirst(out);
-    } else {
-      t2_.AppendLeastRecentFirst(out);
-      t1_.AppendLeastRecentFirst(out);
-    }
+    const bool t1_first = size(kT1) > p_;
+    keys_.AppendLeastRecentFirst(t1_first ? kT1 : kT2, out);
+    keys_.AppendLeastRecentFirst(t1_first ? kT2 : kT1, out);
     return out;
   }
 
   std::string DebugString() const override {
     return "arc c=" + std::to_string(c_) + " p=" + std::to_string(p_) +
-           " t1=" + std::to_string(t1_.size()) + " t2=" + std::to_string(t2_.size()) +
-           " b1=" + std::to_string(b1_.size()) + " b2=" + std::to_string(b2_.size());
+           " t1=" + std::to_string(size(kT1)) + " t2=" + std::to_string(size(kT2)) +
+           " b1=" + std::to_string(size(kB1)) + " b2=" + std::to_string(size(kB2));
   }
 
  private:
+  // The four lists share one key index: a key is in at most one of them, so every operation
+  // finds it with one probe, and a key changing lists (T1 -> T2, T -> B, B -> T2) keeps its
+  // node and index slot.
+  using Keys = KeyLists<4>;
+  enum : Keys::ListId { kT1, kT2, kB1, kB2 };
+  static bool IsResident(Keys::ListId l) { return l == kT1 || l == kT2; }
+
+  size_t size(Keys::ListId l) const { return keys_.size(l); }
+  bool empty(Keys::ListId l) const { return keys_.empty(l); }
+  size_t total() const { return size(kT1) + size(kT2) + size(kB1) + size(kB2); }
+
   // Ghosts only record history; they are dropped least recent first to keep the paper's bounds.
   void TrimGhosts() {
-    while (!b1_.empty() && t1_.size() + b1_.size() > c_) b1_.DropLeastRecent();
-    while (!b2_.empty() && t1_.size() + t2_.size() + b1_.size() + b2_.size() > 2 * c_) {
-      b2_.DropLeastRecent();
-    }
-    while (!b1_.empty() && t1_.size() + t2_.size() + b1_.size() + b2_.size() > 2 * c_) {
-      b1_.DropLeastRecent();
-    }
+    while (!empty(kB1) && size(kT1) + size(kB1) > c_) keys_.Erase(keys_.back(kB1));
+    while (!empty(kB2) && total() > 2 * c_) keys_.Erase(keys_.back(kB2));
+    while (!empty(kB1) && total() > 2 * c_) keys_.Erase(keys_.back(kB1));
   }
 
   const size_t c_;
   size_t p_ = 0;  // target size of T1
   bool last_insert_was_b2_hit_ = false;
-  KeyList t1_, t2_, b1_, b2_;
+  Keys keys_;
 };
 
 std::unique_ptr<EvictionPolicy> NewArc(size_t capacity_blocks) {

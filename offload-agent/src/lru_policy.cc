@@ -9,27 +9,42 @@ namespace {
 
 class LruPolicy final : public EvictionPolicy {
  public:
+  // The tier inserts before it evicts, so it holds one block over capacity for a moment.
+  explicit LruPolicy(size_t capacity) : list_(capacity + 1) {}
+
   std::string_view name() const override { return "lru"; }
-  void OnInsert(const BlockKey& key) override { list_.PushFront(key); }
-  void OnAccess(const BlockKey& key) override { list_.MoveToFront(key); }
-  void OnRemove(const BlockKey& key) override { list_.Erase(key); }
-  std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
-    return list_.PopLeastRecent(is_pinned);
+  void OnInsert(const BlockKey& key) override { list_.PushFront(kList, key); }
+  void OnAccess(const BlockKey& key) override {
+    if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.MoveToFront(kList, n);
   }
-  size_t resident() const override { return list_.size(); }
+  void OnRemove(const BlockKey& key) override {
+    if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.Erase(n);
+  }
+  std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
+    Keys::Node n = list_.LeastRecentUnpinned(kList, is_pinned);
+    if (n == Keys::kNone) return std::nullopt;
+    BlockKey victim = list_.key(n);
+    list_.Erase(n);
+    return victim;
+  }
+  size_t resident() const override { return list_.size(kList); }
   std::vector<BlockKey> EvictionOrder() const override {
     std::vector<BlockKey> out;
-    list_.AppendLeastRecentFirst(out);
+    list_.AppendLeastRecentFirst(kList, out);
     return out;
   }
-  std::string DebugString() const override { return "lru n=" + std::to_string(list_.size()); }
+  std::string DebugString() const override {
+    return "lru n=" + std::to_string(list_.size(kList));
+  }
 
  private:
-  KeyList list_;
+  using Keys = KeyLists<1>;
+  static constexpr Keys::ListId kList = 0;
+  Keys list_;
 };
 
-std::unique_ptr<EvictionPolicy> NewLru(size_t /*capacity_blocks*/) {
-  return std::make_unique<LruPolicy>();
+std::unique_ptr<EvictionPolicy> NewLru(size_t capacity_blocks) {
+  return std::make_unique<LruPolicy>(capacity_blocks);
 }
 
 [[maybe_unused]] const bool kRegistered = RegisterEvictionPolicy("lru", &NewLru);
