@@ -294,7 +294,7 @@ void DiskTier::Evict(const BlockKey& key) {
   AlignedBuffer buf = AllocAligned(file_bytes_);
   std::byte* dst = buf.get();
   Status result;
-  ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1));
+  ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1), {});
   const bool taken = result.ok() && sink_ && sink_(key, dst);
   MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
@@ -346,7 +346,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
 }
 
 void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                         std::span<Status> results) {
+                         std::span<Status> results, const BlockRead& on_read) {
   std::vector<IoOp> ops;
   std::vector<size_t> op_index;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -369,18 +369,21 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* co
     ops.push_back(IoOp{IoOp::Kind::kRead, fd, dsts[i], file_bytes_, 0, 0, Status::Ok()});
     op_index.push_back(i);
   }
-  const uint64_t t0 = NowNs();
-  if (!ops.empty()) io_->Execute(ops);
-  const uint64_t t1 = NowNs();
   uint64_t bytes = 0;
-  for (size_t j = 0; j < ops.size(); ++j) {
-    ::close(ops[j].fd);
-    size_t i = op_index[j];
-    bytes += ops[j].done;
-    results[i] = ops[j].status.ok()
-                     ? VerifyBlockFile(dsts[i], options_.block_bytes, options_.fingerprint, keys[i])
-                     : ops[j].status;
+  const uint64_t t0 = NowNs();
+  if (!ops.empty()) {
+    io_->ExecuteEach(ops, [&](size_t j) {
+      ::close(ops[j].fd);
+      const size_t i = op_index[j];
+      bytes += ops[j].done;
+      results[i] = ops[j].status.ok() ? VerifyBlockFile(dsts[i], options_.block_bytes,
+                                                        options_.fingerprint, keys[i])
+                                      : ops[j].status;
+      if (results[i].ok() && on_read) on_read(i);
+    });
   }
+  // Includes the verification, which overlaps the reads.
+  const uint64_t t1 = NowNs();
   MutexLock lock(&mu_);
   stats_.bytes_read += bytes;
   stats_.read_ns += t1 - t0;
@@ -402,10 +405,10 @@ void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
 }
 
 void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                          std::span<Status> results) {
+                          std::span<Status> results, const BlockRead& on_read) {
   std::vector<bool> pinned(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
-  ReadFiles(keys, dsts, results);
+  ReadFiles(keys, dsts, results, on_read);
   MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;

@@ -68,11 +68,16 @@ class DiskTier {
   // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
   // takes them before ReadPinned. Callers pin before making room anywhere in the cascade.
   void Pin(std::span<const BlockKey> keys, std::span<Status> results);
+  // Called with i as soon as block i was read and verified (results[i] OK), while the rest of
+  // the batch is still being read; on the reading thread.
+  using BlockRead = std::function<void(size_t i)>;
+
   // Reads and verifies each pinned block (results[i] OK) into dsts[i] (BlockFileBytes each,
   // aligned), then unpins it. A block that fails verification is removed and reported as
-  // Corruption; one that another process removed, as NotFound.
+  // Corruption; one that another process removed, as NotFound. on_read (may be empty) hears of
+  // each good block as it arrives.
   void ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                  std::span<Status> results);
+                  std::span<Status> results, const BlockRead& on_read = {});
 
   void RecordLookup(bool hit);
   TierStats Stats();
@@ -91,9 +96,10 @@ class DiskTier {
   Status Scan(uint64_t* bytes);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
   uint64_t ScanUsedBytes() const;
-  // Reads and verifies without touching the index (callers pin or own the entries).
+  // Reads and verifies without touching the index (callers pin or own the entries); each
+  // block is verified as its read completes, while the others are in flight.
   void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                 std::span<Status> results);
+                 std::span<Status> results, const BlockRead& on_read);
   // Makes room for one file; mu_ is released while victims are cascaded.
   Status Reserve() REQUIRES(mu_);
   void Evict(const BlockKey& key);

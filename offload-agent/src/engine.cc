@@ -352,23 +352,28 @@ class EngineImpl final : public Engine {
       batches[t].keys.push_back(keys[i]);
       batches[t].result.push_back(Status::Ok());
     }
-    std::vector<AlignedBuffer> bounce;
-    for (size_t t = 0; t < disks_.size(); ++t) {
-      if (!from_disk[t].empty()) Promote(t, from_disk[t], batches[t], src, pinned, result, bounce);
-    }
+    // Copies start as soon as their block is in host memory: the pinned tier's blocks now,
+    // each disk block once it is read and verified, while the rest are still being read.
+    std::vector<AlignedBuffer> bounce;  // before copies: freed after they were waited
+    DeviceCopies copies(this);
     std::vector<CopyOp> ops;
     size_t delivered = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (!result[i].ok()) continue;
+      if (!pinned[i]) continue;  // so far, pinned means found in the pinned tier
       ScatterOps(ops, ptrs, i, src[i]);
       ++delivered;
     }
-    Status copied;
-    if (!ops.empty()) {
-      const uint64_t t0 = NowNs();
-      copied = CopyAndWait(CopyDirection::kHostToDevice, ops);
-      h2d_ns_ += NowNs() - t0;
+    copies.Start(ops);
+    for (size_t t = 0; t < disks_.size(); ++t) {
+      if (from_disk[t].empty()) continue;
+      Promote(t, from_disk[t], batches[t], src, pinned, result, bounce, [&](size_t i) {
+        ops.clear();
+        ScatterOps(ops, ptrs, i, src[i]);
+        copies.Start(ops);
+        ++delivered;
+      });
     }
+    const Status copied = copies.Wait();
     for (size_t i = 0; i < n; ++i) {
       if (pinned[i]) cpu_->Unpin(keys[i]);
     }
@@ -391,6 +396,40 @@ class EngineImpl final : public Engine {
     return Status::Ok();
   }
 
+  // The host-to-device copies of one load, started piecemeal and waited together. h2d_ns
+  // counts from the first start to the end of the wait: the span the job had copies in flight.
+  class DeviceCopies {
+   public:
+    explicit DeviceCopies(EngineImpl* engine) : engine_(engine) {}
+    void Start(const std::vector<CopyOp>& ops) {
+      if (ops.empty()) return;
+      if (t0_ == 0) t0_ = NowNs();
+      Result<std::unique_ptr<CopyTicket>> ticket =
+          engine_->device_->CopyAsync(CopyDirection::kHostToDevice, ops);
+      if (ticket.ok()) {
+        tickets_.push_back(std::move(ticket).value());
+      } else if (first_error_.ok()) {
+        first_error_ = ticket.status();
+      }
+    }
+    // Waits for every copy started; the first error.
+    Status Wait() {
+      for (auto& ticket : tickets_) {
+        Status s = ticket->Wait();
+        if (first_error_.ok() && !s.ok()) first_error_ = s;
+      }
+      if (t0_ != 0) engine_->h2d_ns_ += NowNs() - t0_;
+      tickets_.clear();
+      return first_error_;
+    }
+
+   private:
+    EngineImpl* const engine_;
+    std::vector<std::unique_ptr<CopyTicket>> tickets_;
+    Status first_error_;
+    uint64_t t0_ = 0;
+  };
+
   // The blocks one load reads from one disk tier, pinned there.
   struct DiskBatch {
     std::vector<BlockKey> keys;
@@ -399,9 +438,12 @@ class EngineImpl final : public Engine {
 
   // Reads the pinned blocks of disk tier t into fresh pinned slots (promotion), or into
   // private buffers when the cpu tier cannot take them now; a failed read sets result[i].
+  // on_read(i) runs as soon as block i is in host memory at src[i] (before its promotion is
+  // published), while the batch's other blocks are still being read.
   void Promote(size_t t, const std::vector<size_t>& idx, DiskBatch& batch,
                std::vector<const std::byte*>& src, std::vector<bool>& pinned,
-               std::vector<Status>& result, std::vector<AlignedBuffer>& bounce) {
+               std::vector<Status>& result, std::vector<AlignedBuffer>& bounce,
+               const std::function<void(size_t i)>& on_read) {
     const size_t file_bytes = BlockFileBytes(config_.block_bytes);
     std::vector<std::byte*> dst(idx.size(), nullptr);
     std::vector<bool> promoted(idx.size(), false);
@@ -416,11 +458,13 @@ class EngineImpl final : public Engine {
         dst[j] = bounce.back().get();
       }
     }
-    disks_[t]->ReadPinned(batch.keys, dst, batch.result);
+    disks_[t]->ReadPinned(batch.keys, dst, batch.result, [&](size_t j) {
+      src[idx[j]] = dst[j];
+      on_read(idx[j]);
+    });
     for (size_t j = 0; j < idx.size(); ++j) {
       const size_t i = idx[j];
       if (batch.result[j].ok()) {
-        src[i] = dst[j];
         if (promoted[j]) {
           cpu_->CommitInsert(batch.keys[j], /*keep_pinned=*/true);
           pinned[i] = true;

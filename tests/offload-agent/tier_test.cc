@@ -1,9 +1,12 @@
 // The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
-// its capacity, and a slot still read by a copy is not reused.
+// its capacity, a slot still read by a copy is not reused, and reads report each verified
+// block as it arrives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "block_file.h"
 #include "cpu_tier.h"
@@ -108,6 +111,24 @@ class DiskTierTest : public ::testing::Test {
     std::free(buf);
     return s;
   }
+  // Pins and reads the blocks; the indexes on_read reported, in arrival order.
+  std::vector<size_t> PinAndRead(DiskTier& t, const std::vector<BlockKey>& keys,
+                                 std::vector<Status>& results) {
+    results.assign(keys.size(), Status::Ok());
+    t.Pin(keys, results);
+    std::vector<std::byte*> dsts;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      dsts.push_back(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot)));
+    }
+    std::vector<size_t> arrived;
+    t.ReadPinned(keys, dsts, results, [&](size_t i) {
+      EXPECT_EQ(std::memcmp(dsts[i], testing::Pattern(keys[i], kBlock).data(), kBlock), 0)
+          << "block " << i << " is whole when reported";
+      arrived.push_back(i);
+    });
+    for (std::byte* d : dsts) std::free(d);
+    return arrived;
+  }
   testing::TempDir dir_;
 };
 
@@ -145,6 +166,26 @@ TEST_F(DiskTierTest, PinnedBlockIsNeverEvictedAndAllPinnedRefuses) {
   std::free(a);
   std::free(b);
   EXPECT_TRUE(Put(*t, 4).ok());
+}
+
+TEST_F(DiskTierTest, ReadPinnedReportsEachVerifiedBlockAndNoBadOne) {
+  auto t = Open(4);
+  for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  const std::string bad = BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()),
+                                    Key(2));
+  std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(100);
+  f.read(&c, 1);
+  f.seekp(100);
+  f.put(static_cast<char>(c ^ 0x40));
+  f.close();
+  std::vector<Status> results;
+  std::vector<size_t> arrived = PinAndRead(*t, {Key(1), Key(2), Key(3)}, results);
+  std::sort(arrived.begin(), arrived.end());
+  EXPECT_EQ(arrived, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(results[1].code(), StatusCode::kCorruption) << results[1].ToString();
+  EXPECT_FALSE(t->Contains(Key(2))) << "the bad file is removed";
 }
 
 }  // namespace
