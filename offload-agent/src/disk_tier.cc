@@ -218,7 +218,8 @@ bool DiskTier::Contains(const BlockKey& key) {
   return true;
 }
 
-Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
+Status DiskTier::Insert(const BlockKey& key, std::byte* file,
+                        const std::function<void()>& encode) {
   MutexLock lock(&mu_);
   if (auto it = entries_.find(key); it != entries_.end()) {
     if (!it->second.evicting && !it->second.doomed) return Status::Ok();  // already here
@@ -238,6 +239,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
     return s;
   }
   lock.Unlock();
+  if (encode) encode();
   Result<bool> published = WriteFile(key, file);
   lock.Lock();
   inserting_.erase(key);

@@ -60,10 +60,12 @@ class DiskTier {
   // here until released (unless another process sharing the tier removes its file).
   bool Protected(const BlockKey& key);
 
-  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned, trailer encoded) to a
-  // temp file and publishes it atomically, evicting to make room first. OK when the block is
-  // (now) here; ResourceExhausted when no room can be made; IOError on a failed write.
-  Status Insert(const BlockKey& key, std::byte* file);
+  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) to a temp file and
+  // publishes it atomically, evicting to make room first. OK when the block is (now) here;
+  // ResourceExhausted when no room can be made; IOError on a failed write. The trailer must be
+  // encoded, or `encode` given: it is called (once) only when the file is really written, so a
+  // block already here costs no checksum.
+  Status Insert(const BlockKey& key, std::byte* file, const std::function<void()>& encode = {});
 
   // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
   // takes them before ReadPinned. Callers pin before making room anywhere in the cascade.

@@ -94,8 +94,12 @@ class EngineImpl final : public Engine {
     // The cascade: cpu -> disk0 -> disk1 -> ... -> dropped.
     if (!disks_.empty()) {
       cpu_->SetEvictSink([this](const BlockKey& key, std::byte* slot) {
-        EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key);
-        return disks_[0]->Insert(key, slot).ok();
+        // A block promoted from disk0 is usually still there (promotion keeps the disk copy):
+        // its trailer is checksummed only if disk0 really has to write it again.
+        return disks_[0]
+            ->Insert(key, slot,
+                     [&] { EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key); })
+            .ok();
       });
     }
     for (size_t i = 0; i + 1 < disks_.size(); ++i) {
