@@ -293,11 +293,15 @@ Status DiskTier::Reserve() {
 }
 
 void DiskTier::Evict(const BlockKey& key) {
-  AlignedBuffer buf = AllocAligned(file_bytes_);
-  std::byte* dst = buf.get();
   Status result;
-  ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1), {});
-  const bool taken = result.ok() && sink_ && sink_(key, dst);
+  bool taken = false;
+  // The last tier drops its victims: reading one first would only cost a whole block of I/O.
+  if (sink_) {
+    AlignedBuffer buf = AllocAligned(file_bytes_);
+    std::byte* dst = buf.get();
+    ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1), {});
+    taken = result.ok() && sink_(key, dst);
+  }
   MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   if (!taken) ++stats_.dropped;
