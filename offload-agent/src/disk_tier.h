@@ -36,6 +36,8 @@ struct DiskTierOptions {
   int tier = 1;                     // its number in the engine (TierEvent::tier)
   const HoldSet* holds = nullptr;   // blocks never chosen as victims; outlives the tier
   EventLog* events = nullptr;       // residency feed; outlives the tier
+  // Publish through named temp files even where O_TMPFILE works (tests of that path).
+  bool named_temp_files = false;
 };
 
 class DiskTier {
@@ -120,6 +122,7 @@ class DiskTier {
   std::unique_ptr<CapacityLedger> ledger_ GUARDED_BY(mu_);
   EvictSink sink_;
   bool direct_ = false;
+  bool tmpfile_ = false;  // temp files are O_TMPFILE (nameless until published)
   size_t recovered_ = 0;
 
   mutable Mutex mu_;

@@ -1,7 +1,7 @@
 // The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
-// its capacity, a slot still read by a copy is not reused, and reads report each verified
-// block as it arrives.
+// its capacity, a slot still read by a copy is not reused, reads report each verified block as
+// it arrives, and publishing through named temp files (no O_TMPFILE) works the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "block_file.h"
 #include "cpu_tier.h"
 #include "disk_tier.h"
+#include "faulty_disk_io.h"
 #include "kvoffload/device.h"
 #include "test_util.h"
 
@@ -94,11 +95,14 @@ TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
 
 class DiskTierTest : public ::testing::Test {
  protected:
-  std::unique_ptr<DiskTier> Open(size_t blocks) {
+  std::unique_ptr<DiskTier> Open(size_t blocks, bool named_temp_files = false,
+                                 std::shared_ptr<testing::FaultPlan> faults = nullptr) {
     DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks), kBlock,
                       testing::TestModel().Digest(), "lru"};
-    auto io = NewDiskIo("psync", DiskIoOptions{});
-    auto t = DiskTier::Open(o, std::move(io).value());
+    o.named_temp_files = named_temp_files;
+    std::unique_ptr<DiskIo> io = std::move(NewDiskIo("psync", DiskIoOptions{})).value();
+    if (faults) io = std::make_unique<testing::FaultyDiskIo>(std::move(io), faults);
+    auto t = DiskTier::Open(o, std::move(io));
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return std::move(t).value();
   }
@@ -186,6 +190,21 @@ TEST_F(DiskTierTest, ReadPinnedReportsEachVerifiedBlockAndNoBadOne) {
   EXPECT_EQ(arrived, (std::vector<size_t>{0, 2}));
   EXPECT_EQ(results[1].code(), StatusCode::kCorruption) << results[1].ToString();
   EXPECT_FALSE(t->Contains(Key(2))) << "the bad file is removed";
+}
+
+// Where O_TMPFILE cannot be used, a block is written to a named temp file, linked, unlinked.
+TEST_F(DiskTierTest, NamedTempFilesPublishTheSameAndLeaveNothingBehind) {
+  auto faults = std::make_shared<testing::FaultPlan>();
+  auto t = Open(4, /*named_temp_files=*/true, faults);
+  ASSERT_TRUE(Put(*t, 1).ok());
+  faults->FailWrites(testing::Fault::kEio, 1);
+  EXPECT_EQ(Put(*t, 2).code(), StatusCode::kIOError);
+  EXPECT_FALSE(t->Contains(Key(2)));
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "the failed write's temp file";
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".blk"), 1u);
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*t, {Key(1)}, results), std::vector<size_t>{0});
+  EXPECT_EQ(t->Stats().used_bytes, kSlot) << "the failed write gave its bytes back";
 }
 
 }  // namespace
