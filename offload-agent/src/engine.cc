@@ -42,11 +42,11 @@ class EngineImpl final : public Engine {
       stop_ = true;
       // Queued jobs never started: their device memory was not touched; say so to waiters.
       for (const auto& [id, fn] : queue_) {
-        jobs_[id] = JobRecord{true, Status::Unavailable("engine shut down before the job ran")};
+        Finish(jobs_[id], Status::Unavailable("engine shut down before the job ran"));
       }
       queue_.clear();
     }
-    jobs_cv_.SignalAll();
+    work_cv_.SignalAll();
     for (std::thread& t : workers_) t.join();  // running jobs finish: their copies complete
   }
 
@@ -186,7 +186,12 @@ class EngineImpl final : public Engine {
     MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
-    while (!it->second.done) jobs_cv_.Wait();
+    // Each waiter sleeps on its own condition, woken only by its job: with many jobs in
+    // flight (one waiting thread each), waking every waiter on every finished job would
+    // swamp a few cores with wake-ups that find nothing to do.
+    CondVar finished(&jobs_mu_);
+    it->second.waiter = &finished;
+    while (!it->second.done) finished.Wait();
     Status s = it->second.status;
     jobs_.erase(it);
     return s;
@@ -224,7 +229,14 @@ class EngineImpl final : public Engine {
   struct JobRecord {
     bool done = false;
     Status status;
+    CondVar* waiter = nullptr;  // the thread in Wait, if any (one per job)
   };
+
+  void Finish(JobRecord& job, Status status) REQUIRES(jobs_mu_) {
+    job.done = true;
+    job.status = std::move(status);
+    if (job.waiter != nullptr) job.waiter->Signal();
+  }
 
   Status CheckBatch(std::span<const BlockKey> keys, std::span<void* const> ptrs) const {
     if (keys.size() * config_.segments != ptrs.size()) {
@@ -244,22 +256,21 @@ class EngineImpl final : public Engine {
     JobId id = next_job_++;
     jobs_.emplace(id, JobRecord{});
     queue_.emplace_back(id, std::move(fn));
-    jobs_cv_.SignalAll();
+    work_cv_.Signal();
     return id;
   }
 
   void WorkerLoop() {
     MutexLock lock(&jobs_mu_);
     for (;;) {
-      while (!stop_ && queue_.empty()) jobs_cv_.Wait();
+      while (!stop_ && queue_.empty()) work_cv_.Wait();
       if (queue_.empty()) return;
       auto [id, fn] = std::move(queue_.front());
       queue_.pop_front();
       lock.Unlock();
       Status s = fn();
       lock.Lock();
-      jobs_[id] = JobRecord{true, std::move(s)};
-      jobs_cv_.SignalAll();
+      Finish(jobs_[id], std::move(s));
     }
   }
 
@@ -515,7 +526,7 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> d2h_bytes_{0}, d2h_ns_{0}, h2d_bytes_{0}, h2d_ns_{0};
 
   mutable Mutex jobs_mu_;
-  CondVar jobs_cv_{&jobs_mu_};  // a job was queued or finished, or the engine is stopping
+  CondVar work_cv_{&jobs_mu_};  // a job was queued, or the engine is stopping
   std::map<JobId, JobRecord> jobs_ GUARDED_BY(jobs_mu_);
   std::deque<std::pair<JobId, std::function<Status()>>> queue_ GUARDED_BY(jobs_mu_);
   JobId next_job_ GUARDED_BY(jobs_mu_) = 1;
