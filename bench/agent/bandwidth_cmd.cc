@@ -4,23 +4,27 @@
 // disk: a small pinned tier in front of one disk tier, so every stored block is evicted to
 //   disk (the store figure is the disk write path: slot -> checksummed file -> publish), then
 //   the blocks are loaded back from disk (the read path: verified read -> promote -> device).
-//   Queue depth: disk writes happen one per eviction on the engine's worker threads, so the
-//   engine gets `qd` workers and `qd` one-block store jobs in flight; a load job of `qd`
-//   blocks submits its `qd` reads together, one job at a time. fio is run with the same
-//   iodepth by the caller (bench/agent/run.py).
+//   Queue depth: fio (run with the same iodepth by bench/agent/run.py) keeps `qd` transfers
+//   queued and refills on every completion, so the engine gets `qd` workers and `qd` client
+//   threads, each keeping one job in flight: one-block store jobs (a disk write per eviction)
+//   and, by default, one-block load jobs. --load-batch / --load-jobs give other load shapes
+//   (--load-batch=8 --load-jobs=1 is one 8-block job at a time, whose queue drains to
+//   nothing at the end of every job, which fio's never does).
 // cpu: the pinned tier alone, large enough for every block; one warm round (pages touched,
 //   tier full), then timed rounds of fresh blocks (store evicts the old ones) and loads,
 //   each followed by memcpy of the same bytes in the same block-sized pieces; best of each.
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,36 +57,49 @@ struct DeviceBuffer {
 
 BlockKey Key(uint64_t round, uint64_t i) { return BlockKey{round + 1, i}; }
 
-// Runs store (or load) jobs over keys [first, end) of `round`, `per_job` blocks each, keeping
-// up to `inflight` jobs submitted. Block i uses device slot i % slots. Returns wall nanoseconds.
+// Runs store (or load) jobs over keys [first, end) of `round`, `per_job` blocks each, from
+// `clients` threads that each submit one job and wait for it: a new job starts as soon as any
+// job finishes, as fio refills its queue on every completion (one thread waiting on the oldest
+// job would leave the engine idle behind a slow one). Client c uses device slots
+// [c * per_job, (c + 1) * per_job). Returns wall nanoseconds.
 Result<uint64_t> RunJobs(Engine& engine, bool store, uint64_t round, size_t first, size_t end,
-                         size_t per_job, size_t inflight, DeviceBuffer& dev, size_t block,
+                         size_t per_job, size_t clients, DeviceBuffer& dev, size_t block,
                          const char* what) {
-  const size_t slots = dev.size / block;
-  std::deque<JobId> jobs;
-  Progress progress(what, end - first);
-  Status first_error;
-  auto wait_one = [&] {
-    Status s = engine.Wait(jobs.front());
-    jobs.pop_front();
-    if (first_error.ok() && !s.ok()) first_error = s;
-  };
-  const uint64_t t0 = NowNs();
-  for (size_t i = first; i < end; i += per_job) {
-    const size_t m = std::min(per_job, end - i);
-    std::vector<BlockKey> keys(m);
-    std::vector<void*> ptrs(m);
-    for (size_t j = 0; j < m; ++j) {
-      keys[j] = Key(round, i + j);
-      ptrs[j] = dev.data + ((i + j) % slots) * block;
-    }
-    if (jobs.size() >= inflight) wait_one();
-    Result<JobId> job = store ? engine.Store(keys, ptrs) : engine.Load(keys, ptrs);
-    if (!job.ok()) return job.status();
-    jobs.push_back(*job);
-    progress.Update(i + m - first);
+  if (clients * per_job * block > dev.size) {
+    return Status::InvalidArgument(std::string(what) + ": device buffer too small");
   }
-  while (!jobs.empty()) wait_one();
+  std::atomic<size_t> next{first};
+  std::atomic<size_t> finished{0};
+  std::mutex mu;
+  Status first_error;
+  auto client = [&](size_t c, Progress* progress) {
+    std::vector<BlockKey> keys;
+    std::vector<void*> ptrs;
+    for (size_t i; (i = next.fetch_add(per_job)) < end;) {
+      const size_t m = std::min(per_job, end - i);
+      keys.resize(m);
+      ptrs.resize(m);
+      for (size_t j = 0; j < m; ++j) {
+        keys[j] = Key(round, i + j);
+        ptrs[j] = dev.data + (c * per_job + j) * block;
+      }
+      Result<JobId> job = store ? engine.Store(keys, ptrs) : engine.Load(keys, ptrs);
+      Status s = job.ok() ? engine.Wait(*job) : job.status();
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = s;
+        return;
+      }
+      finished += m;
+      if (progress != nullptr) progress->Update(finished.load());
+    }
+  };
+  Progress progress(what, end - first);
+  const uint64_t t0 = NowNs();
+  std::vector<std::thread> threads;
+  for (size_t c = 1; c < clients; ++c) threads.emplace_back(client, c, nullptr);
+  client(0, &progress);  // this thread is client 0 and reports progress
+  for (std::thread& t : threads) t.join();
   const uint64_t ns = NowNs() - t0;
   if (!first_error.ok()) return first_error;
   return ns;
@@ -105,9 +122,12 @@ int RunDisk(Flags& flags) {
   const size_t qd = flags.GetU64("qd", 8);
   const uint64_t total = flags.GetBytes("total", 256 << 20);
   const std::string io = flags.GetString("disk-io", "auto");
+  const size_t load_batch = flags.GetU64("load-batch", 1);
+  const size_t load_jobs = flags.GetU64("load-jobs", qd);
   if (!flags.Done("disk")) return 2;
-  if (dir_flag.empty() || block == 0 || qd == 0) {
-    std::cerr << "kvoffload-bench disk: --dir is required; --block-size and --qd > 0\n";
+  if (dir_flag.empty() || block == 0 || qd == 0 || load_batch == 0 || load_jobs == 0) {
+    std::cerr << "kvoffload-bench disk: --dir is required; --block-size, --qd, --load-batch and "
+                 "--load-jobs > 0\n";
     return 2;
   }
   const std::string dir = std::filesystem::absolute(dir_flag).string();  // tiers need absolute paths
@@ -126,7 +146,7 @@ int RunDisk(Flags& flags) {
   Result<std::unique_ptr<Engine>> engine = Engine::Open(config);
   if (!engine.ok()) return Fail("disk", engine.status());
   std::fprintf(stderr, "[kvoffload-bench] %s\n", (*engine)->Describe().c_str());
-  DeviceBuffer dev(qd * block);
+  DeviceBuffer dev(std::max(qd, load_jobs * load_batch) * block);
 
   Result<uint64_t> store_ns = RunJobs(**engine, true, 0, 0, n, 1, qd, dev, block, "disk store");
   if (!store_ns.ok()) return Fail("disk", store_ns.status());
@@ -138,7 +158,8 @@ int RunDisk(Flags& flags) {
   Result<uint64_t> warm = RunJobs(**engine, false, 0, 0, cpu_blocks, qd, 1, dev, block, "disk warm");
   if (!warm.ok()) return Fail("disk", warm.status());
   const uint64_t written_before_load = (*engine)->Stats().tiers.at(1).bytes_written;
-  Result<uint64_t> load_ns = RunJobs(**engine, false, 0, cpu_blocks, n, qd, 1, dev, block, "disk load");
+  Result<uint64_t> load_ns =
+      RunJobs(**engine, false, 0, cpu_blocks, n, load_batch, load_jobs, dev, block, "disk load");
   if (!load_ns.ok()) return Fail("disk", load_ns.status());
   const EngineStats s = (*engine)->Stats();
   const nlohmann::json out = {

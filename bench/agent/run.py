@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 BUILD, RESULTS = sys.argv[1], sys.argv[2]
 BENCH = os.path.join(BUILD, "bench", "kvoffload-bench")
@@ -82,7 +83,10 @@ def disk():
         log(f"disk {bs}: store {agent['store_gibps']:.2f} GiB/s vs fio {fio_write:.2f}; "
             f"load {agent['load_gibps']:.2f} vs fio {fio_read:.2f}")
     shutil.rmtree(DISK_DIR, ignore_errors=True)
-    return {"dir": DISK_DIR, "fstype": fstype, "qd": QD, "total": DISK_TOTAL, "rows": rows}
+    # When, and how busy the machine was: the shared disk's figures move with its neighbours.
+    return {"dir": DISK_DIR, "fstype": fstype, "qd": QD, "total": DISK_TOTAL, "rows": rows,
+            "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
 def cpu():

@@ -1,4 +1,5 @@
-// The disk I/O factory ("auto" probes io_uring and falls back to psync) and the O_DIRECT probe.
+// The disk I/O factory ("auto" probes io_uring and falls back to psync), the O_DIRECT probe and
+// the default ExecuteEach.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,11 @@
 #include "kvoffload/disk_io.h"
 
 namespace kvoffload {
+
+void DiskIo::ExecuteEach(std::span<IoOp> ops, const OpDone& done) {
+  Execute(ops);
+  for (size_t i = 0; i < ops.size(); ++i) done(i);
+}
 
 Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOptions& options) {
   if (name == "psync") return NewPsyncIo(options);

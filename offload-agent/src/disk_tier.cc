@@ -37,6 +37,22 @@ uint64_t NowNs() {
                                    .count());
 }
 
+// Whether `dir` takes an O_TMPFILE (opened with `flags`) and linkat of it through /proc/self/fd:
+// Linux >= 3.11 on ext4, xfs, btrfs, tmpfs; not every network or FUSE file system, nor a
+// container without /proc. Probes with a real file, linked and removed.
+bool SupportsTmpfileLink(const std::string& dir, int flags) {
+  static std::atomic<unsigned> counter{0};
+  const int fd = ::open(dir.c_str(), flags | O_TMPFILE | O_WRONLY, 0600);
+  if (fd < 0) return false;
+  const std::string probe = dir + "/.kvoffload-tmpfile-probe." + std::to_string(::getpid()) +
+                            "." + std::to_string(counter.fetch_add(1));
+  const bool ok = ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(), AT_FDCWD,
+                           probe.c_str(), AT_SYMLINK_FOLLOW) == 0;
+  ::close(fd);
+  if (ok) ::unlink(probe.c_str());
+  return ok;
+}
+
 int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
@@ -75,6 +91,7 @@ Status DiskTier::Init() {
   fs::create_directories(dir_, ec);
   if (ec) return Status::IOError(where + ": cannot create " + dir_ + ": " + ec.message());
   direct_ = SupportsODirect(dir_);
+  tmpfile_ = !options_.named_temp_files && SupportsTmpfileLink(dir_, OpenFlags(0));
 
   Result<std::unique_ptr<EvictionPolicy>> policy =
       NewEvictionPolicy(options_.policy, std::max<size_t>(1, c.capacity_bytes / file_bytes_));
@@ -218,7 +235,8 @@ bool DiskTier::Contains(const BlockKey& key) {
   return true;
 }
 
-Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
+Status DiskTier::Insert(const BlockKey& key, std::byte* file,
+                        const std::function<void()>& encode) {
   MutexLock lock(&mu_);
   if (auto it = entries_.find(key); it != entries_.end()) {
     if (!it->second.evicting && !it->second.doomed) return Status::Ok();  // already here
@@ -238,6 +256,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file) {
     return s;
   }
   lock.Unlock();
+  if (encode) encode();
   Result<bool> published = WriteFile(key, file);
   lock.Lock();
   inserting_.erase(key);
@@ -291,11 +310,15 @@ Status DiskTier::Reserve() {
 }
 
 void DiskTier::Evict(const BlockKey& key) {
-  AlignedBuffer buf = AllocAligned(file_bytes_);
-  std::byte* dst = buf.get();
   Status result;
-  ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1));
-  const bool taken = result.ok() && sink_ && sink_(key, dst);
+  bool taken = false;
+  // The last tier drops its victims: reading one first would only cost a whole block of I/O.
+  if (sink_) {
+    AlignedBuffer buf = AllocAligned(file_bytes_);
+    std::byte* dst = buf.get();
+    ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1), {});
+    taken = result.ok() && sink_(key, dst);
+  }
   MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   if (!taken) ++stats_.dropped;
@@ -315,38 +338,47 @@ void DiskTier::RemoveLocked(const BlockKey& key) {
 Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
   static std::atomic<uint64_t> counter{0};
   const std::string final_path = BlockPath(dir_, key);
-  const std::string tmp = dir_ + "/" + key.ToHex() + "." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1)) + ".tmp";
-  int fd = ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
-  if (fd < 0) return ErrnoStatus(errno, "create " + tmp);
+  // Without O_TMPFILE: a named temp file, linked and then unlinked.
+  const std::string tmp = tmpfile_ ? std::string() :
+      dir_ + "/" + key.ToHex() + "." + std::to_string(::getpid()) + "." +
+      std::to_string(counter.fetch_add(1)) + ".tmp";
+  const int fd = tmpfile_ ? ::open(dir_.c_str(), OpenFlags(O_TMPFILE | O_WRONLY), 0644)
+                          : ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
+  if (fd < 0) return ErrnoStatus(errno, "create " + (tmpfile_ ? "a temp file in " + dir_ : tmp));
   IoOp op{IoOp::Kind::kWrite, fd, file, file_bytes_, 0, 0, Status::Ok()};
   const uint64_t t0 = NowNs();
   io_->Execute(std::span(&op, 1));
   const uint64_t t1 = NowNs();
-  ::close(fd);
   {
     MutexLock lock(&mu_);
     stats_.bytes_written += op.done;
     stats_.write_ns += t1 - t0;
   }
+  // link(2) publishes atomically and, unlike rename, never replaces a block another process
+  // published meanwhile (so the shared ledger counts every file exactly once). An O_TMPFILE
+  // is linked through /proc/self/fd, which needs no capability (AT_EMPTY_PATH may).
+  int rc = -1;
+  if (op.status.ok()) {
+    rc = tmpfile_ ? ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(),
+                             AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW)
+                  : ::link(tmp.c_str(), final_path.c_str());
+  }
+  const int err = errno;
+  ::close(fd);  // an O_TMPFILE that was not linked is freed here
+  if (!tmpfile_) ::unlink(tmp.c_str());
   if (!op.status.ok()) {
-    ::unlink(tmp.c_str());
+    const std::string what = tmpfile_ ? "write " + final_path + " (temp file)" : "write " + tmp;
     return Status(op.status.code() == StatusCode::kResourceExhausted
                       ? op.status
-                      : Status::IOError("write " + tmp + ": " + op.status.message()));
+                      : Status::IOError(what + ": " + op.status.message()));
   }
-  // link(2) publishes atomically and, unlike rename, never replaces a block another process
-  // published meanwhile (so the shared ledger counts every file exactly once).
-  const int rc = ::link(tmp.c_str(), final_path.c_str());
-  const int err = errno;
-  ::unlink(tmp.c_str());
   if (rc == 0) return true;
   if (err == EEXIST) return false;
   return ErrnoStatus(err, "publish " + final_path);
 }
 
 void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                         std::span<Status> results) {
+                         std::span<Status> results, const BlockRead& on_read) {
   std::vector<IoOp> ops;
   std::vector<size_t> op_index;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -369,18 +401,21 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* co
     ops.push_back(IoOp{IoOp::Kind::kRead, fd, dsts[i], file_bytes_, 0, 0, Status::Ok()});
     op_index.push_back(i);
   }
-  const uint64_t t0 = NowNs();
-  if (!ops.empty()) io_->Execute(ops);
-  const uint64_t t1 = NowNs();
   uint64_t bytes = 0;
-  for (size_t j = 0; j < ops.size(); ++j) {
-    ::close(ops[j].fd);
-    size_t i = op_index[j];
-    bytes += ops[j].done;
-    results[i] = ops[j].status.ok()
-                     ? VerifyBlockFile(dsts[i], options_.block_bytes, options_.fingerprint, keys[i])
-                     : ops[j].status;
+  const uint64_t t0 = NowNs();
+  if (!ops.empty()) {
+    io_->ExecuteEach(ops, [&](size_t j) {
+      ::close(ops[j].fd);
+      const size_t i = op_index[j];
+      bytes += ops[j].done;
+      results[i] = ops[j].status.ok() ? VerifyBlockFile(dsts[i], options_.block_bytes,
+                                                        options_.fingerprint, keys[i])
+                                      : ops[j].status;
+      if (results[i].ok() && on_read) on_read(i);
+    });
   }
+  // Includes the verification, which overlaps the reads.
+  const uint64_t t1 = NowNs();
   MutexLock lock(&mu_);
   stats_.bytes_read += bytes;
   stats_.read_ns += t1 - t0;
@@ -402,10 +437,10 @@ void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
 }
 
 void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                          std::span<Status> results) {
+                          std::span<Status> results, const BlockRead& on_read) {
   std::vector<bool> pinned(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
-  ReadFiles(keys, dsts, results);
+  ReadFiles(keys, dsts, results, on_read);
   MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;

@@ -36,6 +36,8 @@ struct DiskTierOptions {
   int tier = 1;                     // its number in the engine (TierEvent::tier)
   const HoldSet* holds = nullptr;   // blocks never chosen as victims; outlives the tier
   EventLog* events = nullptr;       // residency feed; outlives the tier
+  // Publish through named temp files even where O_TMPFILE works (tests of that path).
+  bool named_temp_files = false;
 };
 
 class DiskTier {
@@ -60,19 +62,26 @@ class DiskTier {
   // here until released (unless another process sharing the tier removes its file).
   bool Protected(const BlockKey& key);
 
-  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned, trailer encoded) to a
-  // temp file and publishes it atomically, evicting to make room first. OK when the block is
-  // (now) here; ResourceExhausted when no room can be made; IOError on a failed write.
-  Status Insert(const BlockKey& key, std::byte* file);
+  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) to a temp file and
+  // publishes it atomically, evicting to make room first. OK when the block is (now) here;
+  // ResourceExhausted when no room can be made; IOError on a failed write. The trailer must be
+  // encoded, or `encode` given: it is called (once) only when the file is really written, so a
+  // block already here costs no checksum.
+  Status Insert(const BlockKey& key, std::byte* file, const std::function<void()>& encode = {});
 
   // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
   // takes them before ReadPinned. Callers pin before making room anywhere in the cascade.
   void Pin(std::span<const BlockKey> keys, std::span<Status> results);
+  // Called with i as soon as block i was read and verified (results[i] OK), while the rest of
+  // the batch is still being read; on the reading thread.
+  using BlockRead = std::function<void(size_t i)>;
+
   // Reads and verifies each pinned block (results[i] OK) into dsts[i] (BlockFileBytes each,
   // aligned), then unpins it. A block that fails verification is removed and reported as
-  // Corruption; one that another process removed, as NotFound.
+  // Corruption; one that another process removed, as NotFound. on_read (may be empty) hears of
+  // each good block as it arrives.
   void ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                  std::span<Status> results);
+                  std::span<Status> results, const BlockRead& on_read = {});
 
   void RecordLookup(bool hit);
   TierStats Stats();
@@ -91,9 +100,10 @@ class DiskTier {
   Status Scan(uint64_t* bytes);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
   uint64_t ScanUsedBytes() const;
-  // Reads and verifies without touching the index (callers pin or own the entries).
+  // Reads and verifies without touching the index (callers pin or own the entries); each
+  // block is verified as its read completes, while the others are in flight.
   void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                 std::span<Status> results);
+                 std::span<Status> results, const BlockRead& on_read);
   // Makes room for one file; mu_ is released while victims are cascaded.
   Status Reserve() REQUIRES(mu_);
   void Evict(const BlockKey& key);
@@ -112,6 +122,7 @@ class DiskTier {
   std::unique_ptr<CapacityLedger> ledger_ GUARDED_BY(mu_);
   EvictSink sink_;
   bool direct_ = false;
+  bool tmpfile_ = false;  // temp files are O_TMPFILE (nameless until published)
   size_t recovered_ = 0;
 
   mutable Mutex mu_;

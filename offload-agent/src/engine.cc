@@ -42,11 +42,11 @@ class EngineImpl final : public Engine {
       stop_ = true;
       // Queued jobs never started: their device memory was not touched; say so to waiters.
       for (const auto& [id, fn] : queue_) {
-        jobs_[id] = JobRecord{true, Status::Unavailable("engine shut down before the job ran")};
+        Finish(jobs_[id], Status::Unavailable("engine shut down before the job ran"));
       }
       queue_.clear();
     }
-    jobs_cv_.SignalAll();
+    work_cv_.SignalAll();
     for (std::thread& t : workers_) t.join();  // running jobs finish: their copies complete
   }
 
@@ -94,8 +94,12 @@ class EngineImpl final : public Engine {
     // The cascade: cpu -> disk0 -> disk1 -> ... -> dropped.
     if (!disks_.empty()) {
       cpu_->SetEvictSink([this](const BlockKey& key, std::byte* slot) {
-        EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key);
-        return disks_[0]->Insert(key, slot).ok();
+        // A block promoted from disk0 is usually still there (promotion keeps the disk copy):
+        // its trailer is checksummed only if disk0 really has to write it again.
+        return disks_[0]
+            ->Insert(key, slot,
+                     [&] { EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key); })
+            .ok();
       });
     }
     for (size_t i = 0; i + 1 < disks_.size(); ++i) {
@@ -182,7 +186,12 @@ class EngineImpl final : public Engine {
     MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
-    while (!it->second.done) jobs_cv_.Wait();
+    // Each waiter sleeps on its own condition, woken only by its job: with many jobs in
+    // flight (one waiting thread each), waking every waiter on every finished job would
+    // swamp a few cores with wake-ups that find nothing to do.
+    CondVar finished(&jobs_mu_);
+    it->second.waiter = &finished;
+    while (!it->second.done) finished.Wait();
     Status s = it->second.status;
     jobs_.erase(it);
     return s;
@@ -220,7 +229,14 @@ class EngineImpl final : public Engine {
   struct JobRecord {
     bool done = false;
     Status status;
+    CondVar* waiter = nullptr;  // the thread in Wait, if any (one per job)
   };
+
+  void Finish(JobRecord& job, Status status) REQUIRES(jobs_mu_) {
+    job.done = true;
+    job.status = std::move(status);
+    if (job.waiter != nullptr) job.waiter->Signal();
+  }
 
   Status CheckBatch(std::span<const BlockKey> keys, std::span<void* const> ptrs) const {
     if (keys.size() * config_.segments != ptrs.size()) {
@@ -240,22 +256,21 @@ class EngineImpl final : public Engine {
     JobId id = next_job_++;
     jobs_.emplace(id, JobRecord{});
     queue_.emplace_back(id, std::move(fn));
-    jobs_cv_.SignalAll();
+    work_cv_.Signal();
     return id;
   }
 
   void WorkerLoop() {
     MutexLock lock(&jobs_mu_);
     for (;;) {
-      while (!stop_ && queue_.empty()) jobs_cv_.Wait();
+      while (!stop_ && queue_.empty()) work_cv_.Wait();
       if (queue_.empty()) return;
       auto [id, fn] = std::move(queue_.front());
       queue_.pop_front();
       lock.Unlock();
       Status s = fn();
       lock.Lock();
-      jobs_[id] = JobRecord{true, std::move(s)};
-      jobs_cv_.SignalAll();
+      Finish(jobs_[id], std::move(s));
     }
   }
 
@@ -352,23 +367,28 @@ class EngineImpl final : public Engine {
       batches[t].keys.push_back(keys[i]);
       batches[t].result.push_back(Status::Ok());
     }
-    std::vector<AlignedBuffer> bounce;
-    for (size_t t = 0; t < disks_.size(); ++t) {
-      if (!from_disk[t].empty()) Promote(t, from_disk[t], batches[t], src, pinned, result, bounce);
-    }
+    // Copies start as soon as their block is in host memory: the pinned tier's blocks now,
+    // each disk block once it is read and verified, while the rest are still being read.
+    std::vector<AlignedBuffer> bounce;  // before copies: freed after they were waited
+    DeviceCopies copies(this);
     std::vector<CopyOp> ops;
     size_t delivered = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (!result[i].ok()) continue;
+      if (!pinned[i]) continue;  // so far, pinned means found in the pinned tier
       ScatterOps(ops, ptrs, i, src[i]);
       ++delivered;
     }
-    Status copied;
-    if (!ops.empty()) {
-      const uint64_t t0 = NowNs();
-      copied = CopyAndWait(CopyDirection::kHostToDevice, ops);
-      h2d_ns_ += NowNs() - t0;
+    copies.Start(ops);
+    for (size_t t = 0; t < disks_.size(); ++t) {
+      if (from_disk[t].empty()) continue;
+      Promote(t, from_disk[t], batches[t], src, pinned, result, bounce, [&](size_t i) {
+        ops.clear();
+        ScatterOps(ops, ptrs, i, src[i]);
+        copies.Start(ops);
+        ++delivered;
+      });
     }
+    const Status copied = copies.Wait();
     for (size_t i = 0; i < n; ++i) {
       if (pinned[i]) cpu_->Unpin(keys[i]);
     }
@@ -391,6 +411,40 @@ class EngineImpl final : public Engine {
     return Status::Ok();
   }
 
+  // The host-to-device copies of one load, started piecemeal and waited together. h2d_ns
+  // counts from the first start to the end of the wait: the span the job had copies in flight.
+  class DeviceCopies {
+   public:
+    explicit DeviceCopies(EngineImpl* engine) : engine_(engine) {}
+    void Start(const std::vector<CopyOp>& ops) {
+      if (ops.empty()) return;
+      if (t0_ == 0) t0_ = NowNs();
+      Result<std::unique_ptr<CopyTicket>> ticket =
+          engine_->device_->CopyAsync(CopyDirection::kHostToDevice, ops);
+      if (ticket.ok()) {
+        tickets_.push_back(std::move(ticket).value());
+      } else if (first_error_.ok()) {
+        first_error_ = ticket.status();
+      }
+    }
+    // Waits for every copy started; the first error.
+    Status Wait() {
+      for (auto& ticket : tickets_) {
+        Status s = ticket->Wait();
+        if (first_error_.ok() && !s.ok()) first_error_ = s;
+      }
+      if (t0_ != 0) engine_->h2d_ns_ += NowNs() - t0_;
+      tickets_.clear();
+      return first_error_;
+    }
+
+   private:
+    EngineImpl* const engine_;
+    std::vector<std::unique_ptr<CopyTicket>> tickets_;
+    Status first_error_;
+    uint64_t t0_ = 0;
+  };
+
   // The blocks one load reads from one disk tier, pinned there.
   struct DiskBatch {
     std::vector<BlockKey> keys;
@@ -399,9 +453,12 @@ class EngineImpl final : public Engine {
 
   // Reads the pinned blocks of disk tier t into fresh pinned slots (promotion), or into
   // private buffers when the cpu tier cannot take them now; a failed read sets result[i].
+  // on_read(i) runs as soon as block i is in host memory at src[i] (before its promotion is
+  // published), while the batch's other blocks are still being read.
   void Promote(size_t t, const std::vector<size_t>& idx, DiskBatch& batch,
                std::vector<const std::byte*>& src, std::vector<bool>& pinned,
-               std::vector<Status>& result, std::vector<AlignedBuffer>& bounce) {
+               std::vector<Status>& result, std::vector<AlignedBuffer>& bounce,
+               const std::function<void(size_t i)>& on_read) {
     const size_t file_bytes = BlockFileBytes(config_.block_bytes);
     std::vector<std::byte*> dst(idx.size(), nullptr);
     std::vector<bool> promoted(idx.size(), false);
@@ -416,11 +473,13 @@ class EngineImpl final : public Engine {
         dst[j] = bounce.back().get();
       }
     }
-    disks_[t]->ReadPinned(batch.keys, dst, batch.result);
+    disks_[t]->ReadPinned(batch.keys, dst, batch.result, [&](size_t j) {
+      src[idx[j]] = dst[j];
+      on_read(idx[j]);
+    });
     for (size_t j = 0; j < idx.size(); ++j) {
       const size_t i = idx[j];
       if (batch.result[j].ok()) {
-        src[i] = dst[j];
         if (promoted[j]) {
           cpu_->CommitInsert(batch.keys[j], /*keep_pinned=*/true);
           pinned[i] = true;
@@ -467,7 +526,7 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> d2h_bytes_{0}, d2h_ns_{0}, h2d_bytes_{0}, h2d_ns_{0};
 
   mutable Mutex jobs_mu_;
-  CondVar jobs_cv_{&jobs_mu_};  // a job was queued or finished, or the engine is stopping
+  CondVar work_cv_{&jobs_mu_};  // a job was queued, or the engine is stopping
   std::map<JobId, JobRecord> jobs_ GUARDED_BY(jobs_mu_);
   std::deque<std::pair<JobId, std::function<Status()>>> queue_ GUARDED_BY(jobs_mu_);
   JobId next_job_ GUARDED_BY(jobs_mu_) = 1;

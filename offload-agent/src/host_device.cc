@@ -1,7 +1,9 @@
 // The host device: "device memory" is ordinary host memory and copies run on a worker thread,
-// so the engine sees the same asynchronous start/wait semantics as with CUDA streams.
+// so the engine sees the same asynchronous start/wait semantics as with CUDA streams; a waiter
+// whose batch has not started yet copies it itself. One batch is copied at a time.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -26,29 +28,42 @@ class MmapRegion final : public PinnedRegion {
   const size_t size_;
 };
 
-// Shared between the ticket (waiter) and the worker (completer).
+// Shared between the ticket (waiter) and whoever copies it: the worker, or the waiter itself.
 struct BatchState {
   Mutex mu;
   CondVar cv{&mu};
   bool done GUARDED_BY(mu) = false;
   std::vector<CopyOp> ops;
+
+  // Copies under `engine`: one batch at a time, whichever thread runs it.
+  void Run(Mutex* engine) {
+    {
+      MutexLock lock(engine);
+      for (const CopyOp& op : ops) std::memcpy(op.dst, op.src, op.len);
+    }
+    {
+      MutexLock lock(&mu);
+      done = true;
+    }
+    cv.SignalAll();
+  }
 };
+
+class HostDevice;
 
 class HostTicket final : public CopyTicket {
  public:
-  explicit HostTicket(std::shared_ptr<BatchState> state) : state_(std::move(state)) {}
+  HostTicket(HostDevice* device, std::shared_ptr<BatchState> state)
+      : device_(device), state_(std::move(state)) {}
   ~HostTicket() override { static_cast<void>(Wait()); }
   bool Ready() override {
     MutexLock lock(&state_->mu);
     return state_->done;
   }
-  Status Wait() override {
-    MutexLock lock(&state_->mu);
-    while (!state_->done) state_->cv.Wait();
-    return Status::Ok();
-  }
+  Status Wait() override;
 
  private:
+  HostDevice* const device_;  // outlives its tickets
   std::shared_ptr<BatchState> state_;
 };
 
@@ -85,7 +100,18 @@ class HostDevice final : public DeviceBackend {
       queue_.push_back(state);
     }
     cv_.Signal();
-    return std::unique_ptr<CopyTicket>(std::make_unique<HostTicket>(std::move(state)));
+    return std::unique_ptr<CopyTicket>(std::make_unique<HostTicket>(this, std::move(state)));
+  }
+
+  // Runs the batch on the calling thread if the worker has not started it.
+  void RunIfQueued(const std::shared_ptr<BatchState>& batch) {
+    {
+      MutexLock lock(&mu_);
+      auto it = std::find(queue_.begin(), queue_.end(), batch);
+      if (it == queue_.end()) return;
+      queue_.erase(it);
+    }
+    batch->Run(&copy_engine_);
   }
 
  private:
@@ -97,22 +123,30 @@ class HostDevice final : public DeviceBackend {
       std::shared_ptr<BatchState> batch = std::move(queue_.front());
       queue_.pop_front();
       lock.Unlock();
-      for (const CopyOp& op : batch->ops) std::memcpy(op.dst, op.src, op.len);
-      {
-        MutexLock done_lock(&batch->mu);
-        batch->done = true;
-      }
-      batch->cv.SignalAll();
+      batch->Run(&copy_engine_);
       lock.Lock();
     }
   }
 
+  // Batches are copied one at a time, as by one DMA engine, also when waiters run them: the
+  // memcpy ceiling the benchmarks compare with is one thread too.
+  Mutex copy_engine_;
   Mutex mu_;
   CondVar cv_{&mu_};  // a batch was queued or the device is stopping
   std::deque<std::shared_ptr<BatchState>> queue_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
+
+Status HostTicket::Wait() {
+  // A batch the worker has not started is copied by the waiter: the copy then costs no
+  // hand-off to the worker and back (two wake-ups, slow on a busy machine). Copies still
+  // start in the background when the worker gets to them first.
+  device_->RunIfQueued(state_);
+  MutexLock lock(&state_->mu);
+  while (!state_->done) state_->cv.Wait();
+  return Status::Ok();
+}
 
 }  // namespace
 

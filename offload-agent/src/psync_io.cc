@@ -56,29 +56,43 @@ class PsyncIo final : public DiskIo {
   }
 
   void Execute(std::span<IoOp> ops) override {
+    ExecuteEach(ops, [](size_t) {});
+  }
+
+  void ExecuteEach(std::span<IoOp> ops, const OpDone& done) override {
     if (ops.size() == 1) {  // no hand-off for a single op
       RunOp(ops[0]);
+      done(0);
       return;
     }
     Batch batch(&mu_);
-    batch.remaining = ops.size();
     {
       MutexLock lock(&mu_);
-      for (IoOp& op : ops) queue_.push_back(Task{&op, &batch});
+      for (size_t i = 0; i < ops.size(); ++i) queue_.push_back(Task{&ops[i], i, &batch});
     }
     cv_.SignalAll();
     MutexLock lock(&mu_);
-    while (batch.remaining != 0) batch.done_cv.Wait();
+    std::vector<size_t> now;
+    for (size_t reported = 0; reported < ops.size(); reported += now.size()) {
+      while (batch.finished.empty()) batch.done_cv.Wait();
+      now.swap(batch.finished);
+      batch.finished.clear();
+      // The caller's work on these ops overlaps the pool's work on the others.
+      lock.Unlock();
+      for (size_t i : now) done(i);
+      lock.Lock();
+    }
   }
 
  private:
   struct Batch {
     explicit Batch(Mutex* mu) : done_cv(mu) {}
-    size_t remaining = 0;  // guarded by the PsyncIo's mu_
+    std::vector<size_t> finished;  // ops done and not yet reported; guarded by PsyncIo's mu_
     CondVar done_cv;
   };
   struct Task {
     IoOp* op;
+    size_t index;
     Batch* batch;
   };
 
@@ -92,7 +106,9 @@ class PsyncIo final : public DiskIo {
       lock.Unlock();
       RunOp(*task.op);
       lock.Lock();
-      if (--task.batch->remaining == 0) task.batch->done_cv.SignalAll();
+      // Signalled under the lock: the waiter cannot return (and free the batch) before.
+      task.batch->finished.push_back(task.index);
+      task.batch->done_cv.SignalAll();
     }
   }
 

@@ -1,6 +1,7 @@
 // The io_uring disk backend: batches of block reads/writes submitted with one syscall and
-// reaped together, on rings that have the pinned host pool registered as fixed buffers (no
-// per-I/O page pinning). Several rings so that concurrent jobs do not serialise on one.
+// reaped together (ExecuteEach reports each op as soon as it is reaped), on rings that have the
+// pinned host pool registered as fixed buffers (no per-I/O page pinning). Several rings so that
+// concurrent jobs do not serialise on one.
 #include "disk_io_backends.h"
 
 #if KVOFFLOAD_HAVE_LIBURING
@@ -53,14 +54,25 @@ class Ring {
     return Status::Ok();
   }
 
-  void Run(std::span<IoOp> ops, const std::vector<iovec>& iovs, unsigned depth) REQUIRES(mu) {
-    std::vector<size_t> pending;  // op indexes still to (re)submit
+  // Runs the ops; done (may be null) hears of each op once it has its final status.
+  void Run(std::span<IoOp> ops, const std::vector<iovec>& iovs, unsigned depth,
+           const DiskIo::OpDone* done) REQUIRES(mu) {
+    std::vector<size_t> pending;   // op indexes still to (re)submit
+    std::vector<size_t> finished;  // op indexes with their final status, not reported yet
+    std::vector<bool> reported(ops.size());
     pending.reserve(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
       ops[i].done = 0;
       ops[i].status = broken_.ok() ? Status::Ok() : broken_;
-      if (ops[i].len > 0 && broken_.ok()) pending.push_back(i);
+      (ops[i].len > 0 && broken_.ok() ? pending : finished).push_back(i);
     }
+    auto report = [&] {
+      for (size_t i : finished) {
+        reported[i] = true;
+        if (done != nullptr) (*done)(i);
+      }
+      finished.clear();
+    };
     size_t queued = 0;     // prepared in the SQ ring, not yet accepted by the kernel
     size_t in_flight = 0;  // accepted by the kernel, completion not reaped yet
     while (!pending.empty() || queued > 0 || in_flight > 0) {
@@ -83,13 +95,20 @@ class Ring {
         // this ring is unusable from now on; fail what remains once the kernel is done.
         broken_ = ErrnoStatus(-rc, "io_uring_submit");
         Drain(ops, in_flight);
-        for (IoOp& op : ops) {
-          if (op.status.ok() && op.done < op.len) op.status = broken_;
+        finished.clear();
+        for (size_t i = 0; i < ops.size(); ++i) {
+          if (ops[i].status.ok() && ops[i].done < ops[i].len) ops[i].status = broken_;
+          if (!reported[i]) finished.push_back(i);
         }
+        report();
         return;
       }
-      Reap(ops, in_flight, pending);
+      Reap(ops, in_flight, pending, finished);
+      // Reported after the ring is advanced and while the other ops are still in flight: the
+      // caller's work on one op overlaps the transfers of the rest.
+      report();
     }
+    report();
   }
 
   // One caller at a time drives the ring.
@@ -122,8 +141,10 @@ class Ring {
     return -1;
   }
 
-  // Consumes the available completions; requeues short or interrupted transfers.
-  void Reap(std::span<IoOp> ops, size_t& in_flight, std::vector<size_t>& pending) {
+  // Consumes the available completions; requeues short or interrupted transfers and adds the
+  // ops that reached their final status to `finished`.
+  void Reap(std::span<IoOp> ops, size_t& in_flight, std::vector<size_t>& pending,
+            std::vector<size_t>& finished) {
     io_uring_cqe* cqe = nullptr;
     unsigned head = 0;
     unsigned seen = 0;
@@ -137,13 +158,16 @@ class Ring {
         pending.push_back(i);
       } else if (cqe->res < 0) {
         op.status = ErrnoStatus(-cqe->res, what);
+        finished.push_back(i);
       } else if (cqe->res == 0) {
         op.status = Status::IOError(std::string(what) + ": short transfer (" +
                                     std::to_string(op.done) + " of " + std::to_string(op.len) +
                                     " bytes)");
+        finished.push_back(i);
       } else {
         op.done += static_cast<size_t>(cqe->res);
-        if (op.done < op.len) pending.push_back(i);  // resubmit the remainder
+        // Resubmit the remainder of a short transfer.
+        (op.done < op.len ? pending : finished).push_back(i);
       }
     }
     io_uring_cq_advance(&ring_, seen);
@@ -192,21 +216,25 @@ class UringIo final : public DiskIo {
     return Status::Ok();
   }
 
-  void Execute(std::span<IoOp> ops) override {
-    // Take the first idle ring; when all are busy, queue on one chosen round-robin.
+  void Execute(std::span<IoOp> ops) override { RunOnARing(ops, nullptr); }
+  void ExecuteEach(std::span<IoOp> ops, const OpDone& done) override { RunOnARing(ops, &done); }
+
+ private:
+  // Takes the first idle ring; when all are busy, queues on one chosen round-robin. The
+  // caller drives that ring (and runs `done`) until its ops are complete.
+  void RunOnARing(std::span<IoOp> ops, const OpDone* done) {
     for (auto& ring : rings_) {
       if (ring->mu.TryLock()) {
-        ring->Run(ops, iovs_, depth_);
+        ring->Run(ops, iovs_, depth_, done);
         ring->mu.Unlock();
         return;
       }
     }
     Ring& ring = *rings_[next_.fetch_add(1) % rings_.size()];
     MutexLock lock(&ring.mu);
-    ring.Run(ops, iovs_, depth_);
+    ring.Run(ops, iovs_, depth_, done);
   }
 
- private:
   unsigned depth_ = 64;
   bool fixed_ = false;
   std::vector<iovec> iovs_;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kvoffload/disk_io.h"
 #include "test_util.h"
@@ -86,6 +87,51 @@ TEST_P(DiskIoTest, BadDescriptorIsAnError) {
   io->Execute(std::span(&op, 1));
   EXPECT_EQ(op.status.code(), StatusCode::kIOError);
   EXPECT_NE(io->Describe().find(GetParam()), std::string::npos);
+}
+
+// The disk tier verifies each block in ExecuteEach's callback while the rest are read: every op
+// must be reported exactly once, and only when its status and byte count are final.
+TEST_P(DiskIoTest, ExecuteEachReportsEveryOpOnceWithItsFinalStatus) {
+  testing::TempDir dir;
+  constexpr size_t kPages = 20;  // more than the queue depth: reported while others run
+  Aligned buf(kPages * 4096);
+  for (size_t i = 0; i < buf.len; ++i) buf.p[i] = static_cast<std::byte>(i * 13 + 1);
+  std::unique_ptr<DiskIo> io = Make(buf.p, buf.len);
+  const std::string path = dir.path() + "/data";
+  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_DIRECT, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::vector<IoOp> ops;
+  for (size_t i = 0; i < kPages; ++i) {
+    ops.push_back(IoOp{IoOp::Kind::kWrite, fd, buf.p + i * 4096, 4096, i * 4096, 0, {}});
+  }
+  std::vector<int> calls(ops.size());
+  auto count = [&](size_t i) {
+    ASSERT_LT(i, ops.size());
+    ++calls[i];
+  };
+  io->ExecuteEach(ops, count);
+  EXPECT_EQ(calls, std::vector<int>(ops.size(), 1));
+
+  // Reads back, plus one past the end of the file (a short transfer, an error).
+  ops.clear();
+  Aligned back(kPages * 4096);
+  for (size_t i = 0; i < kPages; ++i) {
+    ops.push_back(IoOp{IoOp::Kind::kRead, fd, back.p + i * 4096, 4096, i * 4096, 0, {}});
+  }
+  ops.push_back(IoOp{IoOp::Kind::kRead, fd, back.p, 4096, kPages * 4096, 0, {}});
+  calls.assign(ops.size(), 0);
+  io->ExecuteEach(ops, [&](size_t i) {
+    count(i);
+    if (i < kPages) {
+      EXPECT_TRUE(ops[i].status.ok()) << ops[i].status.ToString();
+      EXPECT_EQ(ops[i].done, 4096u) << "reported before it finished";
+      EXPECT_EQ(std::memcmp(back.p + i * 4096, buf.p + i * 4096, 4096), 0) << "page " << i;
+    } else {
+      EXPECT_FALSE(ops[i].status.ok()) << "a failed op is reported with its error";
+    }
+  });
+  EXPECT_EQ(calls, std::vector<int>(ops.size(), 1));
+  ::close(fd);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DiskIoTest, ::testing::Values("psync", "uring"));

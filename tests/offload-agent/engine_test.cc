@@ -286,6 +286,26 @@ TEST(EngineTest, MissingBlocksFailTheLoadButTheOthersArrive) {
   EXPECT_EQ(e->Stats().failed_loads, 1u);
 }
 
+// Pinned-tier blocks are copied at once and each disk block as soon as it is verified; a damaged
+// file among them is a miss that neither delays nor spoils the others.
+TEST(EngineTest, LoadAcrossTiersDeliversEveryGoodBlockAroundADamagedOne) {
+  TempDir d0;
+  auto e = Open(Config(2, {Tier(d0.path(), 8)}));
+  Blocks b = Blocks::Make(0, 6);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());  // 0..3 on disk, 4 and 5 in the pinned tier
+  std::filesystem::resize_file(
+      BlockPath(FingerprintDir(d0.path(), testing::TestModel().Digest()), b.keys[1]), 2048);
+  Blocks out = b.Empty();
+  Status s = LoadAndWait(*e, out);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  EXPECT_NE(s.message().find("1 of 6"), std::string::npos) << s.ToString();
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(out.data[i], i == 1 ? std::vector<std::byte>(testing::kBlock) : b.data[i])
+        << "block " << i;
+  }
+  EXPECT_EQ(e->Stats().loaded_blocks, 5u);
+}
+
 TEST(EngineTest, StoringAKnownBlockIsSkipped) {
   auto e = Open(Config(4));
   Blocks b = Blocks::Make(0, 2);

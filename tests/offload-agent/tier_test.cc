@@ -1,13 +1,17 @@
 // The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
-// its capacity, and a slot still read by a copy is not reused.
+// its capacity, a slot still read by a copy is not reused, reads report each verified block as
+// it arrives, and publishing through named temp files (no O_TMPFILE) works the same.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "block_file.h"
 #include "cpu_tier.h"
 #include "disk_tier.h"
+#include "faulty_disk_io.h"
 #include "kvoffload/device.h"
 #include "test_util.h"
 
@@ -91,11 +95,14 @@ TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
 
 class DiskTierTest : public ::testing::Test {
  protected:
-  std::unique_ptr<DiskTier> Open(size_t blocks) {
+  std::unique_ptr<DiskTier> Open(size_t blocks, bool named_temp_files = false,
+                                 std::shared_ptr<testing::FaultPlan> faults = nullptr) {
     DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks), kBlock,
                       testing::TestModel().Digest(), "lru"};
-    auto io = NewDiskIo("psync", DiskIoOptions{});
-    auto t = DiskTier::Open(o, std::move(io).value());
+    o.named_temp_files = named_temp_files;
+    std::unique_ptr<DiskIo> io = std::move(NewDiskIo("psync", DiskIoOptions{})).value();
+    if (faults) io = std::make_unique<testing::FaultyDiskIo>(std::move(io), faults);
+    auto t = DiskTier::Open(o, std::move(io));
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return std::move(t).value();
   }
@@ -107,6 +114,24 @@ class DiskTierTest : public ::testing::Test {
     Status s = t.Insert(Key(k), buf);
     std::free(buf);
     return s;
+  }
+  // Pins and reads the blocks; the indexes on_read reported, in arrival order.
+  std::vector<size_t> PinAndRead(DiskTier& t, const std::vector<BlockKey>& keys,
+                                 std::vector<Status>& results) {
+    results.assign(keys.size(), Status::Ok());
+    t.Pin(keys, results);
+    std::vector<std::byte*> dsts;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      dsts.push_back(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot)));
+    }
+    std::vector<size_t> arrived;
+    t.ReadPinned(keys, dsts, results, [&](size_t i) {
+      EXPECT_EQ(std::memcmp(dsts[i], testing::Pattern(keys[i], kBlock).data(), kBlock), 0)
+          << "block " << i << " is whole when reported";
+      arrived.push_back(i);
+    });
+    for (std::byte* d : dsts) std::free(d);
+    return arrived;
   }
   testing::TempDir dir_;
 };
@@ -145,6 +170,41 @@ TEST_F(DiskTierTest, PinnedBlockIsNeverEvictedAndAllPinnedRefuses) {
   std::free(a);
   std::free(b);
   EXPECT_TRUE(Put(*t, 4).ok());
+}
+
+TEST_F(DiskTierTest, ReadPinnedReportsEachVerifiedBlockAndNoBadOne) {
+  auto t = Open(4);
+  for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  const std::string bad = BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()),
+                                    Key(2));
+  std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(100);
+  f.read(&c, 1);
+  f.seekp(100);
+  f.put(static_cast<char>(c ^ 0x40));
+  f.close();
+  std::vector<Status> results;
+  std::vector<size_t> arrived = PinAndRead(*t, {Key(1), Key(2), Key(3)}, results);
+  std::sort(arrived.begin(), arrived.end());
+  EXPECT_EQ(arrived, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(results[1].code(), StatusCode::kCorruption) << results[1].ToString();
+  EXPECT_FALSE(t->Contains(Key(2))) << "the bad file is removed";
+}
+
+// Where O_TMPFILE cannot be used, a block is written to a named temp file, linked, unlinked.
+TEST_F(DiskTierTest, NamedTempFilesPublishTheSameAndLeaveNothingBehind) {
+  auto faults = std::make_shared<testing::FaultPlan>();
+  auto t = Open(4, /*named_temp_files=*/true, faults);
+  ASSERT_TRUE(Put(*t, 1).ok());
+  faults->FailWrites(testing::Fault::kEio, 1);
+  EXPECT_EQ(Put(*t, 2).code(), StatusCode::kIOError);
+  EXPECT_FALSE(t->Contains(Key(2)));
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "the failed write's temp file";
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".blk"), 1u);
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*t, {Key(1)}, results), std::vector<size_t>{0});
+  EXPECT_EQ(t->Stats().used_bytes, kSlot) << "the failed write gave its bytes back";
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 // Disk I/O backends: positional reads and writes on already-open files, in batches.
 // Backends: "uring" (io_uring, registered buffers, batched submit and reap) and "psync"
-// (pread/pwrite on a thread pool). Execute() is thread-safe on both.
+// (pread/pwrite on a thread pool). Execute() and ExecuteEach() are thread-safe on both.
 #ifndef KVOFFLOAD_DISK_IO_H_
 #define KVOFFLOAD_DISK_IO_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,13 @@ class KVOFFLOAD_EXPORT DiskIo {
   virtual std::string Describe() const = 0;
   // Runs every op and returns when all have completed (each with its own status).
   virtual void Execute(std::span<IoOp> ops) = 0;
+  // Runs every op like Execute and calls done(i), on the calling thread, once op i has its
+  // final status, in completion order, so that the caller can use each result (verify a
+  // block, start its copy) while the other ops are still in flight. Returns after the last
+  // call. done must not start I/O on this backend (the caller's ring or pool slot is busy).
+  // The default (for decorators) runs Execute, then reports the ops in order.
+  using OpDone = std::function<void(size_t index)>;
+  virtual void ExecuteEach(std::span<IoOp> ops, const OpDone& done);
 };
 
 // "uring", "psync" or "auto" (uring when the kernel and liburing allow it, else psync).

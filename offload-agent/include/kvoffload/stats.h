@@ -21,7 +21,7 @@ struct TierStats {
   uint64_t corrupt = 0;     // files that failed their checksum or size check (removed)
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
-  uint64_t read_ns = 0;
+  uint64_t read_ns = 0;   // reading batches, with the verification that overlaps the reads
   uint64_t write_ns = 0;
 };
 
@@ -34,7 +34,7 @@ struct EngineStats {
   uint64_t d2h_bytes = 0;
   uint64_t d2h_ns = 0;
   uint64_t h2d_bytes = 0;
-  uint64_t h2d_ns = 0;
+  uint64_t h2d_ns = 0;  // per load, first copy started to last copy done (overlaps its reads)
   uint64_t queue_depth = 0;  // jobs submitted and not yet finished
   uint64_t held_blocks = 0;  // distinct blocks held (Engine::Hold) now
   uint64_t events_dropped = 0;  // residency events lost because the feed was full
