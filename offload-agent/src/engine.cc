@@ -130,31 +130,18 @@ class EngineImpl final : public Engine {
   }
 
   LookupResult Lookup(std::span<const BlockKey> keys) override {
-    LookupResult result;
-    for (const BlockKey& key : keys) {
-      int tier = Locate(key, /*record=*/true);
-      if (tier == kTierMiss) break;
-      result.tiers.push_back(tier);
-    }
-    result.prefix = result.tiers.size();
-    return result;
+    return Prefix(keys, [this](const BlockKey& key) { return Locate(key, /*record=*/true); });
   }
 
   LookupResult Hold(std::span<const BlockKey> keys) override {
-    LookupResult result;
-    for (const BlockKey& key : keys) {
+    return Prefix(keys, [this](const BlockKey& key) {
       // Held first, checked second: a victim chosen after Add sees the hold, and one chosen
       // before it is no longer Protected, so a block reported here cannot be evicted.
       holds_.Add(key);
-      int tier = Locate(key, /*record=*/true, /*protect=*/true);
-      if (tier == kTierMiss) {
-        holds_.Remove(key);
-        break;
-      }
-      result.tiers.push_back(tier);
-    }
-    result.prefix = result.tiers.size();
-    return result;
+      const int tier = Locate(key, /*record=*/true, /*protect=*/true);
+      if (tier == kTierMiss) holds_.Remove(key);
+      return tier;
+    });
   }
 
   Status Release(std::span<const BlockKey> keys) override {
@@ -272,6 +259,19 @@ class EngineImpl final : public Engine {
       lock.Lock();
       Finish(jobs_[id], std::move(s));
     }
+  }
+
+  // The longest prefix of keys that `tier_of` places in a tier, with those tiers.
+  template <typename TierOf>
+  static LookupResult Prefix(std::span<const BlockKey> keys, TierOf tier_of) {
+    LookupResult result;
+    for (const BlockKey& key : keys) {
+      const int tier = tier_of(key);
+      if (tier == kTierMiss) break;
+      result.tiers.push_back(tier);
+    }
+    result.prefix = result.tiers.size();
+    return result;
   }
 
   // kTierCpu, kTierCpu + 1 + i for disk i, or kTierMiss. With `protect`, only a tier where a
