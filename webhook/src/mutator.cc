@@ -2,12 +2,14 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <set>
 #include <string_view>
 
 #include "webhook/json_util.h"
+#include "webhook/launch.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -125,50 +127,6 @@ std::string Sha256Hex(std::string_view data, size_t hex_chars) {
   return hex;
 }
 
-// Finds --kv-transfer-config / --kv_transfer_config in command + args. Returns true when present;
-// `value` gets its argument when it can be read.
-bool FindKvTransferFlag(const json& container, std::string* value) {
-  for (std::string_view field : {"command", "args"}) {
-    const json& list = Member(container, field);
-    if (!list.is_array()) continue;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_string()) continue;
-      const std::string& arg = list[i].get_ref<const std::string&>();
-      for (std::string_view flag : {"--kv-transfer-config", "--kv_transfer_config"}) {
-        if (arg == flag) {
-          if (i + 1 < list.size() && list[i + 1].is_string()) *value = list[i + 1].get<std::string>();
-          return true;
-        }
-        if (arg.size() > flag.size() && arg.compare(0, flag.size(), flag) == 0 &&
-            arg[flag.size()] == '=') {
-          *value = arg.substr(flag.size() + 1);
-          return true;
-        }
-      }
-    }
-  }
-  return false;
-}
-
-// True when the container's command line is a shell script (sh -c "vllm serve ..."), where an
-// appended argument would reach the shell, not vLLM.
-bool RunsThroughShell(const json& container) {
-  const json& command = Member(container, "command");
-  if (!command.is_array() || command.empty() || !command[0].is_string()) return false;
-  std::string prog = command[0].get<std::string>();
-  prog = prog.substr(prog.rfind('/') == std::string::npos ? 0 : prog.rfind('/') + 1);
-  if (prog != "sh" && prog != "bash" && prog != "dash" && prog != "ash") return false;
-  for (std::string_view field : {"command", "args"}) {
-    const json& list = Member(container, field);
-    if (list.is_array()) {
-      for (const json& a : list) {
-        if (a.is_string() && a.get<std::string>() == "-c") return true;
-      }
-    }
-  }
-  return false;
-}
-
 std::string ConfigHash(const MutationInput& in, Mode mode, const std::string& container,
                        const json& tiers_env) {
   json canonical = {{"spec", in.spec.Canonical()},
@@ -221,23 +179,28 @@ int TargetContainer(const json& pod, std::string* error) {
   return 0;
 }
 
+int64_t TierHeadroomBytes(int64_t size_bytes) {
+  constexpr int64_t kFixed = int64_t{8} << 20;
+  return std::min(size_bytes / 2, kFixed + size_bytes / 64);
+}
+
 json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvcs) {
   json tiers = json::array();
   for (size_t i = 0; i < spec.secondary.size(); ++i) {
     const Tier& t = spec.secondary[i];
-    int64_t capacity = t.kind == TierKind::kPvcRef ? 0 : t.size.Value();
+    int64_t size = t.kind == TierKind::kPvcRef ? 0 : t.size.Value();
     bool shared = false;
     if (t.kind == TierKind::kPvcRef) {
       auto it = pvcs.find(t.ref_name);
       if (it != pvcs.end()) {
-        if (it->second.capacity) capacity = it->second.capacity->Value();
+        if (it->second.capacity) size = it->second.capacity->Value();
         shared = IsReadWriteMany(it->second);
       }
     }
     // capacityBytes 0 means "unknown": the agent then sizes the tier from the file system.
     tiers.push_back({{"path", TierMountPath(i)},
                      {"kind", TierKindName(t.kind)},
-                     {"capacityBytes", capacity},
+                     {"capacityBytes", size - TierHeadroomBytes(size)},
                      {"persistent", t.kind == TierKind::kPvcRef},
                      {"shared", shared}});
   }
@@ -494,34 +457,73 @@ Mutation Mutate(const MutationInput& in) {
                              " uses valueFrom; add /opt/kvoffload/python to it yourself");
     }
   }
-  add_env.Flush(&patch);
 
-  // The vLLM flag, when the container runs vLLM.
+  // The vLLM flag, when the container runs vLLM: exactly one --kv-transfer-config must reach
+  // vLLM, through whatever launch form the container uses (webhook/launch.h).
   const bool runs_vllm = StringAt(labels, "app.kubernetes.io/part-of") == "llminferenceservice" ||
                          StringAt(annotations, kAnnotationVllm) == "true";
+  std::string vllm_flag;  // how it got there, for the status annotation
   if (runs_vllm) {
-    const json ours = KvTransferConfig(in.spec, mode);
-    std::string existing;
-    if (FindKvTransferFlag(container, &existing)) {
-      Result<json> theirs = ParseJson(existing, "--kv-transfer-config");
-      if (!theirs.ok() || *theirs != ours) {
-        out.warnings.push_back("container " + c_name +
-                               " already passes --kv-transfer-config; kept it instead of ours");
+    const std::string ours = KvTransferConfig(in.spec, mode).dump();
+    LaunchPlan plan = PlanLaunch(container);
+    const auto additional = env_index.find("VLLM_ADDITIONAL_ARGS");
+    const bool env_route = plan.route == FlagRoute::kAdditionalArgsEnv ||
+                           plan.route == FlagRoute::kAdditionalArgsEnvForEval;
+    if (env_route && additional != env_index.end() &&
+        !Member(env[additional->second], "valueFrom").is_null()) {
+      plan.route = FlagRoute::kUnreachable;  // a value we cannot append to
+    }
+    if (plan.has_user_flag) {
+      Result<json> theirs = ParseJson(plan.user_flag_value, "--kv-transfer-config");
+      if (!theirs.ok()) {
+        out.warnings.push_back("container " + c_name + ": its own --kv-transfer-config in " +
+                               plan.user_flag_where + " reaches vLLM as invalid JSON; quote it");
+        vllm_flag = "user";
+      } else if (theirs->dump() != ours) {
+        out.warnings.push_back("container " + c_name + " already passes --kv-transfer-config in " +
+                               plan.user_flag_where + "; kept it instead of ours");
+        vllm_flag = "user";
+      } else {
+        vllm_flag = env_route ? "VLLM_ADDITIONAL_ARGS" : "args";  // ours, from an earlier admission
       }
-    } else if (RunsThroughShell(container)) {
+    } else if (plan.route == FlagRoute::kUnreachable) {
       out.warnings.push_back("container " + c_name +
-                             " starts vLLM through a shell; add --kv-transfer-config yourself");
+                             ": its script passes vLLM no args; add \"$@\" to its vllm command or "
+                             "pass --kv-transfer-config yourself");
+      vllm_flag = "not-injected";
+    } else if (env_route) {
+      const std::string cur =
+          additional == env_index.end() ? "" : StringAt(env[additional->second], "value");
+      const std::string arg = FlagArgument(plan.route, ours);
+      set_env("VLLM_ADDITIONAL_ARGS", cur.empty() ? arg : cur + " " + arg);
+      vllm_flag = "VLLM_ADDITIONAL_ARGS";
     } else {
       ArrayAppend add_args(Member(container, "args"), c_path + "/args");
-      add_args.Push("--kv-transfer-config=" + ours.dump());
+      if (plan.needs_arg0) add_args.Push("--");
+      add_args.Push(FlagArgument(plan.route, ours));
       add_args.Flush(&patch);
+      vllm_flag = "args";
+    }
+  }
+  add_env.Flush(&patch);
+
+  // vLLM's own fs tier writes until the disk is full; an emptyDir's sizeLimit is enforced by
+  // evicting the pod. Only agent mode keeps a tier under its size.
+  if (mode == Mode::kVllmNative) {
+    for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+      if (in.spec.secondary[i].kind != TierKind::kEmptyDir) continue;
+      out.warnings.push_back("secondary[" + std::to_string(i) +
+                             "] emptyDir: vllm-native never bounds it, so the kubelet evicts the pod "
+                             "past " + in.spec.secondary[i].size.ToString() +
+                             "; agent mode enforces it");
     }
   }
 
-  const json status = {{"configHash", hash},
+  json status = {{"configHash", hash},
                        {"source", in.source.description},
                        {"mode", ModeName(mode)},
                        {"tiers", tier_paths}};
+  if (!vllm_flag.empty()) status["vllmFlag"] = vllm_flag;
   patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, status.dump());
   out.patch = patch.Take();
   return out;

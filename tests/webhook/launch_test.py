@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Runs every golden pod's vLLM launch, before and after our patch, with bash and a stand-in
+`vllm` (hack/vllm_argv.py), and checks what vLLM would receive:
+- status vllmFlag "args" / "VLLM_ADDITIONAL_ARGS": exactly one --kv-transfer-config, valid JSON,
+  the one the mode asks for (agent: KVOffloadAgentSpec; vllm-native: TieringOffloadingSpec with
+  the pod's cpu bytes, eviction policy and tier paths);
+- "user": the argv vLLM got before the patch, unchanged (the user's own flag);
+- "not-injected": the launch hands vLLM what it did before the patch (and the pod warns);
+- KServe-shaped fixtures, unpatched: KServe's own flag exactly when its LLMInferenceService has a
+  kvCacheOffloading spec, so the fixture behaves as KServe's template does;
+- reinvocation: `kv-offload-webhook inject` over the patched pod (with the case's cluster
+  objects) changes nothing, so vLLM still gets exactly one flag.
+
+  launch_test.py WEBHOOK_BINARY"""
+
+import copy
+import json
+import pathlib
+import subprocess
+import sys
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TESTDATA = REPO / "tests" / "webhook" / "testdata"
+sys.path.insert(0, str(REPO / "hack"))
+import vllm_argv  # noqa: E402
+
+WEBHOOK = None  # set from argv in __main__
+AGENT = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+         "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
+                                       "spec_module_path": "kvoffload.vllm"}}
+
+
+def load(path: pathlib.Path):
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def env_of(container: dict, name: str) -> str | None:
+    for e in container.get("env", []):
+        if e["name"] == name:
+            return e.get("value")
+    return None
+
+
+def cases():
+    for patched in sorted(TESTDATA.glob("*.patched.json")):
+        name = patched.name[: -len(".patched.json")]
+        yield name, load(TESTDATA / f"{name}.pod.json"), load(patched), \
+            load(TESTDATA / f"{name}.cluster.json") or {}
+
+
+class LaunchTest(unittest.TestCase):
+    def expected_config(self, pod: dict, status: dict) -> dict:
+        if status["mode"] == "agent":
+            return AGENT
+        c = vllm_argv.target_container(pod, None)
+        extra = {"spec_name": "TieringOffloadingSpec",
+                 "cpu_bytes_to_use": int(env_of(c, "KVOFFLOAD_CPU_BYTES")),
+                 "secondary_tiers": [{"type": "fs", "root_dir": t} for t in status["tiers"]]}
+        return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": extra}
+
+    def check_native(self, got: dict, want: dict, pod: dict):
+        # eviction_policy is only in our flag when the spec sets one; the env always says.
+        policy = got["kv_connector_extra_config"].pop("eviction_policy", "lru")
+        c = vllm_argv.target_container(pod, None)
+        self.assertEqual(policy, env_of(c, "KVOFFLOAD_EVICTION_POLICY"))
+        self.assertEqual(got, want)
+
+    def test_every_golden_launch(self):
+        checked = {"args": 0, "VLLM_ADDITIONAL_ARGS": 0, "user": 0, "not-injected": 0}
+        for name, before, after, cluster in cases():
+            status = json.loads(after["metadata"].get("annotations", {})
+                                .get("kvoffload.io/status", "{}"))
+            how = status.get("vllmFlag")
+            if how is None:
+                continue  # not a vLLM container: no flag is ours to add
+            with self.subTest(case=name, vllmFlag=how):
+                ran_before = vllm_argv.run(before)
+                ran_after = vllm_argv.run(after)
+                self.assertIsNotNone(ran_after["argv"], ran_after["output"])
+                got = ran_after["kvTransferConfigs"]
+                if how in ("args", "VLLM_ADDITIONAL_ARGS"):
+                    self.assertEqual(len(got), 1, ran_after["argv"])
+                    want = self.expected_config(after, status)
+                    if status["mode"] == "agent":
+                        self.assertEqual(got[0], want)
+                    else:
+                        self.check_native(copy.deepcopy(got[0]), want, after)
+                elif how == "user":
+                    # The user's launch is theirs: vLLM gets exactly what it got before.
+                    self.assertEqual(ran_after["argv"], ran_before["argv"])
+                else:
+                    self.assertEqual(how, "not-injected")
+                    self.assertEqual(ran_after["argv"], ran_before["argv"])
+                checked[how] += 1
+        # Every way a flag can reach (or miss) vLLM is exercised by some golden.
+        for how, n in checked.items():
+            self.assertGreater(n, 0, f"no golden case has vllmFlag {how}")
+
+    def test_kserve_fixtures_behave_like_kserve(self):
+        seen = 0
+        for name, before, _, cluster in cases():
+            main_c = vllm_argv.target_container(before, None)
+            if "KV_TRANSFER_ARGS" not in " ".join(main_c.get("command", [])):
+                continue
+            with self.subTest(case=name):
+                rendered = "--kv-transfer-config '" in main_c["command"][2]
+                got = vllm_argv.run(before)["kvTransferConfigs"]
+                user_has_one = "--kv" in json.dumps(main_c.get("args", [])) + \
+                    (env_of(main_c, "VLLM_ADDITIONAL_ARGS") or "")
+                if user_has_one:
+                    # KServe's own flag stays out; the user's is there, however it was quoted.
+                    self.assertGreaterEqual(len(got), 1)
+                    self.assertNotIn("TieringOffloadingSpec", json.dumps(got))
+                elif rendered:
+                    self.assertEqual(len(got), 1)
+                    self.assertEqual(got[0]["kv_connector_extra_config"]["spec_name"],
+                                     "TieringOffloadingSpec")
+                else:
+                    self.assertEqual(got, [])
+                seen += 1
+        self.assertGreaterEqual(seen, 8)
+
+    def test_reinvocation_through_inject_is_a_no_op(self):
+        for name, _, after, cluster in cases():
+            with self.subTest(case=name):
+                ns = cluster.get("namespace", "default")
+                docs = [o for o in cluster.get("objects", [])] + [after]
+                flags = [f"--namespace={ns}",
+                         f"--default-mode={cluster.get('defaultMode', 'vllm-native')}"]
+                if cluster.get("agentImage"):
+                    flags.append(f"--agent-image={cluster['agentImage']}")
+                out = subprocess.run([WEBHOOK, "inject", "-f", "-"] + flags,
+                                     input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                       "items": docs}),
+                                     capture_output=True, text=True, timeout=30)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                items = json.loads(out.stdout)["items"]
+                pods = [i for i in items if i.get("kind") == "Pod"]
+                self.assertEqual(len(pods), 1)
+                self.assertEqual(pods[0], after)
+
+
+if __name__ == "__main__":
+    WEBHOOK = sys.argv.pop(1)
+    unittest.main(verbosity=2)

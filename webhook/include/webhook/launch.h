@@ -1,0 +1,49 @@
+// How a container starts vLLM, and so where `--kv-transfer-config` has to go for vLLM to see it.
+// Reads the container's command, args and env (as the pod spec holds them) without running
+// anything; pure functions, thread-safe. The forms, and why each is handled as it is, are in
+// docs/decisions.md ("The vLLM flag").
+#ifndef KVOFFLOAD_WEBHOOK_LAUNCH_H_
+#define KVOFFLOAD_WEBHOOK_LAUNCH_H_
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace kvoffload::webhook {
+
+// Where our flag goes.
+enum class FlagRoute {
+  kArgs,                    // appended to args: vLLM (or a script's "$@") receives it as is
+  kArgsForEval,             // appended to args, shell-quoted: a script eval's its "$@"
+  kAdditionalArgsEnv,       // appended to VLLM_ADDITIONAL_ARGS, which the script expands
+  kAdditionalArgsEnvForEval,  // the same, shell-quoted: the script eval's the variable
+  kUnreachable,             // the script hands vLLM nothing we can set
+};
+
+struct LaunchPlan {
+  FlagRoute route = FlagRoute::kUnreachable;
+  // A `sh -c SCRIPT` with nothing after SCRIPT: the first argument appended would become $0,
+  // not $1, so a placeholder $0 ("--", as KServe's templates use) goes first.
+  bool needs_arg0 = false;
+  // The user already passes a --kv-transfer-config of their own; `user_flag_where` says where
+  // ("args", "the launch script", "VLLM_ADDITIONAL_ARGS") and `user_flag_value` holds its value
+  // when it can be read (shell quotes removed).
+  bool has_user_flag = false;
+  std::string user_flag_where;
+  std::string user_flag_value;
+};
+
+// Reads `container` (a Pod's container object). Never fails: what it cannot reach is
+// kUnreachable, and the caller warns.
+LaunchPlan PlanLaunch(const nlohmann::json& container);
+
+// `text` as one shell word: single-quoted, with each ' written as '\''.
+std::string ShellQuote(std::string_view text);
+
+// The argument that carries `config_json` along `route` (kUnreachable: empty).
+std::string FlagArgument(FlagRoute route, std::string_view config_json);
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_LAUNCH_H_

@@ -1,0 +1,348 @@
+#include "webhook/launch.h"
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "webhook/json_util.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array<std::string_view, 2> kFlagNames = {"--kv-transfer-config",
+                                                        "--kv_transfer_config"};
+constexpr std::string_view kAdditionalArgs = "VLLM_ADDITIONAL_ARGS";
+
+std::vector<std::string> StringsOf(const json& list) {
+  std::vector<std::string> out;
+  if (!list.is_array()) return out;
+  for (const json& v : list) out.push_back(v.is_string() ? v.get<std::string>() : std::string());
+  return out;
+}
+
+std::string_view BaseName(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool IsShell(std::string_view program) {
+  const std::string_view base = BaseName(program);
+  return base == "sh" || base == "bash" || base == "dash" || base == "ash" || base == "zsh" ||
+         base == "ksh";
+}
+
+// Index of the `-c` option (also bundled: `-ec`, `-lc`) in a shell's argv, or nullopt when the
+// shell runs a script file instead. `-o NAME` takes the next word.
+std::optional<size_t> ShellCommandOption(const std::vector<std::string>& argv) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-o" || a == "+o") {
+      ++i;
+      continue;
+    }
+    if (a.size() < 2 || (a[0] != '-' && a[0] != '+') || a == "--") return std::nullopt;
+    if (a.find('c') != std::string::npos) return i;
+  }
+  return std::nullopt;
+}
+
+// Reads one shell word as the shell would without expansions: quotes removed, backslash
+// escapes applied. Good enough for a flag value someone wrote by hand.
+std::string UnquoteWord(std::string_view word) {
+  std::string out;
+  for (size_t i = 0; i < word.size(); ++i) {
+    const char c = word[i];
+    if (c == '\'') {
+      const size_t end = word.find('\'', i + 1);
+      if (end == std::string_view::npos) return out + std::string(word.substr(i + 1));
+      out += word.substr(i + 1, end - i - 1);
+      i = end;
+    } else if (c == '"') {
+      for (++i; i < word.size() && word[i] != '"'; ++i) {
+        if (word[i] == '\\' && i + 1 < word.size()) ++i;
+        out += word[i];
+      }
+    } else if (c == '\\' && i + 1 < word.size()) {
+      out += word[++i];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The value of a flag at `pos` of `text`, up to the end of its shell word.
+std::string FlagValueAt(std::string_view text, size_t pos, size_t flag_len) {
+  size_t i = pos + flag_len;
+  if (i < text.size() && text[i] == '=') {
+    ++i;
+  } else {
+    while (i < text.size() && text[i] == ' ') ++i;
+  }
+  size_t end = i;
+  char quote = 0;
+  for (; end < text.size(); ++end) {
+    const char c = text[end];
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      break;
+    }
+  }
+  return UnquoteWord(text.substr(i, end - i));
+}
+
+// Finds a flag in a list of arguments: `--kv-transfer-config X` or `--kv-transfer-config=X`.
+// `parsed_by_shell`: the arguments reach vLLM through eval, which removes a layer of quoting.
+bool FindFlagInArgs(const std::vector<std::string>& args, bool parsed_by_shell,
+                    std::string* value) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (std::string_view flag : kFlagNames) {
+      std::string_view raw;
+      if (args[i] == flag) {
+        raw = i + 1 < args.size() ? std::string_view(args[i + 1]) : std::string_view();
+      } else if (args[i].size() > flag.size() && args[i].starts_with(flag) &&
+                 args[i][flag.size()] == '=') {
+        raw = std::string_view(args[i]).substr(flag.size() + 1);
+      } else {
+        continue;
+      }
+      *value = parsed_by_shell ? UnquoteWord(raw) : std::string(raw);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Finds a flag anywhere in free text (a script, an env value). `checks_only` is set when every
+// occurrence is a glob pattern in a test (`[[ "$*" != *"--kv-transfer-config"* ]]`), i.e. the
+// text only asks whether someone else passed the flag.
+bool FindFlagInText(std::string_view text, std::string* value, bool* defers) {
+  bool found_flag = false;
+  *defers = false;
+  for (std::string_view flag : kFlagNames) {
+    for (size_t pos = text.find(flag); pos != std::string_view::npos;
+         pos = text.find(flag, pos + 1)) {
+      const bool glob = (pos >= 1 && text[pos - 1] == '*') ||
+                        (pos >= 2 && text[pos - 1] == '"' && text[pos - 2] == '*');
+      if (glob) {
+        *defers = true;
+      } else if (!found_flag) {
+        found_flag = true;
+        *value = FlagValueAt(text, pos, flag.size());
+      }
+    }
+  }
+  return found_flag;
+}
+
+// A script's logical lines: backslash-newline continuations joined (inside double quotes too,
+// where KServe's `eval "exec vllm serve \` spans many lines), comment lines dropped.
+std::vector<std::string> LogicalLines(std::string_view script) {
+  std::vector<std::string> lines;
+  std::string cur;
+  for (size_t i = 0; i < script.size(); ++i) {
+    if (script[i] == '\\' && i + 1 < script.size() && script[i + 1] == '\n') {
+      cur += ' ';
+      ++i;
+    } else if (script[i] == '\n') {
+      lines.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += script[i];
+    }
+  }
+  lines.push_back(std::move(cur));
+  std::vector<std::string> kept;
+  for (std::string& l : lines) {
+    const size_t first = l.find_first_not_of(" \t");
+    if (first != std::string::npos && l[first] != '#') kept.push_back(std::move(l));
+  }
+  return kept;
+}
+
+bool IsWordChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// The words of the simple command around `pos`: from the last separator (; && || | and the
+// keywords that start a command list) before it.
+std::vector<std::string> CommandWordsBefore(std::string_view line, size_t pos) {
+  size_t start = 0;
+  for (std::string_view sep : {";", "&&", "||", "|", " then ", " do ", " else "}) {
+    const size_t at = line.substr(0, pos).rfind(sep);
+    if (at != std::string_view::npos && at + sep.size() > start) start = at + sep.size();
+  }
+  std::vector<std::string> words;
+  std::string w;
+  for (size_t i = start; i < pos; ++i) {
+    if (line[i] == ' ' || line[i] == '\t') {
+      if (!w.empty()) words.push_back(std::move(w));
+      w.clear();
+    } else {
+      w += line[i];
+    }
+  }
+  if (!w.empty()) words.push_back(std::move(w));
+  return words;
+}
+
+// Whether the command at `pos` hands what it expands there to a program (a launch), rather than
+// testing, printing or storing it. Runs the check on the command's first word.
+bool IsLaunch(const std::vector<std::string>& words) {
+  if (words.empty()) return true;
+  static constexpr std::array<std::string_view, 18> kNotLaunch = {
+      "[[", "[",     "test",  "if",     "elif", "while",   "until",  "echo", "printf",
+      "for", "case", "local", "declare", "export", "set", "shift", ":",    "!"};
+  const std::string& first = words.front();
+  for (std::string_view w : kNotLaunch) {
+    if (first == w) return false;
+  }
+  // NAME=value: an assignment keeps the value for later; what happens to it is not visible.
+  const size_t eq = first.find('=');
+  if (eq != std::string::npos && eq > 0) {
+    bool name = true;
+    for (size_t i = 0; i < eq; ++i) name = name && IsWordChar(first[i]);
+    if (name) return false;
+  }
+  return true;
+}
+
+bool HasWord(const std::vector<std::string>& words, std::string_view word) {
+  for (const std::string& w : words) {
+    if (w == word) return true;
+  }
+  return false;
+}
+
+struct Expansion {
+  bool found = false;
+  bool for_eval = false;  // expanded, then parsed again by eval
+};
+
+// Finds where the script launches something with one of `patterns` expanded, and whether eval
+// parses that expansion a second time. An escaped `\$@` inside an eval string is expanded by
+// eval itself, once, so it needs no extra quoting.
+Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
+                              std::initializer_list<std::string_view> patterns) {
+  for (const std::string& line : lines) {
+    for (std::string_view p : patterns) {
+      for (size_t pos = line.find(p); pos != std::string::npos; pos = line.find(p, pos + 1)) {
+        // $VAR must not be the prefix of a longer name ($VLLM_ADDITIONAL_ARGS_X).
+        const size_t end = pos + p.size();
+        if (p.back() != '}' && p.back() != '@' && p.back() != '*' && end < line.size() &&
+            IsWordChar(line[end])) {
+          continue;
+        }
+        const std::vector<std::string> words = CommandWordsBefore(line, pos);
+        if (!IsLaunch(words)) continue;
+        const bool escaped = pos > 0 && line[pos - 1] == '\\';
+        return {true, !escaped && HasWord(words, "eval")};
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string ShellQuote(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string FlagArgument(FlagRoute route, std::string_view config_json) {
+  const std::string flag = std::string(kFlagNames[0]) + "=";
+  switch (route) {
+    case FlagRoute::kArgs:
+    case FlagRoute::kAdditionalArgsEnv:
+      return flag + std::string(config_json);
+    case FlagRoute::kArgsForEval:
+    case FlagRoute::kAdditionalArgsEnvForEval:
+      return flag + ShellQuote(config_json);
+    case FlagRoute::kUnreachable:
+      break;
+  }
+  return "";
+}
+
+LaunchPlan PlanLaunch(const json& container) {
+  LaunchPlan plan;
+  const std::vector<std::string> command = StringsOf(container.value("command", json()));
+  const std::vector<std::string> args = StringsOf(container.value("args", json()));
+  std::vector<std::string> argv = command;
+  argv.insert(argv.end(), args.begin(), args.end());
+
+  std::string additional_args;  // VLLM_ADDITIONAL_ARGS as a literal value, when set that way
+  if (const json& env = container.value("env", json()); env.is_array()) {
+    for (const json& e : env) {
+      if (StringAt(e, "name") == kAdditionalArgs) additional_args = StringAt(e, "value");
+    }
+  }
+  auto user_flag = [&plan](std::string where, std::string value) {
+    plan.has_user_flag = true;
+    plan.user_flag_where = std::move(where);
+    plan.user_flag_value = std::move(value);
+  };
+
+  std::optional<size_t> dash_c;
+  if (!command.empty() && IsShell(command[0])) dash_c = ShellCommandOption(argv);
+  if (!dash_c) {
+    // Exec form (or an image entrypoint, or a script file we cannot read): vLLM, or whatever
+    // stands in front of it, gets our argument as written.
+    plan.route = FlagRoute::kArgs;
+    std::string value;
+    bool defers = false;
+    if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value)) {
+      user_flag("args", value);
+    } else if (FindFlagInText(additional_args, &value, &defers)) {
+      user_flag(std::string(kAdditionalArgs), value);
+    }
+    return plan;
+  }
+
+  if (*dash_c + 1 >= argv.size()) return plan;  // `sh -c` with no script: nothing runs vLLM
+  const std::string& script = argv[*dash_c + 1];
+  const std::vector<std::string> positional(argv.begin() + static_cast<long>(*dash_c) + 2,
+                                            argv.end());
+  plan.needs_arg0 = positional.empty();
+
+  const std::vector<std::string> lines = LogicalLines(script);
+  if (Expansion e = FindLaunchExpansion(lines, {"$@", "${@}", "$*", "${*}"}); e.found) {
+    plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
+  } else if (Expansion v = FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS",
+                                                       "${VLLM_ADDITIONAL_ARGS"});
+             v.found) {
+    plan.route =
+        v.for_eval ? FlagRoute::kAdditionalArgsEnvForEval : FlagRoute::kAdditionalArgsEnv;
+  }
+
+  // A user's own flag: in the arguments the script forwards (positional[0] is $0), in the
+  // script itself unless the script only uses its own when nobody passed one (KServe's
+  // templates check $* first), or in VLLM_ADDITIONAL_ARGS.
+  std::string value;
+  bool defers = false;
+  if (positional.size() > 1 &&
+      FindFlagInArgs(std::vector<std::string>(positional.begin() + 1, positional.end()),
+                     plan.route == FlagRoute::kArgsForEval, &value)) {
+    user_flag("args", value);
+  } else if (FindFlagInText(script, &value, &defers) && !defers) {
+    user_flag("the launch script", value);
+  } else if (FindFlagInText(additional_args, &value, &defers)) {
+    user_flag(std::string(kAdditionalArgs), value);
+  }
+  return plan;
+}
+
+}  // namespace kvoffload::webhook
