@@ -57,21 +57,35 @@ new_ns() {
   wait_until 60 "ServiceAccount default in ${ns}" k -n "${ns}" get serviceaccount default
 }
 
-# pod_manifest NAME [ANNOTATIONS_JSON] [LABELS_JSON] [ARGS_JSON]: a vLLM-like Pod as JSON. Its
-# nodeSelector matches no node, so under kind it stays Pending too (no multi-GiB image pull).
+# kserve_main SPEC_JSON: container "main" as KServe renders it (its bash launch script, with
+# KServe's own --kv-transfer-config inside when SPEC_JSON is an LLMInferenceService's
+# kvCacheOffloading; "" for none), from the same script the golden fixtures use.
+kserve_main() {
+  python3 "${E2E_REPO}/tests/webhook/kserve_fixtures.py" container Qwen/Qwen3-0.6B e2e ${1:+"$1"} |
+    jq -c '. + {image: "vllm/vllm-openai:v0.33.0",
+                resources: {limits: {memory: "64Gi"}, requests: {memory: "32Gi"}}}'
+}
+
+# pod_manifest NAME [ANNOTATIONS_JSON] [LABELS_JSON] [ARGS_JSON]: a vLLM pod in KServe's launch
+# shape as JSON. Its nodeSelector matches no node, so under kind it stays Pending too (no
+# multi-GiB image pull).
 pod_manifest() {
   local name="$1" ann="${2:-}" labels="${3:-}" args="${4:-}"
   [[ -n "${ann}" ]] || ann='{}'
   [[ -n "${labels}" ]] || labels='{}'
   [[ -n "${args}" ]] || args='[]'
   jq -n --arg name "${name}" --argjson ann "${ann}" --argjson labels "${labels}" \
-    --argjson args "${args}" '{
+    --argjson args "${args}" --argjson main "$(kserve_main "")" '{
     apiVersion: "v1", kind: "Pod",
     metadata: {name: $name, annotations: $ann, labels: $labels},
     spec: {nodeSelector: {"e2e.kvoffload.io/never-scheduled": "true"},
-           containers: [{name: "main", image: "vllm/vllm-openai:v0.22.0",
-                         command: ["vllm", "serve"], args: (["Qwen/Qwen3-0.6B"] + $args),
-                         resources: {limits: {memory: "64Gi"}, requests: {memory: "32Gi"}}}]}}'
+           containers: [$main + (if $args == [] then {} else {args: $args} end)]}}'
+}
+
+# vllm_receives POD_JSON: the --kv-transfer-config values (a JSON array) that vLLM gets when the
+# pod's launch command runs, by bash with a stand-in vllm (hack/vllm_argv.py).
+vllm_receives() {
+  python3 "${E2E_REPO}/hack/vllm_argv.py" - <<<"$1" | jq -c .kvTransferConfigs
 }
 
 get_pod() { k -n "$1" get pod "$2" -o json; }
@@ -134,14 +148,19 @@ assert_injected_once() {
     [[ -n "$(env_of "${c}" "${e}")" ]] || fail "env ${e} missing on ${cname}"
   done
   assert_eq "${n}" "$(env_of "${c}" KVOFFLOAD_TIERS | jq length)" "entries in KVOFFLOAD_TIERS"
-  local flags
-  flags="$(jq '[(.command // []) + (.args // []) | .[] | select(startswith("--kv-transfer-config") or startswith("--kv_transfer_config"))] | length' <<<"${c}")"
-  ((flags <= 1)) || fail "--kv-transfer-config given ${flags} times"
+  # Run the launch: a pod whose flag we placed (or kept) hands vLLM exactly one, valid JSON.
+  local how got
+  how="$(jqv "${status}" '.vllmFlag')"
+  if [[ "${how}" == args || "${how}" == VLLM_ADDITIONAL_ARGS || "${how}" == user ]]; then
+    got="$(vllm_receives "${pod}")"
+    assert_eq 1 "$(jq length <<<"${got}")" "--kv-transfer-config values vLLM receives"
+    assert_eq null "$(jq -c '.[0].invalid' <<<"${got}")" "the flag vLLM receives parses as JSON"
+  fi
 }
 
-# kv_transfer_config CONTAINER_JSON: the JSON value of the appended vLLM flag.
+# kv_transfer_config POD_JSON: the --kv-transfer-config JSON that vLLM receives.
 kv_transfer_config() {
-  jq -r '(.args // [])[] | select(startswith("--kv-transfer-config=")) | ltrimstr("--kv-transfer-config=")' <<<"$1"
+  vllm_receives "$1" | jq -c '.[0] // empty'
 }
 
 # A pod that only our webhook would change, created with server-side dry-run (nothing stored)

@@ -69,15 +69,20 @@ jq -r '
     "  env:",
     (.env // [] | .[] | select(.name | startswith("KVOFFLOAD_") or . == "PYTHONHASHSEED" or . == "PYTHONPATH") |
       "    \(.name)=\(.value)"),
-    "  command: \(.command // [] | join(" "))",
+    "  command: \(.command[0:2] // [] | join(" ")) <KServe launch script> \(.command[3:] // [] | join(" "))",
     "  args:",
     (.args // [] | .[] | "    \(.)"))' <<<"${pod}"
-cfg="$(jq -r '.spec.containers[] | select(.name == "main") | .args[] | select(startswith("--kv-transfer-config=")) | ltrimstr("--kv-transfer-config=")' <<<"${pod}")"
-if [[ -n "${cfg}" ]]; then
-  echo
-  bold "== --kv-transfer-config, pretty-printed"
-  jq . <<<"${cfg}"
-fi
+# Not read from the pod spec: the patched launch command run as the container runs it (bash and
+# KServe's script, with a stand-in vllm that records its argv), so this is what vLLM receives.
+echo
+bold "== What vLLM receives when the stored pod's launch command runs (hack/vllm_argv.py)"
+received="$(python3 "${repo}/hack/vllm_argv.py" - <<<"${pod}")"
+jq -r '"vllm " + (.argv | map(if test("^[-/A-Za-z0-9_.,=:]*$") then . else "'"'"'" + . + "'"'"'" end) | join(" "))' <<<"${received}"
+echo
+bold "== --kv-transfer-config as vLLM parses it ($(jq '.kvTransferConfigs | length' <<<"${received}") flag)"
+jq '.kvTransferConfigs[]' <<<"${received}"
+[[ "$(jq '.kvTransferConfigs | length' <<<"${received}")" == 1 ]] ||
+  e2e_die "vLLM would receive $(jq '.kvTransferConfigs | length' <<<"${received}") --kv-transfer-config flags, not 1"
 echo
 bold "== PVCs in kv-offload-demo (the ephemeral one is created by the controller, owned by the pod)"
 pvc_made() { k -n kv-offload-demo get pvc qwen3-kserve-demo-kv-cache-secondary-1 >/dev/null 2>&1; }

@@ -44,36 +44,20 @@ probe_twice() {
 wait_until 30 "the second webhook configuration to be served" probe_twice
 
 before="$(webhook_requests)"
-k -n "${ns}" apply -f - >/dev/null <<'YAML'
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: llm-kserve
-spec:
-  replicas: 3
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: llm
-      app.kubernetes.io/part-of: llminferenceservice
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: llm
-        app.kubernetes.io/part-of: llminferenceservice
-        app.kubernetes.io/component: llminferenceservice-workload
-        kserve.io/component: workload
-    spec:
-      nodeSelector:
-        e2e.kvoffload.io/never-scheduled: "true"
-      containers:
-        - name: main
-          image: vllm/vllm-openai:v0.22.0
-          command: ["vllm", "serve"]
-          args: ["Qwen/Qwen3-0.6B"]
-          resources:
-            limits:
-              memory: 64Gi
-YAML
+# The pod template's main container is KServe's launch script, with KServe's own flag rendered
+# from the LLMInferenceService's spec (ours must still be the one vLLM receives).
+llm_spec="$(k -n "${ns}" get llminferenceservice llm -o json | jq -c .spec.kvCacheOffloading)"
+jq -n --argjson main "$(kserve_main "${llm_spec}")" '{
+  apiVersion: "apps/v1", kind: "Deployment", metadata: {name: "llm-kserve"},
+  spec: {replicas: 3,
+         selector: {matchLabels: {"app.kubernetes.io/name": "llm",
+                                  "app.kubernetes.io/part-of": "llminferenceservice"}},
+         template: {metadata: {labels: {"app.kubernetes.io/name": "llm",
+                                        "app.kubernetes.io/part-of": "llminferenceservice",
+                                        "app.kubernetes.io/component": "llminferenceservice-workload",
+                                        "kserve.io/component": "workload"}},
+                    spec: {nodeSelector: {"e2e.kvoffload.io/never-scheduled": "true"},
+                           containers: [$main]}}}}' | k -n "${ns}" apply -f - >/dev/null
 three_pods() { [[ "$(k -n "${ns}" get pods -l app.kubernetes.io/name=llm -o json | jq '.items | length')" == 3 ]]; }
 wait_until 90 "3 pods from the Deployment's ReplicaSet" three_pods
 pods="$(k -n "${ns}" get pods -l app.kubernetes.io/name=llm -o json)"
@@ -84,7 +68,7 @@ for i in 0 1 2; do
   assert_injected_once "${pod}" 2
   main="$(container "${pod}" main)"
   assert_eq "20Gi" "$(jqv "${main}" '.resources.requests["ephemeral-storage"]')" "${name}: ephemeral-storage added once"
-  assert_eq 1 "$(jq '[.args[] | select(startswith("--kv-transfer-config"))] | length' <<<"${main}")" "${name}: vLLM flag once"
+  assert_eq 1 "$(vllm_receives "${pod}" | jq length)" "${name}: vLLM receives the flag once"
 done
 # Every pod's hash is the same: one spec, one configuration.
 assert_eq 1 "$(jq '[.items[].metadata.annotations["kvoffload.io/status"] | fromjson | .configHash] | unique | length' <<<"${pods}")" "config hashes across replicas"
