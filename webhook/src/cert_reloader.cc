@@ -4,7 +4,10 @@
 #include <openssl/pem.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 
 namespace kvoffload::webhook {
 
@@ -21,13 +24,14 @@ struct CertReloader::Pair {
 
 namespace {
 
-std::string OpenSslError() {
+// OpenSSL's reason for the last failure as " (reason)", or "" when it gave none.
+std::string OpenSslDetail() {
   const unsigned long code = ERR_get_error();
   ERR_clear_error();
-  if (code == 0) return "unknown error";
+  if (code == 0) return "";
   char buf[256];
   ERR_error_string_n(code, buf, sizeof(buf));
-  return buf;
+  return std::string(" (") + buf + ")";
 }
 
 }  // namespace
@@ -40,11 +44,25 @@ Result<std::unique_ptr<CertReloader>> CertReloader::Create(std::string cert_file
                                                            ReloadObserver observer) {
   std::unique_ptr<CertReloader> r(
       new CertReloader(std::move(cert_file), std::move(key_file), std::move(observer)));
-  if (!r->ReloadIfChanged()) {
-    return Status::InvalidArgument("cannot load the serving certificate --tls-cert-file=" +
-                                   r->cert_file_ + " --tls-key-file=" + r->key_file_ +
-                                   " (missing, not PEM, or the key does not match the cert)");
+  // A server must not start without its pair: the first load's own error is the start-up
+  // error (one line naming the flag and file), not an observer warning before it.
+  for (const auto& [flag, file] : {std::pair{"--tls-cert-file", r->cert_file_},
+                                   std::pair{"--tls-key-file", r->key_file_}}) {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) {
+      return Status::InvalidArgument(std::string(flag) + "=" + file + ": " +
+                                     std::strerror(errno));
+    }
   }
+  const std::string sig = r->FileSignature();
+  auto pair = std::make_shared<Pair>();
+  if (Status s = r->Read(pair.get()); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(r->mu_);
+    r->current_ = std::move(pair);
+    r->loaded_signature_ = sig;
+  }
+  if (r->observer_) r->observer_(true, r->cert_file_);
   return r;
 }
 
@@ -68,6 +86,35 @@ std::string CertReloader::FileSignature() const {
   return sig;
 }
 
+Status CertReloader::Read(Pair* pair) const {
+  if (FILE* f = std::fopen(cert_file_.c_str(), "r")) {
+    pair->cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    pair->chain = sk_X509_new_null();
+    while (X509* extra = PEM_read_X509(f, nullptr, nullptr, nullptr)) sk_X509_push(pair->chain, extra);
+    ERR_clear_error();  // the loop ends on an expected "no start line"
+    std::fclose(f);
+  }
+  if (pair->cert == nullptr) {
+    return Status::InvalidArgument("--tls-cert-file=" + cert_file_ +
+                                   ": no PEM certificate in it" + OpenSslDetail());
+  }
+  if (FILE* f = std::fopen(key_file_.c_str(), "r")) {
+    pair->key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+  }
+  if (pair->key == nullptr) {
+    return Status::InvalidArgument("--tls-key-file=" + key_file_ +
+                                   ": no PEM private key in it" + OpenSslDetail());
+  }
+  if (X509_check_private_key(pair->cert, pair->key) != 1) {
+    ERR_clear_error();
+    return Status::InvalidArgument("--tls-key-file=" + key_file_ +
+                                   ": does not match the certificate in --tls-cert-file=" +
+                                   cert_file_ + " (rotation in progress?)");
+  }
+  return Status::Ok();
+}
+
 bool CertReloader::ReloadIfChanged() {
   const std::string sig = FileSignature();
   {
@@ -76,32 +123,15 @@ bool CertReloader::ReloadIfChanged() {
     if (sig.empty() || sig == loaded_signature_ || sig == failed_signature_) return false;
   }
   auto pair = std::make_shared<Pair>();
-  std::string error;
-  if (FILE* f = std::fopen(cert_file_.c_str(), "r")) {
-    pair->cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
-    pair->chain = sk_X509_new_null();
-    while (X509* extra = PEM_read_X509(f, nullptr, nullptr, nullptr)) sk_X509_push(pair->chain, extra);
-    ERR_clear_error();  // the loop ends on an expected "no start line"
-    std::fclose(f);
-  }
-  if (FILE* f = std::fopen(key_file_.c_str(), "r")) {
-    pair->key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
-    std::fclose(f);
-  }
-  if (pair->cert == nullptr || pair->key == nullptr) {
-    error = "cannot parse " + (pair->cert == nullptr ? cert_file_ : key_file_) + ": " + OpenSslError();
-  } else if (X509_check_private_key(pair->cert, pair->key) != 1) {
-    error = "key does not match certificate (rotation in progress?)";
-    ERR_clear_error();
-  }
+  const Status read = Read(pair.get());
   // Re-check the files did not change while we read them; if they did, try again next poll.
   const bool stable = FileSignature() == sig;
-  if (!error.empty() || !stable) {
+  if (!read.ok() || !stable) {
     if (stable) {
       std::lock_guard<std::mutex> lock(mu_);
       failed_signature_ = sig;
     }
-    if (observer_ && !error.empty()) observer_(false, error);
+    if (observer_ && !read.ok()) observer_(false, read.message());
     return false;
   }
   {

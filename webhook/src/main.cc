@@ -131,9 +131,26 @@ Result<int> ParseInt(const std::string& flag, const std::string& text, int min, 
                                  std::to_string(min) + " to " + std::to_string(max));
 }
 
+// One line on stderr, exit 1: what a crash-looping pod's `kubectl logs` shows.
 int Fail(const Status& s) {
   std::fprintf(stderr, "kv-offload-webhook: %s\n", s.message().c_str());
-  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  return 1;
+}
+
+// Commands take flags only; a stray word is a typo (`serve 8443`), never silently ignored.
+Status CheckNoPositional(const Flags& flags, const char* command) {
+  if (flags.positional.empty()) return Status::Ok();
+  return Status::InvalidArgument("unexpected argument \"" + flags.positional.front() + "\" for " +
+                                 command + " (flags are --name=value; see --help)");
+}
+
+// spdlog maps a level it does not know to "off": a typo would silence the webhook.
+Status CheckLogLevel(const std::string& level) {
+  for (const char* known : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (level == known) return Status::Ok();
+  }
+  return Status::InvalidArgument("--log-level=" + level +
+                                 ": use trace, debug, info, warn, error, critical or off");
 }
 
 int Serve(const Flags& flags) {
@@ -145,6 +162,8 @@ int Serve(const Flags& flags) {
       !s.ok()) {
     return Fail(s);
   }
+  if (Status s = CheckNoPositional(flags, "serve"); !s.ok()) return Fail(s);
+  if (Status s = CheckLogLevel(flags.Get("log-level", "info")); !s.ok()) return Fail(s);
   const std::string log_format = flags.Get("log-format", "text");
   if (log_format != "text" && log_format != "json") {
     return Fail(Status::InvalidArgument("--log-format=" + log_format + ": use text or json"));
@@ -200,10 +219,6 @@ int Serve(const Flags& flags) {
     conn->timeout = *lookup;
     kube = std::make_unique<KubeClusterReader>(*conn);
     cached = std::make_unique<CachingClusterReader>(kube.get(), *ttl, std::chrono::minutes(5), &metrics);
-    LogEvent(spdlog::level::info, "API server lookups on", {{"host", conn->host}, {"port", conn->port}});
-  } else {
-    LogEvent(spdlog::level::warn, "API server lookups off: only pod annotation specs are served",
-             {{"reason", conn.status().message()}});
   }
   AdmissionHandler handler(ao, cached.get());
 
@@ -214,8 +229,15 @@ int Serve(const Flags& flags) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  // The certificate is loaded here: a bad one is the only line printed before exit 1.
   Result<std::unique_ptr<Server>> server = Server::Create(so, &handler, &metrics);
   if (!server.ok()) return Fail(server.status());
+  if (conn.ok()) {
+    LogEvent(spdlog::level::info, "API server lookups on", {{"host", conn->host}, {"port", conn->port}});
+  } else {
+    LogEvent(spdlog::level::warn, "API server lookups off: only pod annotation specs are served",
+             {{"reason", conn.status().message()}});
+  }
   if (Status s = (*server)->Start(); !s.ok()) return Fail(s);
   int sig = 0;
   sigwait(&set, &sig);
@@ -241,6 +263,7 @@ int Inject(const Flags& flags) {
       !s.ok()) {
     return Fail(s);
   }
+  if (Status s = CheckNoPositional(flags, "inject"); !s.ok()) return Fail(s);
   const std::string file = flags.Get("filename");
   if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE (or -f - for stdin)"));
   InjectOptions opts;

@@ -170,6 +170,8 @@ void Server::Shutdown() {
              {{"delayMs", static_cast<int64_t>(options_.shutdown_delay.count())}});
     std::this_thread::sleep_for(options_.shutdown_delay);
   }
+  // A server whose Create() failed half way has nothing to stop.
+  if (!https_) return;
   // stop() closes the listener; the thread pool then finishes every queued and running request
   // before listen_after_bind() returns.
   https_->stop();

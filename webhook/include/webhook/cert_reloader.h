@@ -42,6 +42,8 @@ class CertReloader {
  private:
   struct Pair;
   CertReloader(std::string cert_file, std::string key_file, ReloadObserver observer);
+  // Reads and checks the pair into `pair`; the error names the flag, the file and the fault.
+  Status Read(Pair* pair) const;
   static int OnHandshake(SSL* ssl, void* arg);
   std::shared_ptr<const Pair> Current();
   std::string FileSignature() const;

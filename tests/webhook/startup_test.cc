@@ -1,0 +1,146 @@
+// Start-up errors of the real binary: a bad certificate or key, a bad flag value, an unknown
+// flag or a stray argument is one line on stderr naming the flag or file, and exit status 1,
+// before anything listens; never a crash or a silent default.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_pki.h"
+
+extern char** environ;
+
+namespace kvoffload::webhook {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  bool exited = false;  // false: killed by a signal, or still running after 5 s
+  int code = -1;
+  std::string err;
+};
+
+Outcome RunWebhook(std::vector<std::string> args, const fs::path& dir) {
+  args.insert(args.begin(), KVOFFLOAD_WEBHOOK_BINARY);
+  const fs::path err_file = dir / "stderr";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  Outcome run;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) return run;
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  for (int i = 0; i < 500 && ::waitpid(pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (::waitpid(pid, &status, WNOHANG) == 0 && ::kill(pid, 0) == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return run;  // it started serving: the error was not caught
+  }
+  run.exited = WIFEXITED(status);
+  run.code = run.exited ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  run.err = ss.str();
+  return run;
+}
+
+class StartupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir("startup");
+    const testing::Pki pki = testing::MakePki("startup");
+    const testing::Pki other = testing::MakePki("other");
+    testing::WriteFileAtomic(dir_ / "tls.crt", pki.cert_pem);
+    testing::WriteFileAtomic(dir_ / "tls.key", pki.key_pem);
+    testing::WriteFileAtomic(dir_ / "other.key", other.key_pem);
+    testing::WriteFileAtomic(dir_ / "garbage.pem", "not a pem file\n");
+  }
+  std::string File(const char* name) const { return (dir_ / name).string(); }
+  std::vector<std::string> Serve(const char* cert, const char* key) const {
+    return {"serve", "--bind-address=127.0.0.1", "--port=0", "--metrics-port=-1",
+            "--tls-cert-file=" + File(cert), "--tls-key-file=" + File(key)};
+  }
+  // One line naming `what`, exit 1.
+  void ExpectOneLineError(const std::vector<std::string>& args, const std::string& what) {
+    const Outcome run = RunWebhook(args, dir_);
+    ASSERT_TRUE(run.exited) << "crashed or kept running; stderr: " << run.err;
+    EXPECT_EQ(run.code, 1) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+    EXPECT_NE(run.err.find(what), std::string::npos) << run.err;
+  }
+  fs::path dir_;
+};
+
+TEST_F(StartupTest, MissingCertificateFile) {
+  ExpectOneLineError(Serve("absent.crt", "tls.key"), "--tls-cert-file=" + File("absent.crt"));
+}
+
+TEST_F(StartupTest, CertificateFileIsNotPem) {
+  ExpectOneLineError(Serve("garbage.pem", "tls.key"), "--tls-cert-file=" + File("garbage.pem"));
+}
+
+TEST_F(StartupTest, KeyFileIsNotAKey) {
+  ExpectOneLineError(Serve("tls.crt", "tls.crt"), "--tls-key-file=" + File("tls.crt"));
+}
+
+TEST_F(StartupTest, KeyDoesNotMatchCertificate) {
+  ExpectOneLineError(Serve("tls.crt", "other.key"), "does not match");
+}
+
+TEST_F(StartupTest, UnknownLogLevel) {
+  std::vector<std::string> args = Serve("tls.crt", "tls.key");
+  args.push_back("--log-level=verbose");
+  ExpectOneLineError(args, "--log-level=verbose");
+}
+
+TEST_F(StartupTest, BadFlagValue) {
+  std::vector<std::string> args = Serve("tls.crt", "tls.key");
+  args.push_back("--shutdown-delay=soon");
+  ExpectOneLineError(args, "--shutdown-delay=soon");
+}
+
+TEST_F(StartupTest, UnknownFlag) {
+  std::vector<std::string> args = Serve("tls.crt", "tls.key");
+  args.push_back("--tls-cert=x");
+  ExpectOneLineError(args, "--tls-cert");
+}
+
+TEST_F(StartupTest, StrayArgument) {
+  std::vector<std::string> args = Serve("tls.crt", "tls.key");
+  args.push_back("8443");
+  ExpectOneLineError(args, "\"8443\"");
+}
+
+TEST_F(StartupTest, InjectStrayArgument) {
+  ExpectOneLineError({"inject", "-f", "-", "pod.yaml"}, "\"pod.yaml\"");
+}
+
+// The control: the same files, all good, and the webhook keeps running (RunWebhook kills it).
+TEST_F(StartupTest, GoodFlagsServe) {
+  const Outcome run = RunWebhook(Serve("tls.crt", "tls.key"), dir_);
+  EXPECT_FALSE(run.exited) << "exited " << run.code << ": " << run.err;
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook
