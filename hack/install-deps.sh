@@ -8,7 +8,7 @@ packages=(
   libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   liburing-dev libgtest-dev libgmock-dev
   clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
-  python3 python3-yaml curl jq shellcheck
+  python3 python3-yaml python3-pip python3-venv curl jq shellcheck   # pip: CUDA wheels; venv: vLLM
 )
 # `install-deps.sh bench`: also the limits `make bench` measures against (never `make test`).
 if [[ "${1:-}" == bench ]]; then
