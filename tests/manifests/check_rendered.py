@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks the objects that `kubectl kustomize` rendered for one overlay against the deployment
-contract (issue 4 / shared/DESIGN.md). Usage: check_rendered.py OVERLAY < rendered.yaml
+contract (docs/design.md). Usage: check_rendered.py OVERLAY < rendered.yaml
 Prints one line per failed expectation and exits 1 when there is any."""
 import sys
 

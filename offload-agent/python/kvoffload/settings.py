@@ -1,4 +1,4 @@
-"""The agent's environment contract (shared/DESIGN.md, set by the webhook in agent mode):
+"""The agent's environment contract (docs/design.md, set by the webhook in agent mode):
 KVOFFLOAD_CPU_BYTES (required, integer bytes), KVOFFLOAD_EVICTION_POLICY (default lru),
 KVOFFLOAD_TIERS (JSON array of {path, kind, capacityBytes, persistent, shared}; default none).
 Parsed here, not with the C API's from_env, so that a bad value fails at vLLM start with the

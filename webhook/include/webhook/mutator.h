@@ -17,7 +17,7 @@
 
 namespace kvoffload::webhook {
 
-// Names fixed by the design contract (shared/DESIGN.md).
+// Names fixed by the design contract (docs/design.md).
 inline constexpr char kAnnotationConfig[] = "kvoffload.io/config";
 inline constexpr char kAnnotationDefaultConfig[] = "kvoffload.io/default-config";
 inline constexpr char kAnnotationContainer[] = "kvoffload.io/container";
