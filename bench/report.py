@@ -213,11 +213,11 @@ def trace(t):
 
 def gpu(g):
     lines = ["## 6. GPU: D2H / H2D through the cuda device against one large cudaMemcpy", ""]
-    cmd = ("make agent-gpu-bundle here, then the device tool: run with carry "
-           "[\".cache/gpu-bundle\"], command \"bench/gpu/run.sh\", timeout_s 300; "
-           "copy $OUT/gpu-bench.json to the results dir and rerun bench/report.py")
+    cmd = ("`make agent-gpu-bundle`, then on a GPU node `OUT=<dir> bench/gpu/run.sh` with the "
+           "checkout and .cache/gpu-bundle; copy <dir>/gpu-bench.json to the results dir and "
+           "rerun bench/report.py")
     if g is None:
-        return lines + [f"**Not run: no GPU machine lent in this session; script ready:** {cmd}.", "",
+        return lines + [f"**Not run: this run had no GPU; to fill it:** {cmd}.", "",
                         "Targets: batched >= 0.90 of the ceiling at >= 2 MiB; batched >= 5x "
                         "per-block at 16 KiB.", ""]
     rows = []

@@ -6,8 +6,8 @@
 #   on it so that CI proves they compile.
 # agent-gpu-bundle: the GPU test and benchmark binaries with libkvoffload (also what the Python
 #   transfer-core check loads), libcudart and liburing in .cache/gpu-bundle (about 32 MiB), for
-#   the GPU machine, which reaches no package registry: run tool with
-#   carry [".cache/gpu-bundle"] and command "bench/gpu/run.sh".
+#   a GPU node without a compiler or package access: copy it there with the checkout and run
+#   bench/gpu/run.sh.
 CUDA_BUILD ?= build-cuda
 GPU_BUNDLE ?= .cache/gpu-bundle
 

@@ -1,4 +1,4 @@
-# Benchmarks (issue 6): `make bench` builds, runs every benchmark with its limit measured in the
+# Benchmarks: `make bench` builds, runs every benchmark with its limit measured in the
 # same run (webhook vs nginx, disk tier vs fio, pinned tier vs memcpy, policy ns/op, hit ratio
 # vs OPT), writes JSON into $(BENCH_RESULTS) and regenerates bench/RESULTS.md. Not part of
 # `make test`. About 10 minutes on 2 cores; lengthen with BENCH_WRK_SECONDS,

@@ -1,4 +1,4 @@
-# Deployment artefacts (issue 4): manifests, certificates, images.
+# Deployment artefacts: manifests, certificates, images.
 #   make manifests     render base and both overlays into $(BUILD)/manifests (self-signed needs certs)
 #   make certs         certs/gen.sh into manifests/overlays/self-signed/generated (rotates the serving cert)
 #   make webhook-dist  stage the webhook binary and its shared libraries (the webhook image's payload)

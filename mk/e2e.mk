@@ -1,4 +1,4 @@
-# End to end (issue 5).
+# End to end.
 #   make controlplane  build kube-apiserver, kube-controller-manager, kubectl and etcd into the cache
 #   make e2e           the cases against the local control plane (E2E_CLUSTER=kind: against kind)
 #   make demo          (Makefile) hack/demo.sh: local control plane + webhook + examples/

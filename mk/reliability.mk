@@ -1,4 +1,4 @@
-# Reliability (issue 7): sanitizers, fuzzing, long load/crash trials.
+# Reliability: sanitizers, fuzzing, long load/crash trials.
 #   make test-asan    whole suite under ASan+UBSan, in $(ASAN_BUILD)
 #   make test-tsan    whole suite under TSan, in $(TSAN_BUILD)
 #   make fuzz         every libFuzzer target for FUZZ_SECONDS each (default 600), clang from Debian

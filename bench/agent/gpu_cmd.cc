@@ -2,7 +2,7 @@
 // sizes 16 KiB..8 MiB, one CopyAsync per block against batched CopyAsync calls (the engine's
 // shape: one call per job), each against the ceiling: one cudaMemcpy of the whole pinned
 // buffer, measured in the same run. Built only where the CUDA backend is (make
-// agent-cuda-build); bench/gpu/run.sh runs it on a lent GPU machine.
+// agent-cuda-build); bench/gpu/run.sh runs it on a GPU node.
 #include <iostream>
 
 #include "cli.h"

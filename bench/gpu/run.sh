@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The prepared GPU check for a lent GPU machine (device tool), in one command, under 5 minutes:
+# The GPU check for a machine with an NVIDIA GPU, in one command, under 5 minutes:
 #   1. the CUDA tests of libkvoffload (gtest XML and log);
 #   2. the GPU bandwidth benchmark: D2H/H2D for 16 KiB..8 MiB blocks through the agent's cuda
 #      device, one copy call per block against batched calls, each against the ceiling (one
 #      cudaMemcpy of a large pinned buffer), into $OUT/gpu-bench.json.
-# That machine reaches no package registry, so everything comes built from the dev machine:
-#   here:   make agent-gpu-bundle  (fills .cache/gpu-bundle: test and bench binaries,
-#           libkvoffload, libcudart, liburing)
-#   there:  run tool, carry [".cache/gpu-bundle"], command "bench/gpu/run.sh", timeout_s 300
-#   after:  copy gpu-bench.json into build/bench-results and run
-#           python3 bench/report.py build/bench-results bench/RESULTS.md "make bench" <s>
-# Without the bundle, but with a CUDA toolkit and cmake there (CUDA_HOME), it builds both.
+# A GPU node often has no compiler and no package access; build there or bring a bundle:
+#   on a build machine:  make agent-gpu-bundle  (fills .cache/gpu-bundle: test and bench
+#                        binaries, libkvoffload, libcudart, liburing; about 32 MiB)
+#   on the GPU node:     copy the checkout with .cache/gpu-bundle, run OUT=<dir> bench/gpu/run.sh
+#   afterwards:          copy <dir>/gpu-bench.json into build/bench-results and run
+#                        python3 bench/report.py build/bench-results bench/RESULTS.md "make bench" <s>
+# Without the bundle, but with a CUDA toolkit and cmake on the node (CUDA_HOME), it builds both.
 #   3. the vLLM adapter's transfer core with CUDA tensors through pinned host and disk
 #      (needs torch with CUDA there; vLLM is not needed), into $OUT/transfer_core.json.
 # Results (gtest XML and log, nvidia-smi, gpu-bench.json, transfer_core.json) go to $OUT.
@@ -30,7 +30,7 @@ else
   root=${CUDA_HOME:-/usr/local/cuda}
   if [[ ! -f "$root/include/cuda_runtime.h" ]] || ! command -v cmake > /dev/null; then
     echo "run.sh: no $bundle and no CUDA toolkit + cmake here;" \
-         "run 'make agent-gpu-bundle' on the dev machine and carry $bundle" >&2
+         "run 'make agent-gpu-bundle' on a build machine and copy $bundle here" >&2
     exit 2
   fi
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WITH_CUDA=ON \
@@ -46,7 +46,7 @@ KVOFFLOAD_TEST_SCRATCH=$(mktemp -d)
 export KVOFFLOAD_TEST_SCRATCH
 trap 'rm -rf "$KVOFFLOAD_TEST_SCRATCH"' EXIT
 # A failing test is reported but does not cost the bandwidth figures: both are wanted from the
-# one lent run. The exit code is the tests'.
+# one run on the GPU node. The exit code is the tests'.
 rc=0
 "$bin" --gtest_output="xml:$out/agent_cuda_device_test.xml" 2>&1 | tee "$out/agent_cuda_device_test.log" || rc=$?
 # 1 GiB buffers, 3 repetitions per shape, at most 16384 copies per shape: about a minute.

@@ -1,4 +1,4 @@
-// The process under test in the crash-safety trials (issue 7), linked to libkvoffload as a
+// The process under test in the crash-safety trials, linked to libkvoffload as a
 // vLLM replica would be.
 //   crash_helper write <tier>            stores keys 0,1,2,... (wrapping at kKeys) until killed
 //   crash_helper verify <tier> <result>  opens the tier (timing the recovery scan), loads every

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long reliability trials (issue 7), against a built tree; figures go to RESULTS.md by hand.
+# The long reliability trials, against a built tree; figures go to RESULTS.md by hand.
 #   tests/reliability/run.sh <build dir>
 # 1. webhook: 100k admissions at concurrency 64 with the serving cert rotated every 10 s, then
 #    SIGTERM under load (webhook_load.py; prints JSON, exits 1 on a failed criterion).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Webhook under load and faults (issue 7), against the real binary.
+"""Webhook under load and faults, against the real binary.
 
 Phase 1: N admissions at concurrency C while the serving certificate is replaced every
 ROTATE seconds; each client reconnects every RECONNECT requests so that handshakes happen

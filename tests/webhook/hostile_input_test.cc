@@ -1,4 +1,4 @@
-// Hostile and extreme admissions (issue 7): each one gets a clear denial or a correct patch,
+// Hostile and extreme admissions: each one gets a clear denial or a correct patch,
 // never a crash, a hang, an unbounded message or a patch the API server would reject.
 #include <gtest/gtest.h>
 #include <openssl/evp.h>

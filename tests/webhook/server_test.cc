@@ -176,7 +176,7 @@ TEST_F(ServerTest, OnlyModernTls) {
   EXPECT_FALSE(Handshake(server_->port(), TLS1_2_VERSION, "AES128-SHA:@SECLEVEL=0"));
 }
 
-// The same policy as an operator would check it: the openssl command line (issue 7). Exit 0
+// The same policy as an operator would check it: the openssl command line. Exit 0
 // means the handshake completed.
 int SClient(int port, const std::string& ca, const std::string& flags) {
   const std::string cmd = "openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
