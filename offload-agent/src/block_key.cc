@@ -40,15 +40,29 @@ std::string BlockKey::ToHex() const {
   return out;
 }
 
-BlockKey ModelFingerprint::Digest() const {
-  std::string canonical = "kvoffload-fingerprint-v1|";
-  AppendField(model, canonical);
-  AppendField(revision, canonical);
-  AppendField(dtype, canonical);
-  AppendField(layout, canonical);
-  AppendField(std::to_string(rank), canonical);
+namespace {
+
+BlockKey DigestOf(const ModelFingerprint& fp, const char* prefix, const std::string* geometry) {
+  std::string canonical = prefix;
+  AppendField(fp.model, canonical);
+  AppendField(fp.revision, canonical);
+  AppendField(fp.dtype, canonical);
+  AppendField(fp.layout, canonical);
+  AppendField(std::to_string(fp.rank), canonical);
+  if (geometry != nullptr) AppendField(*geometry, canonical);
   return BlockKey{Fnv1a(canonical, 0xCBF29CE484222325ULL),
                   Fnv1a(canonical, 0x84222325CBF29CE4ULL)};
+}
+
+}  // namespace
+
+BlockKey ModelFingerprint::Digest() const {
+  return DigestOf(*this, "kvoffload-fingerprint-v1|", nullptr);
+}
+
+BlockKey ModelFingerprint::Scope(uint64_t block_bytes) const {
+  const std::string geometry = std::to_string(block_bytes);
+  return DigestOf(*this, "kvoffload-scope-v1|", &geometry);
 }
 
 }  // namespace kvoffload

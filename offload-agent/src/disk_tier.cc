@@ -53,6 +53,32 @@ bool SupportsTmpfileLink(const std::string& dir, int flags) {
   return ok;
 }
 
+// Creates, writes, syncs and removes a file in `dir`. A tier on a read-only or broken file
+// system would otherwise open fine and drop every block pushed to it. A full one passes: a
+// persistent tier may be full of its own blocks at restart, and eviction makes room.
+Status ProbeWritable(const std::string& dir) {
+  static std::atomic<unsigned> counter{0};
+  const std::string probe = dir + "/.kvoffload-write-probe." + std::to_string(::getpid()) + "." +
+                            std::to_string(counter.fetch_add(1));
+  auto full = [](int err) { return err == ENOSPC || err == EDQUOT; };
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return full(errno) ? Status::Ok() : ErrnoStatus(errno, "cannot create a file in " + dir);
+  }
+  const char page[4096] = {};
+  const bool written = ::write(fd, page, sizeof(page)) == static_cast<ssize_t>(sizeof(page));
+  const int write_errno = errno;
+  const bool synced = written && ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!written && !full(write_errno)) return ErrnoStatus(write_errno, "cannot write to " + dir);
+  if (written && !synced && !full(sync_errno)) {
+    return ErrnoStatus(sync_errno, "cannot fsync a file in " + dir);
+  }
+  return Status::Ok();
+}
+
 int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
@@ -90,6 +116,9 @@ Status DiskTier::Init() {
   if (!c.persistent && !c.shared) fs::remove_all(FormatRoot(c.path), ec);
   fs::create_directories(dir_, ec);
   if (ec) return Status::IOError(where + ": cannot create " + dir_ + ": " + ec.message());
+  if (Status s = ProbeWritable(dir_); !s.ok()) {
+    return Status::IOError(where + ": " + s.message() + "; the tier must be writable");
+  }
   direct_ = SupportsODirect(dir_);
   tmpfile_ = !options_.named_temp_files && SupportsTmpfileLink(dir_, OpenFlags(0));
 

@@ -31,7 +31,7 @@ struct DiskTierOptions {
   std::string name;  // "disk0"
   DiskTierConfig config;
   size_t block_bytes = 0;
-  BlockKey fingerprint;  // ModelFingerprint::Digest()
+  BlockKey fingerprint;  // ModelFingerprint::Scope(block_bytes)
   std::string policy = "lru";
   int tier = 1;                     // its number in the engine (TierEvent::tier)
   const HoldSet* holds = nullptr;   // blocks never chosen as victims; outlives the tier

@@ -34,7 +34,7 @@ using AlignedBuffer = std::unique_ptr<std::byte, AlignedFree>;
 class EngineImpl final : public Engine {
  public:
   explicit EngineImpl(const EngineConfig& config)
-      : config_(config), fingerprint_(config.fingerprint.Digest()) {}
+      : config_(config), fingerprint_(config.fingerprint.Scope(config.block_bytes)) {}
 
   ~EngineImpl() override {
     {

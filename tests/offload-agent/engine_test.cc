@@ -294,7 +294,7 @@ TEST(EngineTest, LoadAcrossTiersDeliversEveryGoodBlockAroundADamagedOne) {
   Blocks b = Blocks::Make(0, 6);
   ASSERT_TRUE(StoreAndWait(*e, b).ok());  // 0..3 on disk, 4 and 5 in the pinned tier
   std::filesystem::resize_file(
-      BlockPath(FingerprintDir(d0.path(), testing::TestModel().Digest()), b.keys[1]), 2048);
+      BlockPath(FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock)), b.keys[1]), 2048);
   Blocks out = b.Empty();
   Status s = LoadAndWait(*e, out);
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
@@ -345,6 +345,36 @@ TEST(EngineTest, NonPersistentTierStartsEmpty) {
   EXPECT_EQ(testing::FilesUnder(d0.path()), 0u);
 }
 
+// Another block size with the same file size (4000 and 4032 bytes both make 4 KiB files): the
+// blocks were once reported as hits and then refused and deleted by the load. The geometry is
+// part of the scope, so they are never hits, and the old ones are the first to be evicted.
+TEST(EngineTest, BlocksOfAnotherBlockSizeAreNeverHits) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 4);
+  {
+    auto e = Open(Config(1, {Tier(d0.path(), 8, true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  }
+  EngineConfig other = Config(1, {Tier(d0.path(), 8, true)});
+  other.block_bytes = testing::kBlock + 32;
+  ASSERT_EQ(BlockFileBytes(other.block_bytes), BlockFileBytes(testing::kBlock));
+  auto e = Open(other);
+  EXPECT_EQ(e->Lookup(b.keys).prefix, 0u);
+  EXPECT_EQ(e->Stats().tiers[1].corrupt, 0u) << "nothing was read and refused";
+  EXPECT_EQ(e->Stats().tiers[1].blocks, 0u);
+  // The old geometry's blocks still count against the tier and go first when it fills.
+  std::vector<std::byte> page(other.block_bytes, std::byte{7});
+  Blocks fill;
+  for (uint64_t k = 100; k < 110; ++k) {
+    fill.keys.push_back(Key(k));
+    fill.data.push_back(page);
+  }
+  for (auto& d : fill.data) fill.ptrs.push_back(d.data());
+  ASSERT_TRUE(StoreAndWait(*e, fill).ok());
+  EXPECT_EQ(testing::FilesUnder(FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock))),
+            0u);
+}
+
 TEST(EngineTest, BlocksOfAnotherFingerprintAreNeverServed) {
   TempDir d0;
   Blocks b = Blocks::Make(0, 4);
@@ -361,8 +391,8 @@ TEST(EngineTest, BlocksOfAnotherFingerprintAreNeverServed) {
   for (const auto& d : out.data) EXPECT_EQ(d, std::vector<std::byte>(testing::kBlock));
 
   // Even a file planted under the new fingerprint's name is refused by its trailer.
-  const std::string old_dir = FingerprintDir(d0.path(), testing::TestModel().Digest());
-  const std::string new_dir = FingerprintDir(d0.path(), other.fingerprint.Digest());
+  const std::string old_dir = FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock));
+  const std::string new_dir = FingerprintDir(d0.path(), other.fingerprint.Scope(other.block_bytes));
   std::filesystem::copy_file(BlockPath(old_dir, b.keys[0]), BlockPath(new_dir, b.keys[0]));
   auto e2 = Open(other);
   Blocks one = Blocks::Make(0, 1).Empty();
@@ -377,7 +407,7 @@ class DamagedFileTest : public ::testing::Test {
     engine_ = Open(Config(1, {Tier(dir_.path(), 8, true)}));
     blocks_ = Blocks::Make(0, 3);
     ASSERT_TRUE(StoreAndWait(*engine_, blocks_).ok());
-    path_ = BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(0));
+    path_ = BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Scope(testing::kBlock)), Key(0));
     ASSERT_TRUE(std::filesystem::exists(path_));
   }
   void ExpectMissAndRemoved() {

@@ -126,7 +126,7 @@ TEST_P(FaultTest, TornWriteReportedAsCompleteIsCaughtOnReadAndRemoved) {
   EXPECT_EQ(Disk().corrupt, 1u);
   EXPECT_EQ(Tier(0), kTierMiss);
   EXPECT_FALSE(std::filesystem::exists(
-      BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(0))))
+      BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Scope(testing::kBlock)), Key(0))))
       << "the torn file is removed";
   ExpectNoTempFilesAndWithinCapacity();
 }

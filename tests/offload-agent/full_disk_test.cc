@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -89,6 +90,41 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   EXPECT_TRUE(StoreAndWait(e, Blocks::Make(1'000'000, 2)).ok());
   EXPECT_TRUE(StoreAndWait(e, Blocks::Make(1'000'002, 2)).ok());
   EXPECT_EQ(e.Stats().tiers[1].io_errors, errors_before) << "writes succeed once there is room";
+}
+
+// A tier directory that exists on a file system that is read-only (a volume mounted ro, a
+// disk the kernel remounted after errors): the engine refuses to start, naming the path and
+// the errno, instead of opening and then dropping every block pushed to that tier.
+TEST(FullDiskTest, ReadOnlyTierIsRefusedAtStart) {
+  SmallTmpfs fs;
+  if (!fs.mounted()) GTEST_SKIP() << fs.reason();
+  {
+    auto e = Engine::Open(Config(1, {Tier(fs.path(), 64, /*persistent=*/true)}));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE(StoreAndWait(**e, Blocks::Make(0, 4)).ok());
+  }
+  ASSERT_EQ(::mount(nullptr, fs.path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0)
+      << std::strerror(errno);
+  Result<std::unique_ptr<Engine>> e = Engine::Open(Config(1, {Tier(fs.path(), 64, true)}));
+  ASSERT_FALSE(e.ok()) << "a read-only tier was accepted";
+  EXPECT_NE(e.status().message().find(fs.path()), std::string::npos) << e.status().ToString();
+  EXPECT_NE(e.status().message().find(std::strerror(EROFS)), std::string::npos)
+      << e.status().ToString();
+}
+
+// A full file system is not a reason to refuse: a persistent tier may restart full of its own
+// blocks, and eviction makes room.
+TEST(FullDiskTest, FullTierStillOpens) {
+  SmallTmpfs fs;
+  if (!fs.mounted()) GTEST_SKIP() << fs.reason();
+  std::error_code ec;
+  for (int i = 0; i < 2048; ++i) {  // fill it to the last byte with someone else's files
+    std::ofstream out(fs.path() + "/filler-" + std::to_string(i), std::ios::binary);
+    const std::string chunk(64 << 10, 'x');
+    out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  }
+  Result<std::unique_ptr<Engine>> e = Engine::Open(Config(1, {Tier(fs.path(), 64, true)}));
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
 }
 
 }  // namespace

@@ -52,6 +52,10 @@ struct KVOFFLOAD_EXPORT ModelFingerprint {
   // 128-bit digest of the fields (length-prefixed, so ("ab","c") != ("a","bc")). Not
   // cryptographic: it separates honest callers, it does not defend against forged files.
   BlockKey Digest() const;
+  // Digest() together with the block geometry: what scopes stored blocks. An engine with
+  // another block size reads other bytes at other offsets, so its blocks are never served
+  // here (a tier names its directory after this and stamps it in every block file).
+  BlockKey Scope(uint64_t block_bytes) const;
 };
 
 }  // namespace kvoffload
