@@ -1,12 +1,17 @@
 // Memory and flock(2)-file implementations of the capacity ledger.
 #include "capacity_ledger.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "io_status.h"
 
@@ -17,15 +22,32 @@ class MemoryLedger final : public CapacityLedger {
  public:
   MemoryLedger(uint64_t capacity, uint64_t used) : capacity_(capacity), used_(used) {}
   bool TryReserve(uint64_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
     if (used_ + n > capacity_) return false;
     used_ += n;
     return true;
   }
-  void Release(uint64_t n) override { used_ = n > used_ ? 0 : used_ - n; }
-  uint64_t used() override { return used_; }
+  bool Settle(uint64_t n, const std::function<bool()>& publish) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool published = publish();
+    if (!published) Sub(n);
+    return published;
+  }
+  bool Free(uint64_t n, const std::function<bool()>& remove) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool removed = remove();
+    if (removed) Sub(n);
+    return removed;
+  }
+  uint64_t used() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return used_;
+  }
   uint64_t capacity() const override { return capacity_; }
 
  private:
+  void Sub(uint64_t n) { used_ = n > used_ ? 0 : used_ - n; }
+  std::mutex mu_;
   const uint64_t capacity_;
   uint64_t used_;
 };
@@ -45,46 +67,145 @@ class FileLock {
   int fd_;
 };
 
+uint64_t ReadU64(int fd) {
+  uint64_t v = 0;
+  // A short read (fresh file) leaves 0; 8-byte pwrites are whole because every reader and
+  // writer holds the ledger lock.
+  if (::pread(fd, &v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) return 0;
+  return v;
+}
+
+void WriteU64(int fd, uint64_t v) {
+  // Failure here only leaves a stale value; the next write or recount repairs it.
+  [[maybe_unused]] ssize_t n = ::pwrite(fd, &v, sizeof(v), 0);
+}
+
+// How often a ledger that is not full looks for writers that died.
+constexpr auto kReapInterval = std::chrono::seconds(5);
+
 class FileLedger final : public CapacityLedger {
  public:
-  FileLedger(int fd, uint64_t capacity) : fd_(fd), capacity_(capacity) {}
-  ~FileLedger() override { ::close(fd_); }
+  FileLedger(int fd, int writer_fd, std::string writers_dir, std::string writer_name,
+             uint64_t capacity, std::function<uint64_t()> scan_used)
+      : fd_(fd),
+        writer_fd_(writer_fd),
+        writers_dir_(std::move(writers_dir)),
+        writer_name_(std::move(writer_name)),
+        capacity_(capacity),
+        scan_used_(std::move(scan_used)) {}
+  ~FileLedger() override {
+    {
+      FileLock lock(fd_);
+      ::unlink((writers_dir_ + "/" + writer_name_).c_str());  // nothing in flight any more
+    }
+    ::close(writer_fd_);
+    ::close(fd_);
+  }
 
   bool TryReserve(uint64_t n) override {
+    std::lock_guard<std::mutex> guard(mu_);
     FileLock lock(fd_);
-    uint64_t used = Read();
+    uint64_t used = ReadU64(fd_);
+    const auto now = std::chrono::steady_clock::now();
+    if ((used + n > capacity_ || now - last_reap_ > kReapInterval)) {
+      last_reap_ = now;
+      // A writer killed at any point may have charged bytes it never wrote down as in flight
+      // (or the reverse): after a death the files, not the arithmetic, say what is used.
+      if (ReapDeadWriters()) {
+        used = scan_used_() + LiveInFlight();
+        WriteU64(fd_, used);
+      }
+    }
     if (used + n > capacity_) return false;
-    Write(used + n);
+    WriteU64(fd_, used + n);
+    in_flight_ += n;
+    WriteU64(writer_fd_, in_flight_);
     return true;
   }
-  void Release(uint64_t n) override {
+  bool Settle(uint64_t n, const std::function<bool()>& publish) override {
+    std::lock_guard<std::mutex> guard(mu_);
     FileLock lock(fd_);
-    uint64_t used = Read();
-    Write(n > used ? 0 : used - n);
+    const bool published = publish();
+    in_flight_ = Sub(in_flight_, n);
+    WriteU64(writer_fd_, in_flight_);
+    if (!published) WriteU64(fd_, Sub(ReadU64(fd_), n));
+    return published;
+  }
+  bool Free(uint64_t n, const std::function<bool()>& remove) override {
+    std::lock_guard<std::mutex> guard(mu_);
+    FileLock lock(fd_);
+    const bool removed = remove();
+    if (removed) WriteU64(fd_, Sub(ReadU64(fd_), n));
+    return removed;
   }
   uint64_t used() override {
+    std::lock_guard<std::mutex> guard(mu_);
     FileLock lock(fd_);
-    return Read();
+    return ReadU64(fd_);
   }
   uint64_t capacity() const override { return capacity_; }
 
-  // REQUIRES: lock held.
-  uint64_t Read() {
-    uint64_t v = 0;
-    // A short read (fresh file) leaves 0; the 8-byte pwrite below is atomic enough because all
-    // readers and writers hold the lock.
-    if (::pread(fd_, &v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) return 0;
-    return v;
+  // REQUIRES: the ledger lock. Sets the total to what is on disk plus what live writers have
+  // in flight.
+  void Recount() {
+    ReapDeadWriters();
+    WriteU64(fd_, scan_used_() + LiveInFlight());
   }
-  void Write(uint64_t v) {
-    // Failure here only leaves the ledger stale; the next Write repairs it. Capacity is then
-    // enforced on the last value that reached the file.
-    [[maybe_unused]] ssize_t n = ::pwrite(fd_, &v, sizeof(v), 0);
-  }
+  int fd() const { return fd_; }
 
  private:
+  static uint64_t Sub(uint64_t a, uint64_t b) { return b > a ? 0 : a - b; }
+
+  // Calls f(name, fd, alive) for every other writer file. A writer's file is flock'ed for as
+  // long as the writer lives, so getting its lock means the writer is gone.
+  template <typename F>
+  void ForEachOtherWriter(F f) {
+    DIR* d = ::opendir(writers_dir_.c_str());
+    if (d == nullptr) return;
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.' && writer_name_ != e->d_name) names.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    for (const std::string& name : names) {
+      const std::string path = writers_dir_ + "/" + name;
+      const int wfd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      if (wfd < 0) continue;
+      const bool dead = ::flock(wfd, LOCK_EX | LOCK_NB) == 0;
+      f(path, wfd, !dead);
+      ::close(wfd);
+    }
+  }
+
+  // REQUIRES: the ledger lock. Removes the files of writers that died; true when there was one.
+  bool ReapDeadWriters() {
+    bool any = false;
+    ForEachOtherWriter([&any](const std::string& path, int, bool alive) {
+      if (alive) return;
+      any = true;
+      ::unlink(path.c_str());
+    });
+    return any;
+  }
+
+  // REQUIRES: the ledger lock.
+  uint64_t LiveInFlight() {
+    uint64_t total = in_flight_;
+    ForEachOtherWriter([&total](const std::string&, int wfd, bool alive) {
+      if (alive) total += ReadU64(wfd);
+    });
+    return total;
+  }
+
+  std::mutex mu_;  // one thread of this process at a time under the flock
   const int fd_;
+  const int writer_fd_;
+  const std::string writers_dir_;
+  const std::string writer_name_;
   const uint64_t capacity_;
+  const std::function<uint64_t()> scan_used_;
+  uint64_t in_flight_ = 0;
+  std::chrono::steady_clock::time_point last_reap_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace
@@ -95,14 +216,42 @@ std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used
 
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
                                                        const std::function<uint64_t()>& scan_used) {
-  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "open ledger " + path);
-  auto ledger = std::make_unique<FileLedger>(fd, capacity);
+  const std::string writers = path + ".writers";
+  if (::mkdir(writers.c_str(), 0755) != 0 && errno != EEXIST) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "create " + writers);
+  }
+  // pid plus a per-process counter: two engines of one process on one tier are two writers.
+  static std::atomic<unsigned> counter{0};
+  const std::string name = std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  int wfd = -1;
+  int err = 0;
   {
+    // Created and locked under the ledger lock: a reaper (which holds it) never takes a writer
+    // file that exists but is not locked yet for one whose writer died.
     FileLock lock(fd);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "fstat ledger " + path);
-    if (st.st_size < static_cast<off_t>(sizeof(uint64_t))) ledger->Write(scan_used());
+    wfd = ::open((writers + "/" + name).c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+    if (wfd >= 0 && ::flock(wfd, LOCK_EX | LOCK_NB) != 0) {
+      err = errno;
+      ::close(wfd);
+      wfd = -1;
+    } else if (wfd < 0) {
+      err = errno;
+    }
+  }
+  if (wfd < 0) {
+    ::close(fd);
+    return ErrnoStatus(err, "create writer file in " + writers);
+  }
+  auto ledger = std::make_unique<FileLedger>(fd, wfd, writers, name, capacity, scan_used);
+  {
+    // The files win: whatever the stored total says (a writer killed between reserving and
+    // publishing left its bytes counted), the recount is what is on disk and in flight.
+    FileLock lock(ledger->fd());
+    ledger->Recount();
   }
   return std::unique_ptr<CapacityLedger>(std::move(ledger));
 }

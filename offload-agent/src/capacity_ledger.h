@@ -1,7 +1,8 @@
 // Byte accounting of one disk tier, so that the tier never holds more than its capacity.
 // Private tiers count in memory. Shared tiers count in a file beside the blocks, updated under
-// flock(2), so every process on the tier sees one total. Thread-compatible: the owning tier
-// calls it under its own mutex.
+// flock(2), so every process on the tier sees one total; each process also keeps the bytes it
+// has reserved and not yet published in a writer file of its own, locked while it lives, so a
+// survivor can give back what a killed writer had reserved. Thread-safe.
 #ifndef KVOFFLOAD_SRC_CAPACITY_LEDGER_H_
 #define KVOFFLOAD_SRC_CAPACITY_LEDGER_H_
 
@@ -17,9 +18,16 @@ namespace kvoffload {
 class CapacityLedger {
  public:
   virtual ~CapacityLedger() = default;
-  // Adds n bytes when the total stays within capacity; false (and no change) otherwise.
+  // Adds n bytes when the total stays within capacity; false (and no change) otherwise. The
+  // bytes are in flight until Settle().
   virtual bool TryReserve(uint64_t n) = 0;
-  virtual void Release(uint64_t n) = 0;
+  // Ends a reservation of n bytes: `publish` runs under the ledger's lock (so a recount never
+  // sees a file both published and in flight) and says whether a file now holds the bytes;
+  // when it did not, they are given back. Returns what `publish` returned.
+  virtual bool Settle(uint64_t n, const std::function<bool()>& publish) = 0;
+  // Frees a published file of n bytes: `remove` runs under the ledger's lock and the bytes are
+  // given back when it returns true (only the process whose unlink succeeds frees a file).
+  virtual bool Free(uint64_t n, const std::function<bool()>& remove) = 0;
   virtual uint64_t used() = 0;
   virtual uint64_t capacity() const = 0;
 };
@@ -27,9 +35,11 @@ class CapacityLedger {
 // In-process ledger starting at `used`.
 std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used);
 
-// File ledger at `path`. When the file does not exist yet it is created (under the lock) with
-// the total that `scan_used` computes from the files on disk; otherwise the stored total is
-// trusted, because other processes may be writing right now.
+// File ledger at `path`, writer files in `path`.writers/. Opening recounts under the lock: the
+// files win (`scan_used`: the bytes of blocks and temp files on disk) plus what live writers
+// have in flight. While open, when the tier is full and at most every few seconds otherwise,
+// it looks for writers that died and, if there is one, recounts the same way (a scan, so only
+// after a death). `scan_used` must not call back into the ledger.
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
                                                        const std::function<uint64_t()>& scan_used);
 

@@ -151,7 +151,7 @@ Status DiskTier::Init() {
     if (!foreign_.empty()) {
       auto [path, bytes] = foreign_.back();
       foreign_.pop_back();
-      if (::unlink(path.c_str()) == 0) ledger_->Release(bytes);
+      ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
       continue;
     }
     std::optional<BlockKey> victim = policy_->SelectVictim(nullptr);
@@ -289,13 +289,13 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   Result<bool> published = WriteFile(key, file);
   lock.Lock();
   inserting_.erase(key);
+  // WriteFile settled the reservation: kept when our file (or another process's) holds the
+  // bytes, given back otherwise.
   if (published.ok()) {
     entries_.emplace(key, Entry{});
     if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
-    if (!*published) ledger_->Release(file_bytes_);  // another process's file holds the bytes
   } else {
     policy_->OnRemove(key);
-    ledger_->Release(file_bytes_);
     ++stats_.io_errors;
   }
   cv_.SignalAll();
@@ -308,7 +308,7 @@ Status DiskTier::Reserve() {
     if (!foreign_.empty()) {
       auto [path, bytes] = foreign_.back();
       foreign_.pop_back();
-      if (::unlink(path.c_str()) == 0) ledger_->Release(bytes);
+      ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
       ++stats_.evictions;
       continue;
     }
@@ -358,7 +358,8 @@ void DiskTier::Evict(const BlockKey& key) {
 void DiskTier::RemoveLocked(const BlockKey& key) {
   policy_->OnRemove(key);
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
-  if (::unlink(BlockPath(dir_, key).c_str()) == 0) ledger_->Release(file_bytes_);
+  const std::string path = BlockPath(dir_, key);
+  ledger_->Free(file_bytes_, [&path] { return ::unlink(path.c_str()) == 0; });
   entries_.erase(key);
   if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
   cv_.SignalAll();
@@ -373,7 +374,11 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
       std::to_string(counter.fetch_add(1)) + ".tmp";
   const int fd = tmpfile_ ? ::open(dir_.c_str(), OpenFlags(O_TMPFILE | O_WRONLY), 0644)
                           : ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
-  if (fd < 0) return ErrnoStatus(errno, "create " + (tmpfile_ ? "a temp file in " + dir_ : tmp));
+  if (fd < 0) {
+    const Status s = ErrnoStatus(errno, "create " + (tmpfile_ ? "a temp file in " + dir_ : tmp));
+    ledger_->Settle(file_bytes_, [] { return false; });
+    return s;
+  }
   IoOp op{IoOp::Kind::kWrite, fd, file, file_bytes_, 0, 0, Status::Ok()};
   const uint64_t t0 = NowNs();
   io_->Execute(std::span(&op, 1));
@@ -386,13 +391,18 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
   // link(2) publishes atomically and, unlike rename, never replaces a block another process
   // published meanwhile (so the shared ledger counts every file exactly once). An O_TMPFILE
   // is linked through /proc/self/fd, which needs no capability (AT_EMPTY_PATH may).
+  // Published under the ledger's lock, so a recount sees the file or the reservation, not both
+  // and not neither. Our bytes stay reserved only when our link made the file.
   int rc = -1;
-  if (op.status.ok()) {
+  int err = 0;
+  ledger_->Settle(file_bytes_, [&] {
+    if (!op.status.ok()) return false;
     rc = tmpfile_ ? ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(),
                              AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW)
                   : ::link(tmp.c_str(), final_path.c_str());
-  }
-  const int err = errno;
+    err = errno;
+    return rc == 0;
+  });
   ::close(fd);  // an O_TMPFILE that was not linked is freed here
   if (!tmpfile_) ::unlink(tmp.c_str());
   if (!op.status.ok()) {

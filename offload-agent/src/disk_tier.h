@@ -119,7 +119,9 @@ class DiskTier {
   const std::string dir_;
   std::unique_ptr<DiskIo> io_;
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
-  std::unique_ptr<CapacityLedger> ledger_ GUARDED_BY(mu_);
+  // Set once in Init(), before any other thread sees the tier; thread-safe itself, and WriteFile
+  // settles reservations outside mu_.
+  std::unique_ptr<CapacityLedger> ledger_;
   EvictSink sink_;
   bool direct_ = false;
   bool tmpfile_ = false;  // temp files are O_TMPFILE (nameless until published)

@@ -1,8 +1,10 @@
 // One replica in the two-process sharing test: opens an engine on a shared, persistent tier and
 // either stores a key range then verifies every key of both replicas ("serve"), or stores and
-// loads continuously under capacity pressure ("churn"). Writes "exact=N foreign=N wrong=N" to
-// <dir>/<role>.result; exits 0 when it ran to the end.
-//   share_helper <dir> <serve|churn> <role> <first> <count> <all_first> <all_count> <capacity_blocks>
+// loads continuously under capacity pressure ("churn": six rounds; "churn-until": rounds until
+// <dir>/stop exists, then one more). Writes "exact=N foreign=N wrong=N" to <dir>/<role>.result;
+// exits 0 when it ran to the end.
+//   share_helper <dir> <serve|churn|churn-until> <role> <first> <count> <all_first> <all_count>
+//                <capacity_blocks>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -74,6 +76,13 @@ int Run(int argc, char** argv) {
     std::ofstream(dir + "/" + role + ".stored") << "done";
     if (!WaitForFile(dir + "/" + other + ".stored")) return 66;
     verify();
+  } else if (mode == "churn-until") {
+    bool last = false;
+    for (uint64_t round = 0; !last; ++round) {
+      last = std::filesystem::exists(dir + "/stop");
+      store(first + (round % 6) * count / 6, count / 6);
+      verify();
+    }
   } else {
     for (int round = 0; round < 6; ++round) {
       store(first + static_cast<uint64_t>(round) * count / 6, count / 6);

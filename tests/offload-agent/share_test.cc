@@ -127,5 +127,28 @@ TEST(ShareTest, KilledWriterNeverLeavesAWrongBlockBehind) {
   EXPECT_LE(LedgerBytes(tier), kCapacity * testing::kSlot);
 }
 
+// 50 times a writer is killed (SIGKILL) while it reserves, writes and evicts beside a second
+// writer that runs throughout. Each kill used to leave the victim's in-flight reservations
+// charged in the ledger for ever; the survivor gives them back (the victims' writer files are
+// no longer locked), so when it ends the ledger equals the bytes on disk, with no restart.
+TEST(ShareTest, KilledWritersLeaveNoCapacityChargedBehind) {
+  TempDir dir;
+  constexpr uint64_t kCapacity = 24;
+  const std::string tier = dir.path() + "/tier";
+  pid_t survivor = Spawn(Args(dir.path(), "churn-until", "b", 100'000, 600, 0, 0, kCapacity));
+  for (int kill = 0; kill < 50; ++kill) {
+    pid_t victim = Spawn(Args(dir.path(), "churn", "a", static_cast<uint64_t>(kill) * 1000, 600,
+                              0, 0, kCapacity));
+    // Let it get going: past opening, into reserving and writing.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + (kill * 7) % 40));
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    Reap(victim);
+  }
+  std::ofstream(dir.path() + "/stop") << "stop";  // one more round after the last kill, then end
+  EXPECT_EQ(Reap(survivor), 0);
+  EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier)) << "charged bytes with no file";
+  EXPECT_LE(LedgerBytes(tier), kCapacity * testing::kSlot);
+}
+
 }  // namespace
 }  // namespace kvoffload
