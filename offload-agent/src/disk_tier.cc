@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "block_file.h"
@@ -298,6 +300,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
     policy_->OnRemove(key);
     ++stats_.io_errors;
   }
+  NoteWrite(published.status());
   cv_.SignalAll();
   return published.status();
 }
@@ -353,6 +356,30 @@ void DiskTier::Evict(const BlockKey& key) {
   if (!taken) ++stats_.dropped;
   // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks.
   RemoveLocked(key);
+}
+
+void DiskTier::NoteWrite(const Status& result) {
+  std::string state;
+  if (!result.ok()) {
+    const std::string& m = result.message();
+    state = result.code() == StatusCode::kResourceExhausted ? "full (the file system is out of space)"
+            : m.find(std::strerror(EROFS)) != std::string::npos ? "read-only"
+                                                                : "failing";
+    ++blocks_lost_;
+  }
+  if (state == write_state_) return;
+  // One line per change of state, on stderr (the serving process's log), never one per block.
+  if (state.empty()) {
+    std::fprintf(stderr, "kvoffload: %s (%s) is writable again; %llu blocks did not reach it\n",
+                 options_.name.c_str(), options_.config.path.c_str(),
+                 static_cast<unsigned long long>(blocks_lost_));
+    blocks_lost_ = 0;
+  } else {
+    std::fprintf(stderr, "kvoffload: %s (%s) is %s: %s; blocks meant for it are dropped\n",
+                 options_.name.c_str(), options_.config.path.c_str(), state.c_str(),
+                 result.message().c_str());
+  }
+  write_state_ = std::move(state);
 }
 
 void DiskTier::RemoveLocked(const BlockKey& key) {

@@ -136,6 +136,13 @@ class DiskTier {
   std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
   TierStats stats_ GUARDED_BY(mu_);
+  // What the last write said about the tier: "" (writable), or why it is not (full, read-only,
+  // failing). A change is logged once, not once per block; blocks_lost_ counts the blocks that
+  // did not reach the tier since.
+  std::string write_state_ GUARDED_BY(mu_);
+  uint64_t blocks_lost_ GUARDED_BY(mu_) = 0;
+  // REQUIRES: mu_. Records the outcome of one write and logs a change of state.
+  void NoteWrite(const Status& result) REQUIRES(mu_);
 };
 
 }  // namespace kvoffload

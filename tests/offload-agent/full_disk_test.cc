@@ -20,6 +20,12 @@ using namespace testing;
 
 constexpr uint64_t kFsBytes = 4 << 20;
 
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 class SmallTmpfs {
  public:
   SmallTmpfs() {
@@ -53,14 +59,18 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Engine& e = **opened;
   constexpr uint64_t kStored = 2048;  // 8 MiB of blocks
+  ::testing::internal::CaptureStderr();
   for (uint64_t k = 0; k < kStored; k += 4) {
     // A store is accepted into the CPU tier; the demotion to disk is what fails. Either way the
     // job ends (no hang) and the engine keeps working.
     (void)StoreAndWait(e, Blocks::Make(k, 4));
   }
+  const std::string full_log = ::testing::internal::GetCapturedStderr();
   const EngineStats stats = e.Stats();
   const TierStats& disk = stats.tiers[1];
   EXPECT_GT(disk.io_errors + stats.failed_stores + disk.dropped, 0u) << "the disk filled up";
+  // Said once, when it happened, not once per block.
+  EXPECT_EQ(Count(full_log, "disk0 (" + fs.path() + ") is full"), 1u) << full_log;
   EXPECT_GT(disk.blocks, 0u) << "what fitted is kept";
   EXPECT_LE(disk.used_bytes, kFsBytes);
   EXPECT_EQ(FilesUnder(fs.path(), ".tmp"), 0u) << "a failed write leaves no temp file behind";
@@ -87,8 +97,11 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
     if (f.path().string().ends_with(".blk") && ++freed <= 64) std::filesystem::remove(f.path(), ec);
   }
   const uint64_t errors_before = e.Stats().tiers[1].io_errors;
+  ::testing::internal::CaptureStderr();
   EXPECT_TRUE(StoreAndWait(e, Blocks::Make(1'000'000, 2)).ok());
   EXPECT_TRUE(StoreAndWait(e, Blocks::Make(1'000'002, 2)).ok());
+  const std::string again_log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Count(again_log, "disk0 (" + fs.path() + ") is writable again"), 1u) << again_log;
   EXPECT_EQ(e.Stats().tiers[1].io_errors, errors_before) << "writes succeed once there is room";
 }
 
