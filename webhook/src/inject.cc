@@ -129,7 +129,7 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
       const std::string what = DescribeObject(whole, ns);
       // Validation found the template; the template as it is: a missing metadata stays
       // missing, so the patch adds it whole.
-      json pod = whole[json::json_pointer(pointer)];
+      json pod = whole.at(json::json_pointer(pointer));
       const json no_labels;
       const json& labels = pod.contains("metadata") && pod["metadata"].is_object() &&
                                    pod["metadata"].contains("labels")
