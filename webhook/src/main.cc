@@ -238,17 +238,8 @@ Result<std::string> ReadInput(const std::string& name) {
   return ss.str();
 }
 
-// The flags `inject` and `validate` share, read into options and the input text.
-Status ReadOfflineFlags(const Flags& flags, const char* command, InjectOptions* opts,
-                        std::string* input) {
-  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
-      !s.ok()) {
-    return s;
-  }
-  const std::string file = flags.Get("filename");
-  if (file.empty()) {
-    return Status::InvalidArgument(std::string(command) + " needs -f FILE (or -f - for stdin)");
-  }
+// The options `inject` and `validate` share (all but the input file).
+Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   if (!mode.ok()) return Status::InvalidArgument("--default-mode: " + mode.status().message());
   opts->default_mode = *mode;
@@ -264,9 +255,6 @@ Status ReadOfflineFlags(const Flags& flags, const char* command, InjectOptions* 
     if (!spec.ok()) return spec.status();
     opts->config = *spec;
   }
-  Result<std::string> text = ReadInput(file);
-  if (!text.ok()) return text.status();
-  *input = std::move(*text);
   return Status::Ok();
 }
 
@@ -282,10 +270,17 @@ void PrintErrors(const std::string& message) {
 }
 
 int Inject(const Flags& flags) {
+  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
+      !s.ok()) {
+    return Fail(s);
+  }
+  const std::string file = flags.Get("filename");
+  if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE (or -f - for stdin)"));
   InjectOptions opts;
-  std::string input;
-  if (Status s = ReadOfflineFlags(flags, "inject", &opts, &input); !s.ok()) return Fail(s);
-  Result<InjectResult> out = InjectManifests(input, opts);
+  if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
+  Result<std::string> input = ReadInput(file);
+  if (!input.ok()) return Fail(input.status());
+  Result<InjectResult> out = InjectManifests(*input, opts);
   if (!out.ok()) {
     PrintErrors(out.status().message());
     return 1;
@@ -298,10 +293,17 @@ int Inject(const Flags& flags) {
 // Errors and warnings on stderr, one per line with the object and the field path; a summary on
 // stdout. Exit 1 when any object is invalid (or the input cannot be read), 0 otherwise.
 int Validate(const Flags& flags) {
+  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
+      !s.ok()) {
+    return Fail(s);
+  }
+  const std::string file = flags.Get("filename");
+  if (file.empty()) return Fail(Status::InvalidArgument("validate needs -f FILE (or -f - for stdin)"));
   InjectOptions opts;
-  std::string input;
-  if (Status s = ReadOfflineFlags(flags, "validate", &opts, &input); !s.ok()) return Fail(s);
-  Result<std::vector<ObjectReport>> reports = ValidateManifests(input, opts);
+  if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
+  Result<std::string> input = ReadInput(file);
+  if (!input.ok()) return Fail(input.status());
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(*input, opts);
   if (!reports.ok()) {
     PrintErrors(reports.status().message());
     return 1;
