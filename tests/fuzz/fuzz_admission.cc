@@ -1,5 +1,6 @@
-// AdmissionReview decode + resolve (pod annotation) + mutate, as the server calls it. Every
-// input must get an answer: 200 with an AdmissionReview, or a 4xx, never a crash or a 5xx.
+// AdmissionReview decode + resolve (pod annotation) + mutate, and the apply-time checks, as the
+// server calls them. Every input must get an answer: 200 with an AdmissionReview, or a 4xx,
+// never a crash or a 5xx.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,5 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   const kvoffload::webhook::HttpAnswer answer = handler.Handle("application/json", body);
   if (answer.status >= 500) std::abort();  // a hostile body is the client's error, not ours
+  if (handler.Validate("application/json", body, /*pods_need_label=*/false).status >= 500) {
+    std::abort();
+  }
   return 0;
 }

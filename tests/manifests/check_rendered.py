@@ -149,6 +149,51 @@ elif overlay == "cert-manager":
     one("Issuer", "kv-offload-selfsigned")
     one("Issuer", "kv-offload-ca")
 
+# The apply-time checks: same Service and certificate, never blocking an apply (Ignore).
+vwc = one("ValidatingWebhookConfiguration", "kv-offload-webhook")
+vhooks = {h.get("name"): h for h in vwc.get("webhooks", [])}
+expect(set(vhooks) == {"specs.validate.kvoffload.io", "workloads.namespace.validate.kvoffload.io",
+                       "workloads.object.validate.kvoffload.io"},
+       f"three validating entries: {sorted(vhooks)}")
+def resources_of(h):
+    return {(g, v, r) for rule in h.get("rules", []) for g in rule.get("apiGroups", [])
+            for v in rule.get("apiVersions", []) for r in rule.get("resources", [])}
+for n, h in vhooks.items():
+    expect(h.get("failurePolicy") == "Ignore", f"{n}: failurePolicy Ignore")
+    expect(h.get("sideEffects") == "None", f"{n}: sideEffects None (dry-run applies are checked)")
+    expect(h.get("admissionReviewVersions") == ["v1"], f"{n}: admissionReviewVersions [v1]")
+    expect(h.get("timeoutSeconds") == 5, f"{n}: timeoutSeconds 5")
+    expect(all(sorted(rule.get("operations", [])) == ["CREATE", "UPDATE"] for rule in h.get("rules", [])),
+           f"{n}: CREATE and UPDATE")
+    svcref = h.get("clientConfig", {}).get("service", {})
+    path = "/validate-labelled" if n.startswith("workloads.object.") else "/validate"
+    expect(svcref == {"name": "kv-offload-webhook", "namespace": ns, "path": path, "port": 443},
+           f"{n}: calls the Service on {path}")
+    nsx = h.get("namespaceSelector", {}).get("matchExpressions", [])
+    expect({"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": ["kube-system", ns]} in nsx, f"{n}: skips kube-system and {ns}")
+    if overlay == "self-signed":
+        expect(len(h.get("clientConfig", {}).get("caBundle", "")) > 100, f"{n}: caBundle set")
+if len(vhooks) == 3:
+    expect(resources_of(vhooks["specs.validate.kvoffload.io"]) ==
+           {("serving.kserve.io", "v1alpha1", "llminferenceservices"),
+            ("serving.kserve.io", "v1alpha2", "llminferenceservices"), ("", "v1", "namespaces")},
+           "specs entry: LLMInferenceService v1alpha1/v1alpha2 and Namespaces")
+    workloads = {("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"),
+                 ("batch", "v1", "jobs"), ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")}
+    for n in ("workloads.namespace.validate.kvoffload.io", "workloads.object.validate.kvoffload.io"):
+        expect(resources_of(vhooks[n]) == workloads, f"{n}: Deployments, StatefulSets, Jobs, LeaderWorkerSets")
+    # The same split as the pod entries, so a workload's check matches how its pods are selected.
+    expect({"key": "kvoffload.io/injection", "operator": "In", "values": ["enabled"]}
+           in vhooks["workloads.namespace.validate.kvoffload.io"]["namespaceSelector"]["matchExpressions"],
+           "namespace workloads entry selects kvoffload.io/injection=enabled")
+    expect({"key": "kvoffload.io/injection", "operator": "DoesNotExist"}
+           in vhooks["workloads.object.validate.kvoffload.io"]["namespaceSelector"]["matchExpressions"],
+           "object workloads entry covers namespaces without the injection label")
+if overlay == "cert-manager":
+    expect(vwc.get("metadata", {}).get("annotations", {}).get("cert-manager.io/inject-ca-from") ==
+           f"{ns}/kv-offload-webhook-serving", "validating configuration: cert-manager injects the CA")
+
 for f in failures:
     print(f"{overlay}: FAIL {f}")
 print(f"{overlay}: {len(docs)} objects, {len(failures)} failed expectations")

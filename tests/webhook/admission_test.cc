@@ -160,5 +160,136 @@ TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {
             std::string::npos);
 }
 
+
+// --- /validate: apply-time checks ------------------------------------------------------------
+
+json ObjectReview(const std::string& group, const std::string& kind, json object,
+                  const std::string& operation = "CREATE", json old_object = nullptr) {
+  json review = Review(std::move(object), operation);
+  review["request"]["kind"] = {{"group", group}, {"version", "v1alpha2"}, {"kind", kind}};
+  review["request"].erase("resource");
+  if (!old_object.is_null()) review["request"]["oldObject"] = std::move(old_object);
+  return review;
+}
+
+json Service(const json& offloading) {
+  return {{"apiVersion", "serving.kserve.io/v1alpha2"},
+          {"kind", "LLMInferenceService"},
+          {"metadata", {{"name", "llama"}, {"namespace", "team-a"}}},
+          {"spec",
+           {{"template", {{"containers", {{{"name", "main"}, {"resources", {{"limits", {{"memory", "10Gi"}}}}}}}}}},
+            {"kvCacheOffloading", offloading}}}};
+}
+
+TEST_F(AdmissionTest, ValidateDeniesABadLLMInferenceServiceWithEveryError) {
+  const json bad = Service({{"cpu", "ten"}, {"evictionPolicy", "fifo"}});
+  HttpAnswer a = handler_.Validate("application/json",
+                                   ObjectReview("serving.kserve.io", "LLMInferenceService", bad).dump(),
+                                   false);
+  json r = Response(a);
+  EXPECT_EQ(a.verdict, Verdict::kDenied);
+  EXPECT_EQ(r["uid"], "uid-1");
+  EXPECT_EQ(r["allowed"], false);
+  EXPECT_EQ(r["status"]["code"], 403);
+  const std::string msg = r["status"]["message"];
+  EXPECT_EQ(msg.rfind("kvCacheOffloading from LLMInferenceService team-a/llama is invalid: "
+                      "spec.kvCacheOffloading.cpu: \"ten\" is not a valid quantity",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("; spec.kvCacheOffloading.evictionPolicy: \"fifo\" is not supported"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(AdmissionTest, ValidateWarnsAboutWhatIsLikelyWrong) {
+  const json svc = Service({{"cpu", "9Gi"}});
+  HttpAnswer a = handler_.Validate(
+      "application/json", ObjectReview("serving.kserve.io", "LLMInferenceService", svc).dump(), true);
+  json r = Response(a);
+  EXPECT_EQ(a.verdict, Verdict::kWarned);
+  EXPECT_EQ(r["allowed"], true);
+  ASSERT_EQ(r["warnings"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["warnings"][0], "kvCacheOffloading.cpu 9Gi is over 80% of container main's memory limit 10Gi");
+  EXPECT_LT(r["warnings"][0].get<std::string>().size(), 120u);
+}
+
+TEST_F(AdmissionTest, ValidateRatchetsUpdatesAndIgnoresDeletions) {
+  const json bad = Service({{"cpu", "ten"}});
+  // Stored while the webhook was away: a controller adding a finalizer is not blocked...
+  json with_finalizer = bad;
+  with_finalizer["metadata"]["finalizers"] = {"serving.kserve.io/llmisvc"};
+  HttpAnswer a = handler_.Validate(
+      "application/json",
+      ObjectReview("serving.kserve.io", "LLMInferenceService", with_finalizer, "UPDATE", bad).dump(),
+      false);
+  EXPECT_EQ(Response(a)["allowed"], true);
+  EXPECT_EQ(a.verdict, Verdict::kSkipped);
+  // ...but changing the spec to another bad one is.
+  const json worse = Service({{"cpu", "eleven"}});
+  a = handler_.Validate(
+      "application/json",
+      ObjectReview("serving.kserve.io", "LLMInferenceService", worse, "UPDATE", bad).dump(), false);
+  EXPECT_EQ(Response(a)["allowed"], false);
+  json deleting = worse;
+  deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z";
+  a = handler_.Validate(
+      "application/json",
+      ObjectReview("serving.kserve.io", "LLMInferenceService", deleting, "UPDATE", bad).dump(), false);
+  EXPECT_EQ(Response(a)["allowed"], true);
+}
+
+TEST_F(AdmissionTest, ValidateNamespacesAndWorkloads) {
+  json ns = {{"apiVersion", "v1"},
+             {"kind", "Namespace"},
+             {"metadata", {{"name", "team-z"}, {"annotations", {{kAnnotationDefaultConfig, R"({"cpu":"0"})"}}}}}};
+  json review = ObjectReview("", "Namespace", ns);
+  review["request"].erase("namespace");
+  json r = Response(handler_.Validate("application/json", review.dump(), false));
+  EXPECT_EQ(r["allowed"], false);
+  EXPECT_EQ(r["status"]["message"],
+            "kvCacheOffloading from namespace team-z annotation kvoffload.io/default-config is "
+            "invalid: kvCacheOffloading.cpu: must be greater than 0, got \"0\"");
+
+  json deployment = {{"apiVersion", "apps/v1"},
+                     {"kind", "Deployment"},
+                     {"metadata", {{"name", "d"}}},
+                     {"spec", {{"template", PodWithSpec(R"({"cpu":"1Gi","secondary":[{}]})")}}}};
+  r = Response(handler_.Validate("application/json", ObjectReview("apps", "Deployment", deployment).dump(), false));
+  EXPECT_EQ(r["allowed"], false);
+  EXPECT_NE(r["status"]["message"].get<std::string>().find(
+                "spec.template: kvCacheOffloading from pod annotation kvoffload.io/config is invalid: "
+                "kvCacheOffloading.secondary[0].fileSystem: only fileSystem tiers are supported"),
+            std::string::npos)
+      << r.dump();
+  // In a namespace without the injection label, only templates labelled inject=true count.
+  HttpAnswer a = handler_.Validate("application/json", ObjectReview("apps", "Deployment", deployment).dump(), true);
+  EXPECT_EQ(Response(a)["allowed"], true);
+  EXPECT_EQ(a.verdict, Verdict::kSkipped);
+}
+
+TEST_F(AdmissionTest, ValidateRefusesOtherKindsAndAdmitsWhenLookupsFail) {
+  json r = Response(handler_.Validate("application/json", Review(PodWithSpec("{}")).dump(), false));
+  EXPECT_EQ(r["allowed"], false);
+  EXPECT_EQ(r["status"]["code"], 400);
+  EXPECT_NE(r["status"]["message"].get<std::string>().find("check the webhook's rules"), std::string::npos);
+  EXPECT_EQ(handler_.Validate("text/plain", "{}", false).status, 415);
+
+  DownReader down;
+  AdmissionHandler with_down(AdmissionOptions{}, &down);
+  json deployment = {{"apiVersion", "apps/v1"},
+                     {"kind", "Deployment"},
+                     {"metadata", {{"name", "d"}}},
+                     {"spec", {{"template", {{"spec", {{"containers", {{{"name", "main"}}}}}}}}}}};
+  HttpAnswer a = with_down.Validate("application/json",
+                                    ObjectReview("apps", "Deployment", deployment).dump(), false);
+  r = Response(a);
+  EXPECT_EQ(r["allowed"], true);  // the pod webhook checks again; never block an apply
+  EXPECT_EQ(a.verdict, Verdict::kError);
+  ASSERT_EQ(r["warnings"].size(), 1u);
+  EXPECT_NE(r["warnings"][0].get<std::string>().find("could not check Deployment team-a/d"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvoffload::webhook

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "webhook/admission.h"
 
@@ -177,6 +179,49 @@ TEST_F(HostileInputTest, NulBytes) {
   ExpectDenied(body, 400, "not valid JSON");
   // An annotation value that is a NUL followed by a valid spec is not a valid spec.
   ExpectDenied(Review(Pod(std::string(1, '\0') + kEmptyDirSpec)), 403, "kvoffload.io/config");
+}
+
+
+// Misshapen objects on the apply-time checks: every one is answered (allowed, or denied with a
+// message), never a crash or an error status, and a field of the wrong type is never a denial
+// about something else.
+TEST_F(HostileInputTest, MisshapenObjectsOnTheChecks) {
+  const std::vector<std::pair<std::string, json>> objects = {
+      {"LLMInferenceService", json::parse(R"({"kind":"LLMInferenceService","metadata":{"name":7},"spec":"x"})")},
+      {"LLMInferenceService", json::parse(R"({"kind":"LLMInferenceService","spec":{"prefill":[1],"workload":"w","kvCacheOffloading":5}})")},
+      {"LLMInferenceService", json::parse(R"({"kind":"LLMInferenceService","spec":{"template":{"containers":"c"},"kvCacheOffloading":{"cpu":"1Gi"}}})")},
+      {"LLMInferenceService", json::parse(R"({"kind":"LLMInferenceService","spec":{"template":[],"replicas":"3","kvCacheOffloading":{"cpu":"1Gi"}}})")},
+      {"Namespace", json::parse(R"({"kind":"Namespace","metadata":{"annotations":["x"]}})")},
+      {"Namespace", json::parse(R"({"kind":"Namespace","metadata":{"name":"n","annotations":{"kvoffload.io/default-config":"\u0000"}}})")},
+      {"Deployment", json::parse(R"({"kind":"Deployment","spec":{"template":"t"}})")},
+      {"Deployment", json::parse(R"({"kind":"Deployment","spec":{"replicas":-5,"template":{"metadata":{"annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[]}}}})")},
+      {"Job", json::parse(R"({"kind":"Job","spec":[]})")},
+      {"LeaderWorkerSet", json::parse(R"({"kind":"LeaderWorkerSet","spec":{"leaderWorkerTemplate":[1,2]}})")},
+      {"LeaderWorkerSet", json::parse(R"({"kind":"LeaderWorkerSet","spec":{"leaderWorkerTemplate":{"size":"big","workerTemplate":{"metadata":{"labels":"l","annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}}}}}})")},
+  };
+  for (const auto& [kind, object] : objects) {
+    const std::string group = kind == "LLMInferenceService" ? "serving.kserve.io"
+                              : kind == "Namespace"          ? ""
+                              : kind == "Job"                ? "batch"
+                              : kind == "LeaderWorkerSet"    ? "leaderworkerset.x-k8s.io"
+                                                             : "apps";
+    const json review = {{"apiVersion", "admission.k8s.io/v1"},
+                         {"kind", "AdmissionReview"},
+                         {"request",
+                          {{"uid", "u"},
+                           {"kind", {{"group", group}, {"version", "v1"}, {"kind", kind}}},
+                           {"namespace", "team-a"},
+                           {"operation", "CREATE"},
+                           {"object", object}}}};
+    const HttpAnswer a = handler_.Validate("application/json", review.dump(), false);
+    ASSERT_EQ(a.status, 200) << object.dump() << " -> " << a.body;
+    const json r = json::parse(a.body)["response"];
+    EXPECT_EQ(r["uid"], "u");
+    if (r["allowed"] == false) {
+      EXPECT_EQ(r["status"]["code"], 403) << object.dump() << " -> " << a.body;
+      EXPECT_LT(r["status"]["message"].get<std::string>().size(), 4096u);
+    }
+  }
 }
 
 }  // namespace

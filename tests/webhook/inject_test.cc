@@ -149,7 +149,9 @@ spec:
 )";
   Result<InjectResult> out = InjectManifests(bad, InjectOptions{});
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("StatefulSet ns1/s: kvCacheOffloading from pod annotation"),
+  // The template's field path comes between the document and the pod denial.
+  EXPECT_NE(out.status().message().find(
+                "StatefulSet ns1/s: spec.template: kvCacheOffloading from pod annotation"),
             std::string::npos)
       << out.status().message();
   EXPECT_NE(out.status().message().find("\"fifo\" is not supported"), std::string::npos);

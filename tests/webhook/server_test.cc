@@ -133,6 +133,40 @@ TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
   EXPECT_NE(m->body.find("kvoffload_admission_duration_seconds_count 1"), std::string::npos);
 }
 
+TEST_F(ServerTest, ServesApplyTimeChecksOnBothPaths) {
+  StartServer();
+  auto client = Client((dir_ / "ca.crt").string());
+  const json review = {
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", "v1"},
+        {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Namespace"}}},
+        {"operation", "CREATE"},
+        {"object",
+         {{"kind", "Namespace"},
+          {"metadata",
+           {{"name", "team-a"}, {"annotations", {{"kvoffload.io/default-config", "{\"cpu\":\"0\"}"}}}}}}}}}};
+  for (const char* path : {"/validate", "/validate-labelled"}) {
+    httplib::Result r = client->Post(path, review.dump(), "application/json");
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 200) << path;
+    json response = json::parse(r->body)["response"];
+    EXPECT_EQ(response["uid"], "v1");
+    EXPECT_EQ(response["allowed"], false) << path;
+    EXPECT_EQ(response["status"]["code"], 403);
+  }
+  httplib::Client metrics("127.0.0.1", server_->metrics_port());
+  httplib::Result m = metrics.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("kvoffload_validation_requests_total{verdict=\"denied\"} 2"),
+            std::string::npos)
+      << m->body;
+  // Pod admissions are counted apart: the e2e cases read that counter for pods only.
+  EXPECT_NE(m->body.find("kvoffload_admission_duration_seconds_count 0"), std::string::npos);
+  EXPECT_EQ(metrics_.admissions(Outcome::kDenied), 0u);
+}
+
 TEST_F(ServerTest, RejectsOversizedAndMistypedBodies) {
   StartServer();
   auto client = Client((dir_ / "ca.crt").string());

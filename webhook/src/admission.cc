@@ -2,8 +2,12 @@
 
 #include <openssl/evp.h>
 
+#include <optional>
+
 #include "webhook/json_util.h"
 #include "webhook/resolver.h"
+#include "webhook/validation.h"
+#include "webhook/workload.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -48,34 +52,150 @@ HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warning
   return Answer(uid, fields, outcome, std::move(why));
 }
 
-}  // namespace
-
-HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_view body) const {
+// Checks what every AdmissionReview must carry. Returns the answer for a malformed one; else
+// fills `review` and `uid`.
+std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view body, json* review,
+                                 std::string* uid) {
   // Media type check ignores parameters such as "; charset=utf-8".
   const std::string_view media = content_type.substr(0, content_type.find(';'));
   if (media != "application/json") {
-    return {415, "Content-Type must be application/json, got \"" + std::string(content_type) + "\"\n",
-            Outcome::kError, "wrong content type"};
+    return HttpAnswer{415,
+                      "Content-Type must be application/json, got \"" +
+                          std::string(content_type) + "\"\n",
+                      Outcome::kError, "wrong content type"};
   }
   if (body.size() > kMaxAdmissionBodyBytes) {
-    return {413, "request body over 7 MiB\n", Outcome::kError, "body too large"};
+    return HttpAnswer{413, "request body over 7 MiB\n", Outcome::kError, "body too large"};
   }
-  Result<json> review = ParseJson(body, "AdmissionReview");
-  if (!review.ok()) return Reject("", 400, review.status().message(), Outcome::kError);
-  if (!review->is_object() || StringAt(*review, "kind") != "AdmissionReview") {
+  Result<json> parsed = ParseJson(body, "AdmissionReview");
+  if (!parsed.ok()) return Reject("", 400, parsed.status().message(), Outcome::kError);
+  if (!parsed->is_object() || StringAt(*parsed, "kind") != "AdmissionReview") {
     return Reject("", 400, "body is not an AdmissionReview (kind must be AdmissionReview)",
                   Outcome::kError);
   }
-  if (StringAt(*review, "apiVersion") != kApiVersion) {
+  if (StringAt(*parsed, "apiVersion") != kApiVersion) {
     return Reject("", 400,
-                  "AdmissionReview apiVersion \"" + StringAt(*review, "apiVersion") +
+                  "AdmissionReview apiVersion \"" + StringAt(*parsed, "apiVersion") +
                       "\" is not supported; configure admissionReviewVersions: [v1]",
                   Outcome::kError);
   }
-  json no_request;
-  json& request = review->contains("request") ? (*review)["request"] : no_request;
-  const std::string uid = StringAt(request, "uid");
-  if (uid.empty()) return Reject("", 400, "AdmissionReview has no request.uid", Outcome::kError);
+  if (!parsed->contains("request")) (*parsed)["request"] = json();
+  *uid = StringAt((*parsed)["request"], "uid");
+  if (uid->empty()) return Reject("", 400, "AdmissionReview has no request.uid", Outcome::kError);
+  *review = std::move(*parsed);
+  return std::nullopt;
+}
+
+const json& Member(const json& obj, const char* key) {
+  static const json kNull;
+  return obj.is_object() && obj.contains(key) ? obj[key] : kNull;
+}
+
+// The kinds the validating entries send, by API group.
+bool IsValidatedKind(const std::string& group, const std::string& kind) {
+  return (group == "serving.kserve.io" && kind == "LLMInferenceService") ||
+         (group.empty() && kind == "Namespace") ||
+         (group == "apps" && (kind == "Deployment" || kind == "StatefulSet")) ||
+         (group == "batch" && kind == "Job") ||
+         (group == "leaderworkerset.x-k8s.io" && kind == "LeaderWorkerSet");
+}
+
+// What the checks read: the default-config annotation of a Namespace, the spec of the rest.
+bool CheckedPartUnchanged(const std::string& kind, const json& object, const json& old) {
+  if (!old.is_object()) return false;
+  if (kind == "Namespace") {
+    return StringAt(Member(Member(object, "metadata"), "annotations"), kAnnotationDefaultConfig) ==
+           StringAt(Member(Member(old, "metadata"), "annotations"), kAnnotationDefaultConfig);
+  }
+  return Member(object, "spec") == Member(old, "spec");
+}
+
+HttpAnswer Verdicted(HttpAnswer answer, Verdict verdict) {
+  answer.verdict = verdict;
+  return answer;
+}
+
+}  // namespace
+
+HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string_view body,
+                                      bool pods_need_label) const {
+  json review;
+  std::string uid;
+  if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {
+    return Verdicted(std::move(*bad), Verdict::kError);
+  }
+  const json& request = review["request"];
+  const json& kind = Member(request, "kind");
+  const std::string group = StringAt(kind, "group");
+  const std::string kind_name = StringAt(kind, "kind");
+  if (!IsValidatedKind(group, kind_name) || !StringAt(request, "subResource").empty()) {
+    return Verdicted(
+        Reject(uid, 400,
+               "kv-offload validates LLMInferenceService, Namespace, Deployment, StatefulSet, Job "
+               "and LeaderWorkerSet objects, got " +
+                   group + "/" + kind_name + " " + StringAt(request, "subResource") +
+                   "; check the webhook's rules",
+               Outcome::kError),
+        Verdict::kError);
+  }
+  const std::string op = StringAt(request, "operation");
+  if (op != "CREATE" && op != "UPDATE") {
+    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "not a CREATE or UPDATE"), Verdict::kSkipped);
+  }
+  const json& object = Member(request, "object");
+  if (!object.is_object()) {
+    return Verdicted(Reject(uid, 400, "AdmissionReview has no request.object", Outcome::kError),
+                     Verdict::kError);
+  }
+  const json& metadata = Member(object, "metadata");
+  if (!Member(metadata, "deletionTimestamp").is_null()) {
+    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "being deleted"), Verdict::kSkipped);
+  }
+  if (op == "UPDATE" && CheckedPartUnchanged(kind_name, object, Member(request, "oldObject"))) {
+    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "checked part unchanged"),
+                     Verdict::kSkipped);
+  }
+  std::string ns = StringAt(request, "namespace");
+  if (ns.empty()) ns = StringAt(metadata, "namespace");
+  if (kind_name == "Namespace") ns = StringAt(metadata, "name");
+
+  ValidationOptions vo;
+  vo.default_mode = options_.default_mode;
+  vo.agent_image = options_.agent_image;
+  vo.pods_need_label = pods_need_label;
+  Result<ObjectReport> report = Status::Internal("not run");
+  try {
+    report = ValidateObject(object, ns, vo, reader_);
+  } catch (const json::exception& e) {
+    // An object the API server accepted but nlohmann cannot walk: not ours to refuse.
+    report = Status::Internal(std::string("cannot read the object: ") + e.what());
+  }
+  if (!report.ok()) {
+    // The pod webhook checks again when pods are created: never block an apply on a lookup.
+    const std::string what = DescribeObject(object, ns);
+    return Verdicted(Allow(uid,
+                           {"kv-offload could not check " + what + " (" +
+                            report.status().message().substr(0, 60) +
+                            "); its pods are checked when created"},
+                           Outcome::kError, "not checked: " + report.status().message()),
+                     Verdict::kError);
+  }
+  if (!report->errors.empty()) {
+    return Verdicted(Reject(uid, 403, report->denial, Outcome::kDenied), Verdict::kDenied);
+  }
+  if (!report->checked) {
+    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "nothing to check"), Verdict::kSkipped);
+  }
+  const Verdict verdict = report->warnings.empty() ? Verdict::kAllowed : Verdict::kWarned;
+  return Verdicted(Allow(uid, report->warnings, Outcome::kUnchanged, "checked " + report->object),
+                   verdict);
+}
+
+HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_view body) const {
+  json review;
+  std::string uid;
+  if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) return *bad;
+  json& request = review["request"];
 
   const json& kind = request.contains("kind") ? request["kind"] : json();
   if (StringAt(kind, "kind") != "Pod" || !StringAt(kind, "group").empty() ||

@@ -1,5 +1,5 @@
 // kv-offload-webhook: `serve` (default) runs the admission webhook; `inject` mutates manifests
-// offline. Flags are --name=value or --name value.
+// offline; `validate` checks manifests offline. Flags are --name=value or --name value.
 #include <signal.h>
 
 #include <cstdio>
@@ -33,6 +33,8 @@ constexpr char kUsage[] = R"(kv-offload-webhook: KV-cache offloading for vLLM po
 Usage:
   kv-offload-webhook [serve] [flags]     run the mutating admission webhook
   kv-offload-webhook inject -f FILE|-    print manifests with the offload tiers injected
+  kv-offload-webhook validate -f FILE|-  check every kvCacheOffloading spec in the manifests
+                                         (exit 1 when any is invalid; a CI step for GitOps)
   kv-offload-webhook version
 
 serve flags:
@@ -54,7 +56,7 @@ serve flags:
   --cache-ttl=10s             how long lookups are reused
   --threads=64                concurrent connections
 
-inject flags:
+inject and validate flags:
   -f, --filename=FILE|-       input (YAML or JSON, several documents allowed)
   --namespace=default         namespace for documents without one
   --config=JSON|@FILE         spec to use when the input carries none
@@ -258,6 +260,37 @@ Result<std::string> ReadInput(const std::string& name) {
   return ss.str();
 }
 
+// The options `inject` and `validate` share (all but the input file).
+Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
+  Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
+  if (!mode.ok()) return Status::InvalidArgument("--default-mode: " + mode.status().message());
+  opts->default_mode = *mode;
+  opts->agent_image = flags.Get("agent-image", kDefaultAgentImage);
+  opts->namespace_name = flags.Get("namespace", "default");
+  if (std::string config = flags.Get("config"); !config.empty()) {
+    if (config[0] == '@') {
+      Result<std::string> text = ReadInput(config.substr(1));
+      if (!text.ok()) return text.status();
+      config = *text;
+    }
+    Result<nlohmann::json> spec = ParseJson(config, "--config");
+    if (!spec.ok()) return spec.status();
+    opts->config = *spec;
+  }
+  return Status::Ok();
+}
+
+// One "Error: " line per line of the message: InjectManifests reports each error on its own.
+void PrintErrors(const std::string& message) {
+  size_t start = 0;
+  while (start <= message.size()) {
+    size_t end = message.find('\n', start);
+    if (end == std::string::npos) end = message.size();
+    std::fprintf(stderr, "Error: %s\n", message.substr(start, end - start).c_str());
+    start = end + 1;
+  }
+}
+
 int Inject(const Flags& flags) {
   if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
       !s.ok()) {
@@ -267,31 +300,51 @@ int Inject(const Flags& flags) {
   const std::string file = flags.Get("filename");
   if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE (or -f - for stdin)"));
   InjectOptions opts;
-  Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
-  if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));
-  opts.default_mode = *mode;
-  opts.agent_image = flags.Get("agent-image", kDefaultAgentImage);
-  opts.namespace_name = flags.Get("namespace", "default");
-  if (std::string config = flags.Get("config"); !config.empty()) {
-    if (config[0] == '@') {
-      Result<std::string> text = ReadInput(config.substr(1));
-      if (!text.ok()) return Fail(text.status());
-      config = *text;
-    }
-    Result<nlohmann::json> spec = ParseJson(config, "--config");
-    if (!spec.ok()) return Fail(spec.status());
-    opts.config = *spec;
-  }
+  if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
   Result<std::string> input = ReadInput(file);
   if (!input.ok()) return Fail(input.status());
   Result<InjectResult> out = InjectManifests(*input, opts);
   if (!out.ok()) {
-    std::fprintf(stderr, "Error: %s\n", out.status().message().c_str());
+    PrintErrors(out.status().message());
     return 1;
   }
   for (const std::string& w : out->warnings) std::fprintf(stderr, "Warning: %s\n", w.c_str());
   std::fwrite(out->output.data(), 1, out->output.size(), stdout);
   return 0;
+}
+
+// Errors and warnings on stderr, one per line with the object and the field path; a summary on
+// stdout. Exit 1 when any object is invalid (or the input cannot be read), 0 otherwise.
+int Validate(const Flags& flags) {
+  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
+      !s.ok()) {
+    return Fail(s);
+  }
+  const std::string file = flags.Get("filename");
+  if (Status s = CheckNoPositional(flags, "validate"); !s.ok()) return Fail(s);
+  if (file.empty()) return Fail(Status::InvalidArgument("validate needs -f FILE (or -f - for stdin)"));
+  InjectOptions opts;
+  if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
+  Result<std::string> input = ReadInput(file);
+  if (!input.ok()) return Fail(input.status());
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(*input, opts);
+  if (!reports.ok()) {
+    PrintErrors(reports.status().message());
+    return 1;
+  }
+  size_t invalid = 0;
+  for (const ObjectReport& r : *reports) {
+    for (const std::string& e : r.errors) {
+      std::fprintf(stderr, "Error: %s: %s\n", r.object.c_str(), e.c_str());
+    }
+    for (const std::string& w : r.warnings) {
+      std::fprintf(stderr, "Warning: %s: %s\n", r.object.c_str(), w.c_str());
+    }
+    if (!r.errors.empty()) ++invalid;
+  }
+  std::printf("%zu object(s) with a kvCacheOffloading spec checked, %zu invalid\n",
+              reports->size(), invalid);
+  return invalid > 0 ? 1 : 0;
 }
 
 int Main(int argc, char** argv) {
@@ -313,7 +366,9 @@ int Main(int argc, char** argv) {
   }
   if (command == "serve") return Serve(*flags);
   if (command == "inject") return Inject(*flags);
-  return Fail(Status::InvalidArgument("unknown command \"" + command + "\" (serve, inject, version)"));
+  if (command == "validate") return Validate(*flags);
+  return Fail(Status::InvalidArgument("unknown command \"" + command +
+                                      "\" (serve, inject, validate, version)"));
 }
 
 }  // namespace

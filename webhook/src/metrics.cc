@@ -36,6 +36,22 @@ const char* OutcomeName(Outcome outcome) {
   return "unknown";
 }
 
+const char* VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kAllowed: return "allowed";
+    case Verdict::kWarned: return "warned";
+    case Verdict::kDenied: return "denied";
+    case Verdict::kSkipped: return "skipped";
+    case Verdict::kError: return "error";
+    case Verdict::kCount: break;
+  }
+  return "unknown";
+}
+
+void Metrics::RecordValidation(Verdict verdict) {
+  validations_[static_cast<size_t>(verdict)].fetch_add(1, std::memory_order_relaxed);
+}
+
 void Metrics::RecordAdmission(Outcome outcome, double seconds) {
   admissions_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
   size_t bucket = 0;
@@ -70,6 +86,13 @@ std::string Metrics::Render() const {
   for (size_t i = 0; i < kOutcomes; ++i) {
     out += std::string("kvoffload_admission_requests_total{outcome=\"") +
            OutcomeName(static_cast<Outcome>(i)) + "\"} " + std::to_string(admissions_[i].load()) +
+           "\n";
+  }
+  out += "# HELP kvoffload_validation_requests_total Apply-time validation requests by verdict.\n";
+  out += "# TYPE kvoffload_validation_requests_total counter\n";
+  for (size_t i = 0; i < validations_.size(); ++i) {
+    out += std::string("kvoffload_validation_requests_total{verdict=\"") +
+           VerdictName(static_cast<Verdict>(i)) + "\"} " + std::to_string(validations_[i].load()) +
            "\n";
   }
   out += "# HELP kvoffload_admission_duration_seconds Time to answer an admission request.\n";

@@ -45,6 +45,27 @@ const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role
   return nullptr;
 }
 
+Result<std::map<std::string, PvcInfo>> LookupPvcs(const OffloadSpec& spec,
+                                                  const std::string& namespace_name,
+                                                  ClusterReader* reader) {
+  std::map<std::string, PvcInfo> pvcs;
+  for (const Tier& tier : spec.secondary) {
+    if (tier.kind != TierKind::kPvcRef || pvcs.count(tier.ref_name) > 0) continue;
+    const ObjectRef ref{ObjectKind::kPersistentVolumeClaim, namespace_name, tier.ref_name};
+    Result<std::optional<json>> pvc = reader->Get(ref);
+    if (!pvc.ok()) {
+      return Status::Unavailable("could not read " + ref.ToString() + ": " +
+                                 pvc.status().message());
+    }
+    if (pvc->has_value()) {
+      pvcs[tier.ref_name] = ReadPvc(**pvc);
+    } else if (reader->Authoritative()) {
+      pvcs[tier.ref_name] = PvcInfo{};  // exists = false: the mutator denies, naming it
+    }
+  }
+  return pvcs;
+}
+
 Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
                            ClusterReader* reader) {
   Resolution res;
@@ -103,20 +124,9 @@ Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
   }
 
   if (!res.spec || reader == nullptr) return res;
-  for (const Tier& tier : res.spec->secondary) {
-    if (tier.kind != TierKind::kPvcRef || res.pvcs.count(tier.ref_name) > 0) continue;
-    const ObjectRef ref{ObjectKind::kPersistentVolumeClaim, namespace_name, tier.ref_name};
-    Result<std::optional<json>> pvc = reader->Get(ref);
-    if (!pvc.ok()) {
-      return Status::Unavailable("could not read " + ref.ToString() + ": " +
-                                 pvc.status().message());
-    }
-    if (pvc->has_value()) {
-      res.pvcs[tier.ref_name] = ReadPvc(**pvc);
-    } else if (reader->Authoritative()) {
-      res.pvcs[tier.ref_name] = PvcInfo{};  // exists = false: the mutator denies, naming it
-    }
-  }
+  Result<std::map<std::string, PvcInfo>> pvcs = LookupPvcs(*res.spec, namespace_name, reader);
+  if (!pvcs.ok()) return pvcs.status();
+  res.pvcs = std::move(*pvcs);
   return res;
 }
 

@@ -87,26 +87,46 @@ void Server::Routes() {
     res.set_content("internal error\n", "text/plain");
   });
 
-  https_->Post("/mutate-pods", [this](const httplib::Request& req, httplib::Response& res) {
-    const auto start = std::chrono::steady_clock::now();
-    HttpAnswer answer = handler_->Handle(req.get_header_value("Content-Type"), req.body);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    metrics_->RecordAdmission(answer.outcome, seconds);
-    res.status = answer.status;
-    res.set_content(std::move(answer.body),
-                    answer.status == 200 ? "application/json" : "text/plain");
-    // While draining, make the API server reconnect: the next connection reaches a replica
-    // that is still ready.
-    if (draining_.load()) res.set_header("Connection", "close");
-    const auto level = answer.outcome == Outcome::kSkipped || answer.outcome == Outcome::kUnchanged
-                           ? spdlog::level::debug
-                           : spdlog::level::info;
-    LogEvent(level, "admission", {{"outcome", OutcomeName(answer.outcome)},
-                                  {"status", answer.status},
-                                  {"detail", answer.log_message},
-                                  {"seconds", seconds}});
-  });
+  // One route per kind of request; the answer is written and logged the same way for each.
+  auto serve = [this](const char* what, auto handle) {
+    return [this, what, handle](const httplib::Request& req, httplib::Response& res) {
+      const auto start = std::chrono::steady_clock::now();
+      HttpAnswer answer = handle(req);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const bool validation = std::string_view(what) == "validation";
+      if (validation) {
+        metrics_->RecordValidation(answer.verdict);
+      } else {
+        metrics_->RecordAdmission(answer.outcome, seconds);
+      }
+      res.status = answer.status;
+      res.set_content(std::move(answer.body),
+                      answer.status == 200 ? "application/json" : "text/plain");
+      // While draining, make the API server reconnect: the next connection reaches a replica
+      // that is still ready.
+      if (draining_.load()) res.set_header("Connection", "close");
+      const bool quiet = validation ? answer.verdict == Verdict::kSkipped
+                                    : answer.outcome == Outcome::kSkipped ||
+                                          answer.outcome == Outcome::kUnchanged;
+      LogEvent(quiet ? spdlog::level::debug : spdlog::level::info, what,
+               {{"outcome", validation ? VerdictName(answer.verdict) : OutcomeName(answer.outcome)},
+                {"status", answer.status},
+                {"detail", answer.log_message},
+                {"seconds", seconds}});
+    };
+  };
+  https_->Post("/mutate-pods", serve("admission", [this](const httplib::Request& req) {
+                 return handler_->Handle(req.get_header_value("Content-Type"), req.body);
+               }));
+  https_->Post("/validate", serve("validation", [this](const httplib::Request& req) {
+                 return handler_->Validate(req.get_header_value("Content-Type"), req.body,
+                                           /*pods_need_label=*/false);
+               }));
+  https_->Post("/validate-labelled", serve("validation", [this](const httplib::Request& req) {
+                 return handler_->Validate(req.get_header_value("Content-Type"), req.body,
+                                           /*pods_need_label=*/true);
+               }));
   auto health = [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   };

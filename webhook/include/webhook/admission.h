@@ -1,6 +1,7 @@
 // The decoding layer: an AdmissionReview (admission.k8s.io/v1) body in, an AdmissionReview
 // answer out. Every malformed request gets an AdmissionReview error answer (or a 4xx), never an
-// exception. Resolution goes through the ClusterReader; the mutation is the pure Mutate().
+// exception. Resolution goes through the ClusterReader; the mutation is the pure Mutate(), the
+// apply-time checks are ValidateObject().
 // Thread-safe if the reader is.
 #ifndef KVOFFLOAD_WEBHOOK_ADMISSION_H_
 #define KVOFFLOAD_WEBHOOK_ADMISSION_H_
@@ -25,8 +26,9 @@ struct AdmissionOptions {
 struct HttpAnswer {
   int status = 200;
   std::string body;
-  Outcome outcome = Outcome::kError;
+  Outcome outcome = Outcome::kError;  // pod admissions
   std::string log_message;  // why, for the access log
+  Verdict verdict = Verdict::kError;  // validation requests
 };
 
 class AdmissionHandler {
@@ -35,7 +37,18 @@ class AdmissionHandler {
   AdmissionHandler(AdmissionOptions options, ClusterReader* reader)
       : options_(std::move(options)), reader_(reader) {}
 
+  // /mutate-pods: a Pod CREATE, answered with the patch.
   HttpAnswer Handle(std::string_view content_type, std::string_view body) const;
+
+  // /validate and /validate-labelled: CREATE and UPDATE of LLMInferenceServices, Namespaces and
+  // workloads (Deployment, StatefulSet, Job, LeaderWorkerSet), denied with every error of their
+  // kvCacheOffloading specs and admitted with warnings for what is likely wrong. An UPDATE that
+  // leaves the checked part as it was is admitted unchecked, so an object stored while the
+  // webhook was away can still get finalizers, labels and deletion. `pods_need_label`: the
+  // workload's namespace has no kvoffload.io/injection label, so only templates labelled
+  // kvoffload.io/inject=true make injected pods.
+  HttpAnswer Validate(std::string_view content_type, std::string_view body,
+                      bool pods_need_label) const;
 
  private:
   AdmissionOptions options_;

@@ -2,7 +2,8 @@
 // (Deployment, StatefulSet, ReplicaSet, DaemonSet, Job, CronJob, LeaderWorkerSet) as YAML or
 // JSON, possibly several documents, and prints them with the same patch the webhook would
 // apply. Other documents pass through unchanged; LLMInferenceService, Namespace and PVC
-// documents in the same input are used to resolve specs. Thread-safe (no shared state).
+// documents in the same input are used to resolve specs. `validate` runs the apply-time checks
+// (webhook/validation.h) over every document. Thread-safe (no shared state).
 #ifndef KVOFFLOAD_WEBHOOK_INJECT_H_
 #define KVOFFLOAD_WEBHOOK_INJECT_H_
 
@@ -15,6 +16,7 @@
 
 #include "kvoffload/status.h"
 #include "webhook/mutator.h"
+#include "webhook/validation.h"
 
 namespace kvoffload::webhook {
 
@@ -30,8 +32,15 @@ struct InjectResult {
   std::vector<std::string> warnings;  // "Deployment ns/name: <warning>"
 };
 
-// InvalidArgument on unparseable input or a denial ("Deployment ns/name: <denial>").
+// Validates every document first: InvalidArgument on unparseable input, or with one line per
+// error of every document ("Deployment ns/name: spec.template: <denial>") when any is invalid.
+// The warnings are those of the apply-time checks.
 Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options);
+
+// The apply-time checks of every object in the input that holds a spec of ours (documents with
+// none are left out). InvalidArgument only for unparseable input.
+Result<std::vector<ObjectReport>> ValidateManifests(std::string_view input,
+                                                    const InjectOptions& options);
 
 // YAML (1.2 core schema: plain scalars typed, quoted ones strings) to JSON, all documents.
 Result<std::vector<nlohmann::ordered_json>> ParseYamlDocuments(std::string_view text);

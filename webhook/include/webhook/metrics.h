@@ -16,11 +16,19 @@ namespace kvoffload::webhook {
 enum class Outcome { kInjected, kUnchanged, kSkipped, kDenied, kError, kCount };
 const char* OutcomeName(Outcome outcome);
 
+// What one validation request (an apply-time check) ended as.
+enum class Verdict { kAllowed, kWarned, kDenied, kSkipped, kError, kCount };
+const char* VerdictName(Verdict verdict);
+
 enum class LookupResult { kHit, kMiss, kStale, kError, kCount };
 
 class Metrics {
  public:
   void RecordAdmission(Outcome outcome, double seconds);
+  void RecordValidation(Verdict verdict);
+  uint64_t validations(Verdict verdict) const {
+    return validations_[static_cast<size_t>(verdict)].load(std::memory_order_relaxed);
+  }
   void RecordLookup(ObjectKind kind, LookupResult result);
   void RecordCertReload(bool ok);
   uint64_t admissions(Outcome outcome) const;
@@ -34,6 +42,8 @@ class Metrics {
   static constexpr size_t kOutcomes = static_cast<size_t>(Outcome::kCount);
   static constexpr size_t kLookupResults = static_cast<size_t>(LookupResult::kCount);
   std::array<std::atomic<uint64_t>, kOutcomes> admissions_{};
+  // Counted apart from admissions: the pod counters must not move when objects are applied.
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Verdict::kCount)> validations_{};
   std::array<std::atomic<uint64_t>, kBuckets.size()> latency_buckets_{};  // non-cumulative
   std::atomic<uint64_t> latency_count_{0};
   std::atomic<uint64_t> latency_sum_ns_{0};

@@ -30,6 +30,13 @@ struct Resolution {
 Result<Resolution> Resolve(const nlohmann::json& pod, const std::string& namespace_name,
                            ClusterReader* reader);
 
+// The spec's pvc.ref PVCs as `reader` knows them: found ones with their facts, missing ones
+// with exists = false when the reader is authoritative, left out otherwise (not checked).
+// Unavailable when a lookup could not be answered.
+Result<std::map<std::string, PvcInfo>> LookupPvcs(const OffloadSpec& spec,
+                                                  const std::string& namespace_name,
+                                                  ClusterReader* reader);
+
 // The kvCacheOffloading value in an LLMInferenceService for a pod of `role` (llm-d.ai/role):
 // spec.workload.kvCacheOffloading or spec.kvCacheOffloading, under spec.prefill for prefill.
 const nlohmann::json* LLMInferenceServiceSpec(const nlohmann::json& llmisvc,

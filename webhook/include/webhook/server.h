@@ -1,5 +1,5 @@
-// The transport layer: HTTPS (TLS 1.2+, reloading certificate) serving /mutate-pods, /healthz
-// and /readyz, plus plain-HTTP Prometheus metrics on a second port. Shutdown() drains: readiness
+// The transport layer: HTTPS (TLS 1.2+, reloading certificate) serving /mutate-pods, the
+// apply-time checks /validate and /validate-labelled, /healthz and /readyz, plus plain-HTTP Prometheus metrics on a second port. Shutdown() drains: readiness
 // goes false, new requests are told to close their connection, in-flight requests finish.
 // Thread-safe.
 #ifndef KVOFFLOAD_WEBHOOK_SERVER_H_

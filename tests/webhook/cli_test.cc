@@ -1,0 +1,144 @@
+// The real binary's offline commands, as a GitOps CI step runs them: `validate -f FILE|-`
+// reports every error of every document on stderr and exits 1 when any is invalid, 0 otherwise;
+// `inject` refuses the same input with every error and prints warnings on stderr.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "test_pki.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  // Runs the binary with `args` (shell words), stdin from `stdin_file` when given.
+  CommandResult Webhook(const std::string& args, const fs::path& stdin_file = {}) {
+    const fs::path out = dir_ / "out", err = dir_ / "err";
+    std::string cmd = std::string("'") + KVOFFLOAD_WEBHOOK_BINARY + "' " + args + " >'" +
+                      out.string() + "' 2>'" + err.string() + "'";
+    if (!stdin_file.empty()) cmd += " <'" + stdin_file.string() + "'";
+    const int status = std::system(cmd.c_str());
+    CommandResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = Slurp(out);
+    r.err = Slurp(err);
+    return r;
+  }
+  fs::path Write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  static std::string Seed() { return Slurp(KVOFFLOAD_EXAMPLES "/llminferenceservice.yaml"); }
+  static std::string Broken() {
+    std::string text = Seed();
+    text.replace(text.find("cpu: \"10Gi\""), 11, "cpu: \"ten\"");
+    text.replace(text.find("evictionPolicy: lru"), 19, "evictionPolicy: fifo");
+    return text;
+  }
+
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_ = testing::TempDir("cli");
+};
+
+TEST_F(CliTest, ValidateAcceptsTheSeedExample) {
+  CommandResult r = Webhook(std::string("validate -f '") + KVOFFLOAD_EXAMPLES "/llminferenceservice.yaml'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1 object(s) with a kvCacheOffloading spec checked, 0 invalid\n");
+  EXPECT_EQ(r.err.find("Error:"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, ValidateReportsEveryErrorFromStdinAndExitsOne) {
+  CommandResult r = Webhook("validate -f -", Write("broken.yaml", Broken()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("Error: LLMInferenceService default/qwen3: spec.kvCacheOffloading.cpu: "
+                       "\"ten\" is not a valid quantity"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("Error: LLMInferenceService default/qwen3: "
+                       "spec.kvCacheOffloading.evictionPolicy: \"fifo\" is not supported"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "1 object(s) with a kvCacheOffloading spec checked, 1 invalid\n");
+}
+
+TEST_F(CliTest, ValidateMultiDocumentFileNamesEachDocument) {
+  const fs::path file = Write("all.yaml", Broken() + R"(---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: team-a}
+spec:
+  replicas: 0
+  template:
+    metadata: {annotations: {kvoffload.io/config: '{"cpu":"1Gi","secondary":[{}]}'}}
+    spec: {containers: [{name: main, image: vllm}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b, annotations: {kvoffload.io/default-config: '{"cpu":"1Gi"}'}}
+)");
+  CommandResult r = Webhook("validate --filename '" + file.string() + "' --namespace ml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("Error: LLMInferenceService ml/qwen3: spec.kvCacheOffloading.cpu"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("Error: Deployment team-a/web: spec.template: kvCacheOffloading from pod "
+                       "annotation kvoffload.io/config is invalid: kvCacheOffloading.secondary[0]"
+                       ".fileSystem: only fileSystem tiers are supported"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("Namespace team-b"), std::string::npos) << r.err;  // valid
+  EXPECT_EQ(r.out, "3 object(s) with a kvCacheOffloading spec checked, 2 invalid\n");
+}
+
+TEST_F(CliTest, InjectRefusesWithEveryErrorAndWarnsOnStderr) {
+  CommandResult bad = Webhook("inject -f -", Write("broken.yaml", Broken()));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.out, "");
+  EXPECT_NE(bad.err.find("Error: LLMInferenceService default/qwen3: spec.kvCacheOffloading.cpu"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("\nError: LLMInferenceService default/qwen3: "
+                         "spec.kvCacheOffloading.evictionPolicy"),
+            std::string::npos)
+      << bad.err;
+
+  CommandResult good = Webhook("inject -f -", Write("seed.yaml", Seed()));
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(good.err.find("Warning: LLMInferenceService default/qwen3: PVC my-kv-cache-pvc was "
+                          "not checked"),
+            std::string::npos)
+      << good.err;
+  EXPECT_NE(good.out.find("kind: LLMInferenceService"), std::string::npos);
+}
+
+TEST_F(CliTest, ValidateWithoutInputIsAUsageError) {
+  CommandResult r = Webhook("validate");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("validate needs -f FILE"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook

@@ -1,0 +1,333 @@
+// Apply-time checks: the same words as the pod webhook, every error with its field path, in
+// every document; warnings for what is valid but likely wrong.
+#include "webhook/validation.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "webhook/inject.h"
+#include "webhook/resolver.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The seed's full example, as users copy it (examples/ in the repository).
+std::string SeedExample() {
+  const std::string text = ReadFile(KVOFFLOAD_EXAMPLES "/llminferenceservice.yaml");
+  EXPECT_NE(text.find("kind: LLMInferenceService"), std::string::npos);
+  return text;
+}
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+bool Has(const std::vector<std::string>& lines, const std::string& needle) {
+  for (const std::string& l : lines) {
+    if (l.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string All(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+ObjectReport One(const std::string& manifests) {
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(manifests, InjectOptions{});
+  EXPECT_TRUE(reports.ok()) << reports.status().message();
+  EXPECT_EQ(reports.ok() ? reports->size() : 0u, 1u);
+  return reports.ok() && !reports->empty() ? reports->front() : ObjectReport{};
+}
+
+TEST(ValidationTest, SeedExampleIsValid) {
+  const ObjectReport r = One(SeedExample());
+  EXPECT_EQ(r.object, "LLMInferenceService default/qwen3");
+  EXPECT_TRUE(r.checked);
+  EXPECT_TRUE(r.errors.empty()) << All(r.errors);
+  // Offline, the pre-existing PVC is not among the documents: said, not refused.
+  EXPECT_TRUE(Has(r.warnings, "PVC my-kv-cache-pvc was not checked")) << All(r.warnings);
+}
+
+TEST(ValidationTest, BrokenSeedExampleReportsEveryErrorWithItsPath) {
+  std::string bad = Replace(SeedExample(), "cpu: \"10Gi\"", "cpu: \"ten\"");
+  bad = Replace(bad, "evictionPolicy: lru", "evictionPolicy: fifo");
+  bad = Replace(bad, "size: \"100Gi\"", "size: \"100Gx\"");
+  const ObjectReport r = One(bad);
+  ASSERT_EQ(r.errors.size(), 3u) << All(r.errors);
+  EXPECT_EQ(r.errors[0].rfind("spec.kvCacheOffloading.cpu: \"ten\" is not a valid quantity", 0), 0u)
+      << r.errors[0];
+  EXPECT_EQ(r.errors[1], "spec.kvCacheOffloading.evictionPolicy: \"fifo\" is not supported: use "
+                         "\"lru\" or \"arc\" (lowercase)");
+  EXPECT_EQ(r.errors[2].rfind("spec.kvCacheOffloading.secondary[0].fileSystem.emptyDir.size: "
+                              "\"100Gx\" is not a valid quantity",
+                              0),
+            0u)
+      << r.errors[2];
+  // The admission denial: the pod denial's opening, then every error with its full path.
+  EXPECT_EQ(r.denial.rfind("kvCacheOffloading from LLMInferenceService default/qwen3 is invalid: "
+                           "spec.kvCacheOffloading.cpu: ",
+                           0),
+            0u)
+      << r.denial;
+  EXPECT_NE(r.denial.find("; spec.kvCacheOffloading.evictionPolicy: \"fifo\""), std::string::npos);
+}
+
+TEST(ValidationTest, WorkloadAndPrefillPathsOfBothApiVersions) {
+  const ObjectReport r = One(R"(apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata: {name: pd, namespace: team-a}
+spec:
+  workload:
+    kvCacheOffloading: {cpu: "0"}
+  prefill:
+    kvCacheOffloading:
+      cpu: 1Gi
+      secondary: [{fileSystem: {pvc: {ref: {name: Bad_Name}}}}]
+    workload:
+      kvCacheOffloading: {cpu: 1Gi, evictionPolicy: LRU}
+)");
+  EXPECT_EQ(r.errors.size(), 3u) << All(r.errors);
+  EXPECT_TRUE(Has(r.errors, "spec.workload.kvCacheOffloading.cpu: must be greater than 0"));
+  EXPECT_TRUE(Has(r.errors, "spec.prefill.kvCacheOffloading.secondary[0].fileSystem.pvc.ref.name: "
+                            "\"Bad_Name\" is not a valid PVC name"));
+  EXPECT_TRUE(Has(r.errors, "spec.prefill.workload.kvCacheOffloading.evictionPolicy: \"LRU\""));
+}
+
+TEST(ValidationTest, TemplateMemoryLimitDeniesAndWarnsLikeThePod) {
+  const std::string svc = R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: m, namespace: team-a}
+spec:
+  template:
+    containers: [{name: main, resources: {limits: {memory: 64Gi}}}]
+  kvCacheOffloading: {cpu: CPU}
+)";
+  const ObjectReport denied = One(Replace(svc, "CPU", "64Gi"));
+  ASSERT_EQ(denied.errors.size(), 1u) << All(denied.errors);
+  EXPECT_EQ(denied.errors[0].rfind("spec.template: kvCacheOffloading.cpu: 64Gi does not fit in "
+                                   "container \"main\"'s memory limit 64Gi",
+                                   0),
+            0u)
+      << denied.errors[0];
+  EXPECT_NE(denied.denial.find("(kvCacheOffloading from LLMInferenceService team-a/m)"),
+            std::string::npos);
+  const ObjectReport warned = One(Replace(svc, "CPU", "60Gi"));
+  EXPECT_TRUE(warned.errors.empty()) << All(warned.errors);
+  EXPECT_TRUE(Has(warned.warnings, "kvCacheOffloading.cpu 60Gi is over 80% of container main's "
+                                   "memory limit 64Gi"))
+      << All(warned.warnings);
+}
+
+json Pvc(const std::string& name, const std::string& mode) {
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", {{"name", name}, {"namespace", "team-a"}}},
+          {"spec", {{"accessModes", {mode}}, {"resources", {{"requests", {{"storage", "1Ti"}}}}}}}};
+}
+
+json SharedPvcService(int replicas) {
+  json svc = json::parse(R"({"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+    "metadata": {"name": "s", "namespace": "team-a"},
+    "spec": {"kvCacheOffloading": {"cpu": "1Gi",
+             "secondary": [{"fileSystem": {"pvc": {"ref": {"name": "kv"}}}}]}}})");
+  svc["spec"]["replicas"] = replicas;
+  return svc;
+}
+
+TEST(ValidationTest, ReadWriteOncePvcSharedByReplicasIsAWarning) {
+  StaticClusterReader cluster({Pvc("kv", "ReadWriteOnce")}, "team-a", /*authoritative=*/true);
+  Result<ObjectReport> r = ValidateObject(SharedPvcService(3), "team-a", {}, &cluster);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->errors.empty()) << All(r->errors);
+  EXPECT_TRUE(Has(r->warnings, "PVC kv is not ReadWriteMany but the workload has 3 replicas"))
+      << All(r->warnings);
+  StaticClusterReader rwx({Pvc("kv", "ReadWriteMany")}, "team-a", /*authoritative=*/true);
+  Result<ObjectReport> shared = ValidateObject(SharedPvcService(3), "team-a", {}, &rwx);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_TRUE(shared->warnings.empty()) << All(shared->warnings);
+}
+
+TEST(ValidationTest, MissingPvcIsAWarningAtApplyTime) {
+  // The pod webhook denies pods while the PVC is missing; an apply may create it right after.
+  StaticClusterReader empty({}, "team-a", /*authoritative=*/true);
+  Result<ObjectReport> r = ValidateObject(SharedPvcService(1), "team-a", {}, &empty);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->errors.empty()) << All(r->errors);
+  EXPECT_EQ(r->warnings,
+            std::vector<std::string>{
+                "PVC kv not found in namespace team-a: its pods are denied until it exists"});
+}
+
+class DownReader : public ClusterReader {
+ public:
+  Result<std::optional<json>> Get(const ObjectRef&) override {
+    return Status::Unavailable("connection refused");
+  }
+  bool Authoritative() const override { return true; }
+};
+
+TEST(ValidationTest, LookupFailureIsUnavailableNotADenial) {
+  DownReader down;
+  Result<ObjectReport> r = ValidateObject(SharedPvcService(1), "team-a", {}, &down);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("PersistentVolumeClaim team-a/kv"), std::string::npos);
+}
+
+TEST(ValidationTest, NamespaceDefaultSaysWhatThePodDenialSays) {
+  const json ns = json::parse(R"({"apiVersion": "v1", "kind": "Namespace",
+    "metadata": {"name": "team-b",
+                 "annotations": {"kvoffload.io/default-config": "{\"cpu\":\"ten\",\"x\":1}"}}})");
+  Result<ObjectReport> r = ValidateObject(ns, "team-b", {}, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->object, "Namespace team-b");
+  ASSERT_EQ(r->errors.size(), 2u) << All(r->errors);
+  EXPECT_TRUE(Has(r->errors, "metadata.annotations[kvoffload.io/default-config]: "
+                             "kvCacheOffloading.x: unknown field"));
+  EXPECT_TRUE(Has(r->errors, "metadata.annotations[kvoffload.io/default-config]: "
+                             "kvCacheOffloading.cpu: \"ten\" is not a valid quantity"));
+  // A pod in that namespace is denied with exactly the same message.
+  StaticClusterReader cluster({ns}, "team-b", /*authoritative=*/true);
+  const json pod = {{"metadata", {{"name", "p"}}}, {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  Result<Resolution> at_pod_time = Resolve(pod, "team-b", &cluster);
+  ASSERT_FALSE(at_pod_time.ok());
+  EXPECT_EQ(r->denial, at_pod_time.status().message());
+
+  json not_json = ns;
+  not_json["metadata"]["annotations"][kAnnotationDefaultConfig] = "cpu: 1Gi";
+  Result<ObjectReport> bad_json = ValidateObject(not_json, "team-b", {}, nullptr);
+  ASSERT_TRUE(bad_json.ok());
+  ASSERT_EQ(bad_json->errors.size(), 1u);
+  EXPECT_NE(bad_json->errors[0].find("it must hold the kvCacheOffloading spec as JSON"),
+            std::string::npos)
+      << bad_json->errors[0];
+
+  json plain = ns;
+  plain["metadata"].erase("annotations");
+  Result<ObjectReport> unchecked = ValidateObject(plain, "team-b", {}, nullptr);
+  ASSERT_TRUE(unchecked.ok());
+  EXPECT_FALSE(unchecked->checked);
+}
+
+json Deployment(const json& template_labels, const std::string& config) {
+  json d = json::parse(R"({"apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "d", "namespace": "team-a"},
+    "spec": {"replicas": 2, "template": {"metadata": {},
+             "spec": {"containers": [{"name": "main", "image": "vllm"}]}}}})");
+  d["spec"]["template"]["metadata"]["labels"] = template_labels;
+  d["spec"]["template"]["metadata"]["annotations"] = {{kAnnotationConfig, config}};
+  return d;
+}
+
+TEST(ValidationTest, WorkloadTemplateGetsThePodDenial) {
+  const std::string config = R"({"cpu":"1Gi","evictionPolicy":"fifo"})";
+  Result<ObjectReport> r = ValidateObject(Deployment(json::object(), config), "team-a", {}, nullptr);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->errors.size(), 1u);
+  const json pod = Deployment(json::object(), config)["spec"]["template"];
+  Result<Resolution> at_pod_time = Resolve(pod, "team-a", nullptr);
+  ASSERT_FALSE(at_pod_time.ok());
+  EXPECT_EQ(r->errors[0], "spec.template: " + at_pod_time.status().message());
+  EXPECT_EQ(r->denial, r->errors[0]);
+}
+
+TEST(ValidationTest, OnlyTemplatesWhosePodsWouldBeInjected) {
+  const std::string bad = R"({"cpu":"ten"})";
+  const json opted_out = Deployment({{kLabelInject, "false"}}, bad);
+  Result<ObjectReport> r = ValidateObject(opted_out, "team-a", {}, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->checked);
+  EXPECT_TRUE(r->errors.empty());
+
+  ValidationOptions needs_label;
+  needs_label.pods_need_label = true;
+  r = ValidateObject(Deployment(json::object(), bad), "team-a", needs_label, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->checked);
+  r = ValidateObject(Deployment({{kLabelInject, "true"}}, bad), "team-a", needs_label, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->errors.size(), 1u);
+}
+
+TEST(ValidationTest, MultiDocumentFileReportsEveryDocument) {
+  const std::string stream = Replace(SeedExample(), "cpu: \"10Gi\"", "cpu: \"ten\"") + R"(---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-c
+  annotations: {kvoffload.io/default-config: '{"cpu":"1Gi","evictionPolicy":"fifo"}'}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: not-ours}
+data: {a: b}
+---
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: big, namespace: team-c}
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    size: 2
+    workerTemplate:
+      spec: {containers: [{name: main, image: x, resources: {limits: {memory: 2Gi}}}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: fine, namespace: team-c}
+spec:
+  template:
+    metadata: {annotations: {kvoffload.io/config: '{"cpu":"1Gi"}'}}
+    spec: {containers: [{name: main, image: x}]}
+)";
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(stream, InjectOptions{});
+  ASSERT_TRUE(reports.ok()) << reports.status().message();
+  ASSERT_EQ(reports->size(), 4u);  // the ConfigMap holds nothing of ours
+  EXPECT_EQ((*reports)[0].object, "LLMInferenceService default/qwen3");
+  EXPECT_TRUE(Has((*reports)[0].errors, "spec.kvCacheOffloading.cpu: \"ten\""));
+  EXPECT_EQ((*reports)[1].object, "Namespace team-c");
+  EXPECT_TRUE(Has((*reports)[1].errors, "kvCacheOffloading.evictionPolicy: \"fifo\""));
+  // The LeaderWorkerSet's pods take team-c's default spec from the Namespace document above.
+  EXPECT_EQ((*reports)[2].object, "LeaderWorkerSet team-c/big");
+  EXPECT_TRUE(Has((*reports)[2].errors,
+                  "spec.leaderWorkerTemplate.workerTemplate: kvCacheOffloading from namespace "
+                  "team-c annotation kvoffload.io/default-config is invalid"))
+      << All((*reports)[2].errors);
+  EXPECT_EQ((*reports)[3].object, "Job team-c/fine");
+  EXPECT_TRUE((*reports)[3].errors.empty()) << All((*reports)[3].errors);
+
+  // inject refuses the same stream with every error, one line each, not just the first.
+  Result<InjectResult> injected = InjectManifests(stream, InjectOptions{});
+  ASSERT_FALSE(injected.ok());
+  const std::string message = injected.status().message();
+  EXPECT_NE(message.find("LLMInferenceService default/qwen3: spec.kvCacheOffloading.cpu"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("\nNamespace team-c: metadata.annotations[kvoffload.io/default-config]"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("\nLeaderWorkerSet team-c/big: spec.leaderWorkerTemplate.workerTemplate"),
+            std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook

@@ -1,0 +1,257 @@
+#include "webhook/validation.h"
+
+#include <algorithm>
+#include <set>
+
+#include "webhook/json_util.h"
+#include "webhook/resolver.h"
+#include "webhook/spec.h"
+#include "webhook/workload.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+const json& Field(const json& obj, const char* key) {
+  static const json kNull;
+  return obj.is_object() && obj.contains(key) && !obj[key].is_null() ? obj[key] : kNull;
+}
+
+// Forwards lookups but never lets a missing PVC become a denial: it is reported as not checked
+// to the resolver and remembered, so the caller can warn about it in its own words.
+class ApplyTimeReader final : public ClusterReader {
+ public:
+  explicit ApplyTimeReader(ClusterReader* inner) : inner_(inner) {}
+  Result<std::optional<json>> Get(const ObjectRef& ref) override {
+    Result<std::optional<json>> got = inner_->Get(ref);
+    if (got.ok() && !got->has_value() && ref.kind == ObjectKind::kPersistentVolumeClaim &&
+        inner_->Authoritative()) {
+      missing_pvcs_.insert(ref.name);
+    }
+    return got;
+  }
+  bool Authoritative() const override { return false; }
+  const std::set<std::string>& missing_pvcs() const { return missing_pvcs_; }
+
+ private:
+  ClusterReader* inner_;
+  std::set<std::string> missing_pvcs_;
+};
+
+// Mutate() says a PVC it was given no facts about "was not checked"; for one the cluster lacks,
+// say that instead.
+void AddWarnings(const Mutation& m, const std::set<std::string>& missing_pvcs,
+                 const std::string& namespace_name, std::vector<std::string>* warnings) {
+  for (const std::string& w : m.warnings) {
+    std::string text = w;
+    for (const std::string& name : missing_pvcs) {
+      if (w == "PVC " + name + " was not checked (webhook has no API access)") {
+        text = "PVC " + name + " not found in namespace " + namespace_name +
+               ": its pods are denied until it exists";
+      }
+    }
+    if (std::find(warnings->begin(), warnings->end(), text) == warnings->end()) {
+      warnings->push_back(text);
+    }
+  }
+}
+
+std::string DottedPath(const std::string& pointer) {
+  std::string out = pointer.substr(pointer.empty() ? 0 : 1);
+  std::replace(out.begin(), out.end(), '/', '.');
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+MutationInput Input(json pod, const std::string& namespace_name, OffloadSpec spec,
+                    SpecSource source, int replicas, std::map<std::string, PvcInfo> pvcs,
+                    const ValidationOptions& options) {
+  MutationInput in;
+  in.pod = std::move(pod);
+  in.namespace_name = namespace_name;
+  in.spec = std::move(spec);
+  in.source = std::move(source);
+  in.default_mode = options.default_mode;
+  in.agent_image = options.agent_image;
+  in.replicas = replicas;
+  in.pvcs = std::move(pvcs);
+  return in;
+}
+
+// spec.workload.kvCacheOffloading, spec.kvCacheOffloading and their spec.prefill equivalents:
+// every one present is validated (the resolver reads the first of each pair, but a broken
+// second one is still a mistake), then the one the pods get is run through Mutate() on a pod
+// built from the service's template, for the checks that need a container.
+Status ValidateLLMInferenceService(const json& svc, const std::string& namespace_name,
+                                   const ValidationOptions& options, ClusterReader* reader,
+                                   ObjectReport* report) {
+  const std::string name = StringAt(Field(svc, "metadata"), "name");
+  const SpecSource source = SpecSource::LLMInferenceService(namespace_name, name);
+  std::vector<FieldError> field_errors;
+  std::vector<std::string> template_denials;
+  for (const char* role : {"decode", "prefill"}) {
+    const bool prefill = std::string(role) == "prefill";
+    const json& scope = prefill ? Field(Field(svc, "spec"), "prefill") : Field(svc, "spec");
+    const std::string scope_path = prefill ? "spec.prefill" : "spec";
+    if (!scope.is_object()) continue;
+    bool spec_valid = true;
+    for (const char* prefix : {"workload.", ""}) {
+      const json& value = std::string(prefix).empty()
+                              ? Field(scope, "kvCacheOffloading")
+                              : Field(Field(scope, "workload"), "kvCacheOffloading");
+      if (value.is_null()) continue;
+      report->checked = true;
+      for (FieldError& e : ParseSpec(value).errors) {
+        e.path = scope_path + "." + prefix + e.path;
+        field_errors.push_back(std::move(e));
+        spec_valid = false;
+      }
+    }
+    int replicas = 1;
+    const json* value = LLMInferenceServiceSpec(svc, role, &replicas);
+    if (value == nullptr || !spec_valid) continue;
+
+    // The pod KServe renders for this role, as far as the service says: its labels (which make
+    // it a vLLM pod for Mutate) and its template; KServe's presets supply the container `main`.
+    json pod = {{"metadata",
+                 {{"labels",
+                   {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                    {"app.kubernetes.io/name", name}}}}}};
+    if (prefill) pod["metadata"]["labels"]["llm-d.ai/role"] = "prefill";
+    json pod_spec = Field(scope, "template");
+    if (!pod_spec.is_object()) pod_spec = Field(Field(scope, "workload"), "template");
+    if (!pod_spec.is_object()) pod_spec = json::object();
+    const json& containers = Field(pod_spec, "containers");
+    if (!containers.is_array() || containers.empty()) {
+      pod_spec["containers"] = json::array({{{"name", "main"}}});
+    }
+    pod["spec"] = std::move(pod_spec);
+
+    OffloadSpec spec = ParseSpec(*value).spec;
+    std::map<std::string, PvcInfo> pvcs;
+    std::set<std::string> missing;
+    if (reader != nullptr) {
+      ApplyTimeReader apply_time(reader);
+      Result<std::map<std::string, PvcInfo>> found = LookupPvcs(spec, namespace_name, &apply_time);
+      if (!found.ok()) return found.status();
+      pvcs = std::move(*found);
+      missing = apply_time.missing_pvcs();
+    }
+    const Mutation m = Mutate(Input(std::move(pod), namespace_name, std::move(spec), source,
+                                    replicas, std::move(pvcs), options));
+    if (!m.allowed) {
+      template_denials.push_back(scope_path + ".template: " + m.denial);
+      continue;
+    }
+    AddWarnings(m, missing, namespace_name, &report->warnings);
+  }
+  for (const FieldError& e : field_errors) report->errors.push_back(e.path + ": " + e.message);
+  for (const std::string& d : template_denials) report->errors.push_back(d);
+  std::vector<std::string> parts;
+  if (!field_errors.empty()) parts.push_back(FormatSpecErrors(field_errors, source));
+  parts.insert(parts.end(), template_denials.begin(), template_denials.end());
+  report->denial = Join(parts);
+  return Status::Ok();
+}
+
+// The default-config annotation, parsed as the resolver parses it for a pod.
+void ValidateNamespace(const json& ns, ObjectReport* report) {
+  const std::string text =
+      StringAt(Field(Field(ns, "metadata"), "annotations"), kAnnotationDefaultConfig);
+  if (text.empty()) return;
+  report->checked = true;
+  const std::string name = StringAt(Field(ns, "metadata"), "name");
+  const SpecSource source = SpecSource::NamespaceDefault(name);
+  const std::string where = std::string("metadata.annotations[") + kAnnotationDefaultConfig + "]";
+  Result<OffloadSpec> parsed = ParseSpecText(text, source);
+  if (parsed.ok()) return;
+  report->denial = parsed.status().message();
+  Result<json> value = ParseJson(text, source.description);
+  if (!value.ok()) {
+    report->errors.push_back(where + ": " + report->denial);
+    return;
+  }
+  for (const FieldError& e : ParseSpec(*value).errors) {
+    report->errors.push_back(where + ": " + e.path + ": " + e.message);
+  }
+}
+
+// Each pod template as the pod webhook will see its pods: resolved (annotation, owning
+// LLMInferenceService, namespace default) and mutated, keeping the denial and the warnings.
+Status ValidateWorkload(const json& object, const std::string& namespace_name,
+                        const ValidationOptions& options, ClusterReader* reader,
+                        ObjectReport* report) {
+  for (const std::string& pointer : PodTemplatePointers(object)) {
+    const std::string where = pointer.empty() ? "" : DottedPath(pointer) + ": ";
+    const json::json_pointer p(pointer);
+    if (!object.contains(p) || !object[p].is_object()) {
+      report->errors.push_back(where + "no pod template here");
+      continue;
+    }
+    const json& pod = object[p];
+    const std::string inject = StringAt(Field(Field(pod, "metadata"), "labels"), kLabelInject);
+    if (inject == "false" || (options.pods_need_label && inject != "true")) continue;
+
+    std::optional<ApplyTimeReader> apply_time;
+    if (reader != nullptr) apply_time.emplace(reader);
+    Result<Resolution> res = Resolve(pod, namespace_name, apply_time ? &*apply_time : nullptr);
+    if (!res.ok()) {
+      if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
+      report->checked = true;
+      report->errors.push_back(where + res.status().message());
+      continue;
+    }
+    if (!res->spec && options.fallback_config) {
+      res->source = SpecSource::CommandLine();
+      Result<OffloadSpec> spec = ParseSpecFrom(*options.fallback_config, res->source);
+      if (!spec.ok()) {
+        report->checked = true;
+        report->errors.push_back(where + spec.status().message());
+        continue;
+      }
+      res->spec = std::move(*spec);
+    }
+    if (!res->spec) continue;
+    report->checked = true;
+    const Mutation m =
+        Mutate(Input(pod, namespace_name, std::move(*res->spec), res->source,
+                     std::max(res->replicas, WorkloadReplicas(object)), std::move(res->pvcs),
+                     options));
+    if (!m.allowed) {
+      report->errors.push_back(where + m.denial);
+      continue;
+    }
+    AddWarnings(m, apply_time ? apply_time->missing_pvcs() : std::set<std::string>{},
+                namespace_name, &report->warnings);
+  }
+  report->denial = Join(report->errors);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ObjectReport> ValidateObject(const json& object, const std::string& namespace_name,
+                                    const ValidationOptions& options, ClusterReader* reader) {
+  ObjectReport report;
+  report.object = DescribeObject(object, namespace_name);
+  if (!object.is_object()) return report;
+  const std::string kind = StringAt(object, "kind");
+  Status s;
+  if (kind == "LLMInferenceService") {
+    s = ValidateLLMInferenceService(object, namespace_name, options, reader, &report);
+  } else if (kind == "Namespace") {
+    ValidateNamespace(object, &report);
+  } else {
+    s = ValidateWorkload(object, namespace_name, options, reader, &report);
+  }
+  if (!s.ok()) return s;
+  return report;
+}
+
+}  // namespace kvoffload::webhook
