@@ -19,9 +19,15 @@ if ! mkdir -p "${cache}" 2>/dev/null || [[ ! -w "${cache}" ]]; then cache="${HOM
 mkdir -p "${cache}/debs" "${cache}/rootfs"
 
 # The key is every package's candidate version, so a point release makes a new root file system.
+# One apt-cache call for all of them: "name:" lines, each followed by its "Candidate:".
+declare -A candidate=()
+while read -r name version; do
+  candidate["${name}"]="${version}"
+done < <(apt-cache policy "$@" 2>/dev/null | awk '/^[^ ].*:$/ {n = substr($1, 1, length($1) - 1)}
+                                                 /^  Candidate:/ {print n, $2}')
 versions=()
 for p in "$@"; do
-  v="$(apt-cache policy "${p}" 2>/dev/null | awk '/Candidate:/ {print $2}')"
+  v="${candidate[${p}]:-}"
   [[ -n "${v}" && "${v}" != "(none)" ]] \
     || die "package '${p}' has no candidate version (run apt-get update, or fix the name)"
   versions+=("${p}=${v}")
@@ -38,10 +44,17 @@ flock 9
 if [[ ! -f "${out}/.complete" ]]; then
   rm -rf "${out}"
   mkdir -p "${out}/tree"
+  missing=()
+  for pv in "${versions[@]}"; do
+    p="${pv%%=*}" v="${pv#*=}"
+    compgen -G "${cache}/debs/${p}_${v//:/%3a}_*.deb" >/dev/null || missing+=("${pv}")
+  done
   # apt-get download writes into the working directory; as root it warns that the _apt user cannot
   # write there, which is harmless.
-  (cd "${cache}/debs" && apt-get download -q "${versions[@]}" 2>&1 | grep -v "unsandboxed" >&2) \
-    || die "apt-get download ${versions[*]} failed"
+  if ((${#missing[@]} > 0)); then
+    (cd "${cache}/debs" && apt-get download -q "${missing[@]}" 2>&1 | { grep -v "unsandboxed" || true; } >&2) \
+      || die "apt-get download ${missing[*]} failed"
+  fi
   for pv in "${versions[@]}"; do
     p="${pv%%=*}" v="${pv#*=}"
     deb="$(ls "${cache}/debs/${p}_${v//:/%3a}_"*.deb 2>/dev/null | head -n1)"
