@@ -78,14 +78,28 @@ print(next(i["newTag"] for i in yaml.safe_load(open(sys.argv[1]))["images"] if i
   # namespace of another run that is using it.
   for d in "${NODE_HOST_DIRS[@]}"; do mkdir -p "${d}"; done
   node_make_cgroups "${id}"
-  set +e
   E2E_NODE_INSIDE=1 E2E_NODE_ID="${id}" E2E_NODE_IMAGES="${images}" E2E_IMAGE_TAG="${tag}" \
-    unshare --net --mount --pid --fork --mount-proc --propagation private -- "$@"
-  rc=$?
-  set -e
+    unshare --net --mount --pid --fork --mount-proc --propagation private -- "$@" &
+  NODE_UNSHARE_PID=$!
+  # A signal to this side is passed on to the driver inside (it cleans up and exits), and the
+  # cgroups are still removed here after it is gone.
+  trap '_node_forward TERM' TERM
+  trap '_node_forward INT' INT
+  while :; do
+    rc=0
+    wait "${NODE_UNSHARE_PID}" || rc=$?
+    kill -0 "${NODE_UNSHARE_PID}" 2>/dev/null || break
+  done
+  trap - TERM INT
   node_remove_cgroups "${id}"
   rm -rf "${images}"
   return "${rc}"
+}
+
+# _node_forward SIGNAL: to the driver, the init of the node's PID namespace (unshare's child).
+_node_forward() {
+  local pid
+  for pid in $(pgrep -P "${NODE_UNSHARE_PID}"); do kill -"$1" "${pid}" 2>/dev/null || true; done
 }
 
 # node_make_cgroups ID: the kubelet's cgroupRoot, which it requires to exist, in every
