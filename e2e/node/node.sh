@@ -11,9 +11,9 @@
 #   node_webhook_up STATE  (inside) the webhook from manifests/overlays/self-signed, injecting
 #   node_down STATE     (inside) stops every pod and process the node started, unmounts, cleans
 #
-# Addresses inside the namespace: the node is NODE_IP on a link of its own, which also holds the first
-# address of the Service range, the `kubernetes` Service's ClusterIP: the API server listens on
-# it at 443, so pods reach it as in a cluster without kube-proxy. The API server reaches webhook
+# Addresses inside the namespace: the node is NODE_IP on a link of its own, which also holds the
+# first address of the Service range, the `kubernetes` Service's ClusterIP: the API server
+# listens on it at 443, so pods reach it as in a cluster without kube-proxy. The API server reaches webhook
 # pods through their endpoints (--enable-aggregator-routing) and pods on the bridge.
 
 NODE_NAME=kvoffload-e2e-node
@@ -49,9 +49,8 @@ node_check() {
 # node_enter ARGS...: the host side. Everything the node starts lives in the PID namespace whose
 # init is the re-run driver: when it exits, for whatever reason, the kernel kills every process
 # left in it, and the network and mount namespaces go with them. What outlives the namespaces is
-# removed here: the pods' cgroups.
-# What needs the network (Go modules, Debian packages) is done here first: the namespace has
-# none. Inside, build.sh then finds every binary in its cache.
+# removed here: the pods' cgroups. What needs the network (Go modules, Debian packages) is done
+# here first, as the namespace has none; inside, build.sh then finds every binary in its cache.
 node_enter() {
   node_check
   local id d rc images t0=${SECONDS} bin
