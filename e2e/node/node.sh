@@ -226,6 +226,9 @@ authentication:
 authorization: {mode: AlwaysAllow}
 volumePluginDir: ${n}/plugins
 volumeStatsAggPeriod: 2s
+# Pods are synced (a changed Secret reaches its volume) every 10 s instead of every minute, so
+# case 32's certificate rotation is seen within seconds.
+syncFrequency: 10s
 evictionHard:
   memory.available: 100Mi
   nodefs.available: 1%
@@ -311,6 +314,7 @@ PY
       || e2e_die "the manifests deploy ${i}, which the node does not have (built: $(ctr -n k8s.io images ls -q | grep -v sha256 | tr '\n' ' '))"
   done
   export E2E_AGENT_IMAGE="${agent_image}"
+  export E2E_WEBHOOK_CERTS="${m}/overlays/self-signed/generated" E2E_WEBHOOK_OVERLAY="${m}/overlays/self-signed"
   export E2E_STANDIN_IMAGE="docker.io/kv-offload/e2e-standin:${E2E_IMAGE_TAG}"
   # Server-side, under the field manager case 10 dry-runs every overlay with: its certificates
   # differ from these, and an apply by another manager would conflict on the Secret's data.
