@@ -307,11 +307,13 @@ agent = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--agent-image=")
 print(c["image"], agent[0] if agent else "")
 PY
 )" || e2e_die "no Deployment kv-offload-webhook in the rendered overlay"
-  local webhook_image agent_image
+  local webhook_image agent_image have i
   read -r webhook_image agent_image <<<"${images}"
+  # Listed once, then searched (grep -q on the pipe would cut ctr off and fail under pipefail).
+  have="$(ctr -n k8s.io images ls -q)"
   for i in "${webhook_image}" "${agent_image}"; do
-    ctr -n k8s.io images ls -q | grep -qx "docker.io/${i}" \
-      || e2e_die "the manifests deploy ${i}, which the node does not have (built: $(ctr -n k8s.io images ls -q | grep -v sha256 | tr '\n' ' '))"
+    grep -qx "docker.io/${i}" <<<"${have}" \
+      || e2e_die "the manifests deploy ${i}, which the node does not have (it has: $(grep -v sha256 <<<"${have}" | tr '\n' ' '))"
   done
   export E2E_AGENT_IMAGE="${agent_image}"
   export E2E_WEBHOOK_CERTS="${m}/overlays/self-signed/generated" E2E_WEBHOOK_OVERLAY="${m}/overlays/self-signed"
