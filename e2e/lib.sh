@@ -92,6 +92,16 @@ get_pod() { k -n "$1" get pod "$2" -o json; }
 container() { jq -c --arg c "${2:-main}" '.spec.containers[] | select(.name == $c)' <<<"$1"; }
 env_of() { jq -r --arg n "$2" '.env // [] | map(select(.name == $n)) | .[0].value // empty' <<<"$1"; }
 
+# webhook_metrics_through_api: the Prometheus text of every webhook replica, through the API
+# server's pod proxy (the clusters where the webhook runs as pods).
+webhook_metrics_through_api() {
+  local pod
+  for pod in $(k -n kv-offload-system get pods -l app.kubernetes.io/name=kv-offload-webhook \
+                 --field-selector status.phase=Running -o jsonpath='{.items[*].metadata.name}'); do
+    k get --raw "/api/v1/namespaces/kv-offload-system/pods/${pod}:9090/proxy/metrics"
+  done
+}
+
 # webhook_requests: total admission requests the webhook has counted, across replicas.
 # Each cluster mode defines webhook_metrics (prints the Prometheus text of every replica).
 webhook_requests() {
@@ -178,4 +188,58 @@ wait_for_injection() {
     k annotate namespace kvoffload-e2e-probe 'kvoffload.io/default-config={"cpu":"1Gi"}' >/dev/null
   fi
   wait_until "$1" "the webhook to mutate a dry-run probe pod" _probe_injected
+}
+
+# --- pods that run (clusters with a node: E2E_CLUSTER node or kind) ----------------------------
+# need_node: ends a case as skipped (77) where no kubelet runs pods.
+need_node() {
+  if [[ "${E2E_CLUSTER}" == local ]]; then
+    echo "no node here (E2E_NODE=0): pods are admitted and stored, never run"
+    exit 77
+  fi
+}
+
+# KServe's launch of vLLM in its LLMInferenceService templates, in our words: `bash -c SCRIPT --`
+# with the user's args; the script reads `vllm --version`, adds KServe's own
+# --kv-transfer-config only when neither VLLM_ADDITIONAL_ARGS nor the args carry one (this pod's
+# LLMInferenceService leaves KServe's rendering off, so it adds none), and ends in an `eval` that
+# parses the arguments a second time.
+KSERVE_LAUNCH_SCRIPT='set -e
+vllm --version
+KV_TRANSFER_ARGS=""
+case " ${VLLM_ADDITIONAL_ARGS:-} $* " in
+  *--kv-transfer-config*|*--kv_transfer_config*) ;;
+  *) KV_TRANSFER_ARGS="" ;;
+esac
+eval "exec vllm serve /mnt/models ${KV_TRANSFER_ARGS} ${VLLM_ADDITIONAL_ARGS:-} $@"'
+
+# standin_pod NAME LLMISVC MODE LINGER_S: the pod KServe renders for LLMInferenceService LLMISVC
+# (its labels, container `main`, the bash launch), running the stand-in image's `vllm`
+# (e2e/node/standin/vllm) in MODE (agent or fill). It runs once (restartPolicy Never).
+standin_pod() {
+  jq -n --arg name "$1" --arg svc "$2" --arg mode "$3" --arg linger "$4" \
+    --arg image "${E2E_STANDIN_IMAGE:?the cluster mode sets E2E_STANDIN_IMAGE}" \
+    --arg script "${KSERVE_LAUNCH_SCRIPT}" '{
+    apiVersion: "v1", kind: "Pod",
+    metadata: {name: $name, labels: {
+      "app.kubernetes.io/name": $svc, "app.kubernetes.io/part-of": "llminferenceservice",
+      "app.kubernetes.io/component": "llminferenceservice-workload",
+      "kserve.io/component": "workload", "llm-d.ai/role": "both"}},
+    spec: {restartPolicy: "Never", terminationGracePeriodSeconds: 1,
+           containers: [{name: "main", image: $image, imagePullPolicy: "Never",
+                         command: ["/bin/bash", "-c", $script, "--"],
+                         args: ["--served-model-name", $svc, "--port", "8000"],
+                         env: [{name: "E2E_STANDIN_MODE", value: $mode},
+                               {name: "E2E_STANDIN_LINGER", value: $linger}],
+                         resources: {requests: {cpu: "10m", memory: "64Mi"}}}]}}'
+}
+
+# pod_phase NS NAME: the pod's phase, and its reason when it has one ("Failed/Evicted").
+pod_phase() {
+  k -n "$1" get pod "$2" -o jsonpath='{.status.phase}{"/"}{.status.reason}' 2>/dev/null
+}
+
+# standin_result NS POD: the stand-in's KVOFFLOAD-E2E-RESULT JSON from the main container's log.
+standin_result() {
+  k -n "$1" logs "$2" -c main | sed -n 's/^KVOFFLOAD-E2E-RESULT //p' | tail -n1
 }

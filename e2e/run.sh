@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end driver: brings up a cluster, runs every case in e2e/cases/ against it, tears down.
 #   E2E_CLUSTER=local (default): etcd + kube-apiserver + kube-controller-manager built from Go
-#                    modules (e2e/controlplane/), the webhook as a local process.
+#                    modules (e2e/controlplane/) and, unless E2E_NODE=0, a real node
+#                    (e2e/node/: kubelet, kube-scheduler, containerd) in namespaces of its own,
+#                    with the webhook deployed from manifests/; with E2E_NODE=0 the webhook
+#                    runs as a local process and pods are stored, never run.
 #   E2E_CLUSTER=kind: a kind cluster with the webhook deployed from manifests/ (e2e/kind/).
+#   E2E_NODE=0       leave the node out (a machine that cannot run one: not root, no containerd)
 #   E2E_WEBHOOK_BIN  webhook binary for local mode (default build/webhook/kv-offload-webhook)
 #   E2E_CASES        space-separated case names to run (default: all)
 #   E2E_KEEP=1       keep the state directory (logs, certs, kubeconfig) after the run
@@ -14,6 +18,19 @@ export E2E_REPO="${repo}"
 source "${repo}/e2e/lib.sh"
 
 mode="${E2E_CLUSTER:-local}"
+node="${E2E_NODE:-1}"
+[[ "${node}" == 0 || "${node}" == 1 ]] || e2e_die "E2E_NODE must be 0 or 1, got '${node}'"
+if [[ "${mode}" == local && "${node}" == 1 && "${E2E_NODE_INSIDE:-0}" != 1 ]]; then
+  # shellcheck source=node/node.sh
+  source "${repo}/e2e/node/node.sh"
+  # Everything below runs again as the init of the node's namespaces.
+  rc=0
+  node_enter "${BASH_SOURCE[0]}" "$@" || rc=$?
+  exit "${rc}"
+fi
+if [[ "${mode}" == local && "${node}" == 0 ]]; then
+  e2e_log "E2E_NODE=0: no node; pods are admitted and stored but never run, the webhook runs as a local process, and the cases that need a node are skipped"
+fi
 
 # The LLMInferenceService CRD stand-in, before the webhook starts looking such objects up.
 install_test_crds() {
@@ -28,6 +45,7 @@ cleanup() {
   trap - EXIT INT TERM
   case "${mode}" in
     local) cp_down "${state}" ;;
+    node) node_down "${state}" ;;
     kind) kind_down ;;
   esac
   if [[ "${E2E_KEEP:-0}" == 1 || ${rc} -ne 0 ]]; then
@@ -47,9 +65,24 @@ case "${mode}" in
     t0=${SECONDS}
     bin="$("${repo}/e2e/controlplane/build.sh" | tail -n1)"
     e2e_log "control plane binaries ready in $((SECONDS - t0))s (${bin})"
+    if [[ "${node}" == 1 ]]; then
+      # shellcheck source=node/node.sh
+      source "${repo}/e2e/node/node.sh"
+      node_netns
+      t0=${SECONDS}
+      bin="$("${repo}/e2e/controlplane/build.sh" kubelet kube-scheduler | tail -n1)"
+      e2e_log "node binaries ready in $((SECONDS - t0))s"
+      export CP_NODE_IP="${NODE_IP}" CP_SERVICE_IP="${NODE_SERVICE_IP}" CP_NODE_NAME="${NODE_NAME}"
+      mode=node
+    fi
     cp_up "${state}" "${bin}"
     install_test_crds
-    wh_up "${state}" "${E2E_WEBHOOK_BIN:-${repo}/build/webhook/kv-offload-webhook}" "${repo}"
+    if [[ "${node}" == 1 ]]; then
+      node_up "${state}" "${bin}"
+      node_webhook_up "${state}"
+    else
+      wh_up "${state}" "${E2E_WEBHOOK_BIN:-${repo}/build/webhook/kv-offload-webhook}" "${repo}"
+    fi
     ;;
   kind)
     # shellcheck source=kind/kind.sh
@@ -92,6 +125,9 @@ done
 if ((failed > 0)) && [[ "${mode}" == local ]]; then
   echo "---- webhook log (last 40 lines) ----"
   tail -n 40 "${state}/logs/webhook.log" || true
+elif ((failed > 0)) && [[ "${mode}" == node ]]; then
+  echo "---- webhook pods' logs (last 40 lines) ----"
+  k -n kv-offload-system logs -l app.kubernetes.io/name=kv-offload-webhook --tail 40 --prefix || true
 fi
 ((passed + failed > 0)) || e2e_die "no case ran (E2E_CASES='${E2E_CASES:-}')"
 if ((skipped > 0)); then

@@ -9,6 +9,8 @@ packages=(
   liburing-dev libgtest-dev libgmock-dev
   clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
   python3 python3-yaml python3-pip python3-venv curl jq shellcheck   # pip: CUDA wheels; venv: vLLM
+  # The e2e node (e2e/node/): container runtime, CNI plugins, the kubelet's iptables rules.
+  containerd runc containernetworking-plugins iptables iproute2
 )
 # `install-deps.sh bench`: also the limits `make bench` measures against (never `make test`).
 if [[ "${1:-}" == bench ]]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane binaries (kube-apiserver, kube-controller-manager, kubectl, etcd)
-# from Go modules through the module proxy, into a cache keyed by version outside the repo.
+# and, when asked, the node's (kubelet, kube-scheduler) from Go modules through the module proxy,
+# into a cache keyed by version outside the repo.
 # Idempotent: a binary already in the cache is kept; only missing ones are built.
 # Prints the bin directory on the last line of stdout.
 #
@@ -54,9 +55,12 @@ ldflags_common="-s -w"
 
 # k8s.io/kubernetes as a dependency needs every staging module replaced by its published
 # v0.<minor>.<patch> twin; the list is read from that release's own go.mod.
+# Every command the module graph must resolve; a cache prepared for fewer is resolved again.
+k8s_cmds=(kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler)
 prepare_k8s_module() {
   local mod="${k8s_dir}/src"
-  [[ -f "${mod}/go.sum" && -f "${mod}/.ready" ]] && return 0
+  [[ -f "${mod}/go.sum" && -f "${mod}/.ready" && "$(cat "${mod}/.ready")" == "${k8s_cmds[*]}" ]] \
+    && return 0
   need_go
   mkdir -p "${mod}"
   local gomod staging_ver
@@ -77,20 +81,14 @@ prepare_k8s_module() {
     echo ")"
   } > "${mod}/go.mod"
   grep -q '=> k8s.io/api ' "${mod}/go.mod" || die "no staging replace block found in ${gomod}"
-  cat > "${mod}/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${k8s_cmds[@]}"
+    printf ')\n'
+  } > "${mod}/tools.go"
   log "resolving k8s.io/kubernetes ${K8S_VERSION} module graph"
   (cd "${mod}" && go mod tidy) || die "go mod tidy failed for k8s.io/kubernetes ${K8S_VERSION}"
-  touch "${mod}/.ready"
+  echo "${k8s_cmds[*]}" > "${mod}/.ready"
 }
 
 build_k8s() {
@@ -144,11 +142,12 @@ GO
 }
 
 # Order: kubectl first (make test's kustomize check needs only it), then etcd, then the servers.
+# The node's binaries (kubelet, kube-scheduler) only when named: `build.sh kubelet kube-scheduler`.
 for what in "${@:-kubectl etcd kube-apiserver kube-controller-manager}"; do
   for w in ${what}; do
     case "${w}" in
       etcd) build_etcd; ln -sf "${etcd_dir}/bin/etcd" "${bin}/etcd" ;;
-      kubectl|kube-apiserver|kube-controller-manager)
+      kubectl|kube-apiserver|kube-controller-manager|kubelet|kube-scheduler)
         build_k8s "${w}"; ln -sf "${k8s_dir}/bin/${w}" "${bin}/${w}" ;;
       *) die "unknown binary ${w}" ;;
     esac

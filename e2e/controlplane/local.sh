@@ -6,7 +6,12 @@
 #   cp_up STATE BIN          start etcd, the API server and the controller manager
 #   wh_up STATE WEBHOOK REPO start the webhook, install its configuration, wait until it injects
 #   cp_down STATE            stop everything started, last first
-# Exports KUBECONFIG, KUBECTL, WEBHOOK_METRICS_URL.
+# Exports KUBECONFIG, KUBECTL, WEBHOOK_METRICS_URL, CP_API_PORT.
+#
+# With CP_NODE_IP and CP_SERVICE_IP set (the e2e node, ../node/node.sh, inside its own network
+# namespace) the API server also listens on those addresses at 443, as the `kubernetes` Service
+# that pods reach, reaches kubelets and webhook endpoints directly (no kube-proxy), authorizes
+# kubelets (Node), and the controller manager also runs what pods on a node need.
 
 # Controllers the cases need: ephemeral PVCs, their deletion with the pod (garbage collector and
 # PVC protection), namespaces and their default ServiceAccount, and Deployments.
@@ -41,8 +46,12 @@ _cp_pki() {
         -days 2 -sha256 -extfile "$1.ext" 2>/dev/null
     }
     _leaf apiserver "/CN=kube-apiserver" \
-      "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc
+      "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc${CP_NODE_IP:+,IP:${CP_NODE_IP},IP:${CP_SERVICE_IP}}
 extendedKeyUsage=serverAuth"
+    if [[ -n "${CP_NODE_IP:-}" ]]; then
+      # The node's kubelet, as the Node authorizer knows kubelets.
+      _leaf kubelet "/O=system:nodes/CN=system:node:${CP_NODE_NAME}" "extendedKeyUsage=clientAuth"
+    fi
     _leaf admin "/O=system:masters/CN=kvoffload-e2e-admin" "extendedKeyUsage=clientAuth"
     # The webhook authenticates as its ServiceAccount's user name, so the ClusterRoleBinding from
     # manifests/base is what grants it access: the e2e proves that RBAC is enough.
@@ -81,8 +90,20 @@ cp_up() {
   local pki="${CP_STATE}/pki"
   _cp_pki "${pki}"
 
-  local etcd_port etcd_peer api_port
+  local etcd_port etcd_peer api_port bind=127.0.0.1 advertise=127.0.0.1 authz=RBAC
+  local -a node_flags=() controllers=("${KVOFFLOAD_CONTROLLERS}")
   etcd_port="$(free_port)"; etcd_peer="$(free_port)"; api_port="$(free_port)"
+  if [[ -n "${CP_NODE_IP:-}" ]]; then
+    # The namespace is ours: the Service port itself, on every address of it.
+    api_port=443 bind=0.0.0.0 advertise="${CP_NODE_IP}" authz=Node,RBAC
+    node_flags=(--enable-aggregator-routing=true --kubelet-preferred-address-types InternalIP
+                --kubelet-client-certificate "${pki}/admin.crt" --kubelet-client-key "${pki}/admin.key")
+    # Webhook endpoints for the API server's routing, the CA bundle every pod's service-account
+    # volume projects, and the node's not-ready taint lifted once its kubelet reports Ready.
+    controllers+=(endpointslice-controller root-ca-certificate-publisher-controller
+                  node-lifecycle-controller)
+  fi
+  export CP_API_PORT="${api_port}"
   _cp_start etcd "${CP_STATE}/logs/etcd.log" "${bin}/etcd" --name e2e \
     --data-dir "${CP_STATE}/etcd" \
     --listen-client-urls "http://127.0.0.1:${etcd_port}" \
@@ -96,13 +117,13 @@ cp_up() {
 
   _cp_start kube-apiserver "${CP_STATE}/logs/kube-apiserver.log" "${bin}/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:${etcd_port}" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${api_port}" \
+    --bind-address "${bind}" --advertise-address "${advertise}" --secure-port "${api_port}" \
     --tls-cert-file "${pki}/apiserver.crt" --tls-private-key-file "${pki}/apiserver.key" \
     --client-ca-file "${pki}/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "${pki}/sa.pub" \
     --service-account-signing-key-file "${pki}/sa.key" \
-    --authorization-mode RBAC --anonymous-auth=false \
+    --authorization-mode "${authz}" --anonymous-auth=false "${node_flags[@]}" \
     --allow-privileged=true --service-cluster-ip-range 10.0.0.0/24 \
     --endpoint-reconciler-type none --profiling=false \
     --cert-dir "${CP_STATE}/apiserver-certs" --v 1
@@ -117,7 +138,7 @@ cp_up() {
 
   _cp_start kube-controller-manager "${CP_STATE}/logs/kube-controller-manager.log" \
     "${bin}/kube-controller-manager" --kubeconfig "${KUBECONFIG}" \
-    --controllers "${KVOFFLOAD_CONTROLLERS}" --secure-port 0 --leader-elect=false \
+    --controllers "$(IFS=,; echo "${controllers[*]}")" --secure-port 0 --leader-elect=false \
     --use-service-account-credentials=false --root-ca-file "${pki}/ca.crt" --v 1
   # The ServiceAccount controller creating `default` shows the controller manager works.
   WAIT_PID=${LAST_PID} WAIT_LOG="${CP_STATE}/logs/kube-controller-manager.log" \

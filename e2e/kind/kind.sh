@@ -28,9 +28,15 @@ kind_up() {
   local tag
   tag="e2e-$(date +%s)"
   make -C "${repo}" images IMAGE_TAG="${tag}" >&2 || e2e_die "make images failed"
+  # The stand-in for a vLLM image that the cases needing a node run (e2e/node/standin).
+  "${CONTAINER_TOOL:-docker}" build -f "${repo}/e2e/node/standin/Dockerfile" \
+    -t "kv-offload/e2e-standin:${tag}" "${repo}/e2e/node/standin" >&2 \
+    || e2e_die "building the stand-in image failed"
   kind load docker-image --name "${name}" "kv-offload/webhook:${tag}" \
-    "kv-offload/offload-agent:${tag}" >&2 || e2e_die "kind load docker-image failed"
+    "kv-offload/offload-agent:${tag}" "kv-offload/e2e-standin:${tag}" >&2 \
+    || e2e_die "kind load docker-image failed"
   export E2E_AGENT_IMAGE="kv-offload/offload-agent:${tag}"
+  export E2E_STANDIN_IMAGE="docker.io/kv-offload/e2e-standin:${tag}"
 
   # The documented install: certs/gen.sh, then the self-signed overlay, here with the images
   # just built (a kustomization on top of the overlay, as a platform team would write one).
@@ -67,14 +73,7 @@ YAML
   wait_for_injection 120
 }
 
-# The Prometheus text of every webhook replica, through the API server's pod proxy.
-webhook_metrics() {
-  local pod
-  for pod in $(k -n kv-offload-system get pods -l app.kubernetes.io/name=kv-offload-webhook \
-                 -o jsonpath='{.items[*].metadata.name}'); do
-    k get --raw "/api/v1/namespaces/kv-offload-system/pods/${pod}:9090/proxy/metrics"
-  done
-}
+webhook_metrics() { webhook_metrics_through_api; }
 
 kind_down() {
   local name="${KIND_CLUSTER:-kv-offload-e2e}"
