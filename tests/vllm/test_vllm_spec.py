@@ -1,4 +1,4 @@
-"""KVOffloadAgentSpec under vLLM 0.33.0: vLLM's own OffloadingSpecFactory loads it from the
+"""KVOffloadAgentSpec under vLLM 0.32.0: vLLM's own OffloadingSpecFactory loads it from the
 golden agent-mode pod's --kv-transfer-config, and its manager and worker are driven the way
 vLLM's OffloadingConnector scheduler and worker call them (lookup -> prepare_store ->
 submit_store -> get_finished -> complete_store; prepare_load -> submit_load -> wait ->

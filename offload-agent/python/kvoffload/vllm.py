@@ -1,6 +1,6 @@
 """vLLM adapter: `KVOffloadAgentSpec`, the OffloadingConnector spec that agent mode names in
 --kv-transfer-config ({"spec_name":"KVOffloadAgentSpec","spec_module_path":"kvoffload.vllm"}).
-Written against vLLM 0.33.0 (vllm/v1/kv_offload/base.py); other releases are not supported.
+Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py); other releases are not supported.
 
 vLLM splits offloading in two: a scheduler-side OffloadingManager that answers lookups and
 hands out load/store specs, and a worker-side OffloadingWorker that moves the bytes. Here the
