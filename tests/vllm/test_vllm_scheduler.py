@@ -131,12 +131,14 @@ class EngineCoreLoop:
         self.block_hasher = get_request_block_hasher(TOKENS_PER_BLOCK, hash_fn)
         self.kv = torch.zeros(len(LAYERS), *compute_layer_kv_cache_shape_bytes(
             ATTENTION, NUM_GPU_BLOCKS), dtype=torch.int8)
-        self.scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
-                                   structured_output_manager=StructuredOutputManager(config),
-                                   block_size=TOKENS_PER_BLOCK, log_stats=True)
+        # The worker first, as vLLM's engine core does: the adapter's manager finds the
+        # worker's engine when the Scheduler builds it.
         self.worker = OffloadingConnector(config, KVConnectorRole.WORKER, kv_config)
         with set_current_vllm_config(config):
             self.worker.register_kv_caches(dict(zip(LAYERS, self.kv)))
+        self.scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
+                                   structured_output_manager=StructuredOutputManager(config),
+                                   block_size=TOKENS_PER_BLOCK, log_stats=True)
         self.block_tables: dict[str, list[int]] = {}
         self.outputs: dict[str, list] = {}
         self.finished_recving: set[str] = set()
