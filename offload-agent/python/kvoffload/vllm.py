@@ -41,7 +41,9 @@ from kvoffload import settings as settings_mod
 from kvoffload.engine import Fingerprint, KvoError
 from kvoffload.transfer import TransferCore, engine_key
 
-logger = logging.getLogger(__name__)
+# Under vLLM's logger: vLLM configures handlers (and VLLM_LOGGING_LEVEL) for "vllm" only, so a
+# logger of our own package name would print nothing in a `vllm serve` pod's log.
+logger = logging.getLogger("vllm.kvoffload")
 
 # Residency events the engine keeps between two take_events() of the scheduler (one step):
 # 24 bytes each, so at most 24 MiB; a step that moves more blocks than this loses events
