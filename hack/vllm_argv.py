@@ -2,7 +2,7 @@
 """Runs a pod's vLLM container launch the way the container would, with a stand-in `vllm` on
 PATH, and reports the argv vLLM receives and every --kv-transfer-config in it.
 
-  hack/vllm_argv.py POD.json [--container NAME] [--vllm-version 0.33.0]
+  hack/vllm_argv.py POD.json [--container NAME] [--vllm-version 0.32.0]
 
 POD.json is a Pod as JSON (`kubectl get pod -o json`, `kv-offload-webhook inject` output, a
 golden file); `-` reads stdin. What it does, as the kubelet and the container would:
@@ -83,7 +83,7 @@ def kv_transfer_configs(argv: list[str]) -> list:
     return configs
 
 
-def run(pod: dict, container: str | None = None, vllm_version: str = "0.33.0") -> dict:
+def run(pod: dict, container: str | None = None, vllm_version: str = "0.32.0") -> dict:
     c = target_container(pod, container)
     env = {}
     for e in c.get("env", []):
@@ -111,7 +111,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("pod")
     p.add_argument("--container")
-    p.add_argument("--vllm-version", default="0.33.0")
+    p.add_argument("--vllm-version", default="0.32.0")
     a = p.parse_args()
     text = sys.stdin.read() if a.pod == "-" else pathlib.Path(a.pod).read_text()
     result = run(json.loads(text), a.container, a.vllm_version)

@@ -250,6 +250,19 @@ kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
   });
 }
 
+kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* written,
+                          uint64_t* failed, uint64_t* left) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    const kvoffload::WriteBackReport r =
+        engine->engine->WriteBack(std::chrono::milliseconds(budget_ms));
+    if (written != nullptr) *written = r.written;
+    if (failed != nullptr) *failed = r.failed;
+    if (left != nullptr) *left = r.left;
+    return KVO_OK;
+  });
+}
+
 size_t kvo_describe(kvo_engine* engine, char* buf, size_t len) {
   if (engine == nullptr) return 0;
   std::string d = engine->engine->Describe();

@@ -103,6 +103,16 @@ void CpuTier::AbortInsert(const BlockKey& key) {
   cv_.SignalAll();
 }
 
+std::vector<BlockKey> CpuTier::ResidentKeys() {
+  MutexLock lock(&mu_);
+  std::vector<BlockKey> keys;
+  keys.reserve(entries_.size());
+  for (const auto& [key, e] : entries_) {
+    if (e.state == State::kResident) keys.push_back(key);
+  }
+  return keys;
+}
+
 std::byte* CpuTier::Pin(const BlockKey& key) {
   MutexLock lock(&mu_);
   auto it = entries_.find(key);

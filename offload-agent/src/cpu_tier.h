@@ -53,6 +53,9 @@ class CpuTier {
   void CommitInsert(const BlockKey& key, bool keep_pinned);
   void AbortInsert(const BlockKey& key);
 
+  // The keys of the blocks resident now (published, not being evicted), in no order.
+  std::vector<BlockKey> ResidentKeys();
+
   // Pins a resident block and returns its slot; nullptr when absent or not yet published.
   std::byte* Pin(const BlockKey& key);
   void Unpin(const BlockKey& key);

@@ -184,6 +184,42 @@ class EngineImpl final : public Engine {
     return s;
   }
 
+  WriteBackReport WriteBack(std::chrono::milliseconds budget) override {
+    WriteBackReport report;
+    const auto deadline = std::chrono::steady_clock::now() + budget;
+    size_t target = disks_.size();
+    for (size_t i = 0; i < disks_.size(); ++i) {
+      if (config_.tiers[i].persistent) {
+        target = i;
+        break;
+      }
+    }
+    if (target == disks_.size()) return report;
+    for (const BlockKey& key : cpu_->ResidentKeys()) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ++report.left;
+        continue;
+      }
+      bool persisted = false;
+      for (size_t i = target; i < disks_.size() && !persisted; ++i) {
+        persisted = config_.tiers[i].persistent && disks_[i]->Contains(key);
+      }
+      if (persisted) continue;
+      std::byte* slot = cpu_->Pin(key);
+      if (slot == nullptr) continue;  // evicted since the listing: the cascade wrote it
+      // The pin keeps the slot from being reused while the trailer is encoded and written.
+      const Status s = disks_[target]->Insert(
+          key, slot, [&] { EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key); });
+      cpu_->Unpin(key);
+      if (s.ok()) {
+        ++report.written;
+      } else {
+        ++report.failed;
+      }
+    }
+    return report;
+  }
+
   EngineStats Stats() const override {
     EngineStats s;
     s.tiers.push_back(cpu_->Stats());

@@ -105,6 +105,44 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   kvo_engine_destroy(e);
 }
 
+TEST(CApiTest, WriteBackCopiesPinnedOnlyBlocksToThePersistentTier) {
+  TempDir dir;
+  const std::string tiers = R"([{"path":")" + dir.path() +
+                            R"(","kind":"pvcRef","capacityBytes":)" +
+                            std::to_string(8 * kSlot) + "}]";
+  kvo_options o = Options(4);
+  o.tiers_json = tiers.c_str();
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  std::vector<kvo_key> keys = {kvo_key{5, 0}, kvo_key{5, 1}};
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+  for (const kvo_key& k : keys) {
+    data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{k.hi, k.lo}, kBlock));
+  }
+  for (auto& d : data) ptrs.push_back(d.data());
+  uint64_t job = 0;
+  ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), keys.size(), &job), KVO_OK);
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+  uint64_t written = 99, failed = 99, left = 99;
+  ASSERT_EQ(kvo_write_back(e, 10000, &written, &failed, &left), KVO_OK) << kvo_last_error();
+  EXPECT_EQ(written, 2u);
+  EXPECT_EQ(failed, 0u);
+  EXPECT_EQ(left, 0u);
+  EXPECT_EQ(kvo_write_back(e, 10000, nullptr, nullptr, nullptr), KVO_OK);  // outputs optional
+  kvo_engine_destroy(e);
+  EXPECT_EQ(kvo_write_back(nullptr, 0, nullptr, nullptr, nullptr), KVO_INVALID_ARGUMENT);
+
+  // The restarted engine finds both blocks on the persistent tier.
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  size_t prefix = 0;
+  std::vector<int32_t> where(2, 99);
+  ASSERT_EQ(kvo_lookup(e, keys.data(), keys.size(), &prefix, where.data()), KVO_OK);
+  EXPECT_EQ(prefix, 2u);
+  EXPECT_EQ(where, (std::vector<int32_t>{1, 1}));
+  kvo_engine_destroy(e);
+}
+
 TEST(CApiTest, HoldReleaseAndEventFeed) {
   kvo_options o = Options(2);
   o.event_capacity = 16;

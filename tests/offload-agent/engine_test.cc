@@ -332,6 +332,48 @@ TEST(EngineTest, PersistentTierServesItsBlocksAfterRestart) {
   ExpectLoadsExactly(*e, first5);
 }
 
+TEST(EngineTest, WriteBackPersistsPinnedOnlyBlocksForTheRestart) {
+  TempDir d0, d1;
+  Blocks b = Blocks::Make(0, 6);
+  {
+    // cpu 3 blocks over a non-persistent disk0 and a persistent disk1: the three newest
+    // blocks are pinned only, the three oldest on disk0 (lost at a restart either way).
+    auto e = Open(Config(3, {Tier(d0.path(), 8), Tier(d1.path(), 8, /*persistent=*/true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+    WriteBackReport r = e->WriteBack(std::chrono::seconds(10));
+    EXPECT_EQ(r.written, 3u);
+    EXPECT_EQ(r.failed + r.left, 0u);
+    EXPECT_EQ(testing::FilesUnder(d1.path()), 3u);
+    // Already persisted: a second write-back has nothing to write.
+    r = e->WriteBack(std::chrono::seconds(10));
+    EXPECT_EQ(r.written + r.failed + r.left, 0u);
+  }
+  auto e = Open(Config(3, {Tier(d0.path(), 8), Tier(d1.path(), 8, /*persistent=*/true)}));
+  std::vector<BlockKey> newest(b.keys.begin() + 3, b.keys.end());
+  LookupResult r = e->Lookup(newest);
+  EXPECT_EQ(r.prefix, 3u);
+  EXPECT_EQ(r.tiers, std::vector<int>(3, 2));
+  EXPECT_EQ(e->Lookup(std::span(b.keys.data(), 1)).prefix, 0u);  // disk0 started empty
+}
+
+TEST(EngineTest, WriteBackStopsAtItsBudgetAndNeedsAPersistentTier) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 4);
+  {
+    auto e = Open(Config(4, {Tier(d0.path(), 8)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+    WriteBackReport r = e->WriteBack(std::chrono::seconds(10));
+    EXPECT_EQ(r.written + r.failed + r.left, 0u);  // no persistent tier: nothing to do
+  }
+  TempDir d1;
+  auto e = Open(Config(4, {Tier(d1.path(), 8, /*persistent=*/true)}));
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  WriteBackReport r = e->WriteBack(std::chrono::milliseconds(0));
+  EXPECT_EQ(r.written, 0u);
+  EXPECT_EQ(r.left, 4u);
+  EXPECT_EQ(testing::FilesUnder(d1.path()), 0u);
+}
+
 TEST(EngineTest, NonPersistentTierStartsEmpty) {
   TempDir d0;
   Blocks b = Blocks::Make(0, 4);

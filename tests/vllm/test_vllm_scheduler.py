@@ -1,9 +1,9 @@
-"""KVOffloadAgentSpec under vLLM 0.33.0's own scheduler: the real
+"""KVOffloadAgentSpec under vLLM 0.32.0's own scheduler: the real
 vllm.v1.core.sched.scheduler.Scheduler, configured with the golden agent-mode pod's
 --kv-transfer-config, builds its OffloadingConnector in role SCHEDULER (our manager), and a
 second OffloadingConnector in role WORKER (our worker, over CPU tensors) executes what the
 scheduler asks. test_vllm_spec.py calls our manager directly; here only vLLM calls it, so what
-is checked is the contract as vLLM 0.33.0 uses it:
+is checked is the contract as vLLM 0.32.0 uses it:
 
 - Scheduler.schedule() -> get_num_new_matched_tokens (manager.lookup per block key),
   update_state_after_alloc (prepare_load), build_connector_meta (prepare_store for the
@@ -128,16 +128,17 @@ class EngineCoreLoop:
     def __init__(self, config: VllmConfig, kv_config: KVCacheConfig):
         hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
-        self.block_hasher = get_request_block_hasher(TOKENS_PER_BLOCK, hash_fn,
-                                                     config.num_hash_lookahead_tokens)
+        self.block_hasher = get_request_block_hasher(TOKENS_PER_BLOCK, hash_fn)
         self.kv = torch.zeros(len(LAYERS), *compute_layer_kv_cache_shape_bytes(
             ATTENTION, NUM_GPU_BLOCKS), dtype=torch.int8)
-        self.scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
-                                   structured_output_manager=StructuredOutputManager(config),
-                                   block_size=TOKENS_PER_BLOCK, log_stats=True)
+        # The worker first, as vLLM's engine core does: the adapter's manager finds the
+        # worker's engine when the Scheduler builds it.
         self.worker = OffloadingConnector(config, KVConnectorRole.WORKER, kv_config)
         with set_current_vllm_config(config):
             self.worker.register_kv_caches(dict(zip(LAYERS, self.kv)))
+        self.scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
+                                   structured_output_manager=StructuredOutputManager(config),
+                                   block_size=TOKENS_PER_BLOCK, log_stats=True)
         self.block_tables: dict[str, list[int]] = {}
         self.outputs: dict[str, list] = {}
         self.finished_recving: set[str] = set()
@@ -152,8 +153,11 @@ class EngineCoreLoop:
     def _forward(self, out) -> None:
         """Writes the KV of the tokens this step computes, and only those, into their slots
         of the request's blocks, as the model would."""
-        for req_id, block_ids, full_table in yield_req_data(out):
-            if full_table:
+        # yield_req_data's flag says "resumed" (the ids replace the table); a new request's
+        # ids are its whole table too.
+        new_reqs = {r.req_id for r in out.scheduled_new_reqs}
+        for req_id, block_ids, resumed in yield_req_data(out):
+            if resumed or req_id in new_reqs:
                 self.block_tables[req_id] = list(block_ids[0])
             elif block_ids is not None:
                 self.block_tables[req_id].extend(block_ids[0])

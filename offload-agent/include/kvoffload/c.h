@@ -132,6 +132,13 @@ KVO_API kvo_status kvo_job_poll(kvo_engine* engine, uint64_t job);
 KVO_API kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job);
 
 KVO_API kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);
+
+/* Graceful shutdown, before kvo_engine_destroy: writes the blocks that are only in the pinned
+ * tier to the first persistent disk tier, starting no write after budget_ms. *written, *failed
+ * and *left (each may be NULL): blocks written, writes that failed, blocks not tried in time.
+ * Without a persistent tier nothing is written and all three are 0. */
+KVO_API kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* written,
+                                  uint64_t* failed, uint64_t* left);
 /* Writes the startup report (backends chosen per tier) into buf (NUL-terminated, truncated to
  * len); returns the full length needed, excluding the NUL. */
 KVO_API size_t kvo_describe(kvo_engine* engine, char* buf, size_t len);

@@ -4,6 +4,7 @@
 #ifndef KVOFFLOAD_ENGINE_H_
 #define KVOFFLOAD_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +31,13 @@ struct LookupResult {
 };
 
 using JobId = uint64_t;
+
+// What WriteBack did.
+struct WriteBackReport {
+  uint64_t written = 0;  // pinned-only blocks now in the persistent tier
+  uint64_t failed = 0;   // writes that failed (no room, I/O error): counted by the tier too
+  uint64_t left = 0;     // not tried: the time budget ran out first
+};
 
 // One residency change in the event feed (EngineConfig::event_capacity > 0).
 struct TierEvent {
@@ -82,6 +90,14 @@ class KVOFFLOAD_EXPORT Engine {
   // job is forgotten once its result was returned (by Poll or Wait).
   virtual Result<bool> Poll(JobId job) = 0;
   virtual Status Wait(JobId job) = 0;
+
+  // Graceful shutdown: writes every block that is only in the pinned tier to the first
+  // persistent disk tier, so that a restart on that tier finds every block offloaded before
+  // (blocks on a non-persistent disk tier are not copied). Stops starting writes once
+  // `budget` has passed. Nothing to do without a persistent tier. Meant for the end of the
+  // engine's life: call it once the caller's jobs are done; stores started meanwhile may be
+  // missed.
+  virtual WriteBackReport WriteBack(std::chrono::milliseconds budget) = 0;
 
   virtual EngineStats Stats() const = 0;
   // Startup report: device backend, disk I/O backend and O_DIRECT per tier, policies.

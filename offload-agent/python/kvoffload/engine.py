@@ -122,6 +122,7 @@ def _load():
         "kvo_job_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
         "kvo_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_Stats)]),
         "kvo_describe": (ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
+        "kvo_write_back": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, u64p, u64p, u64p]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
@@ -277,6 +278,15 @@ class Engine:
         out["tiers"] = [{name: getattr(s.tiers[i], name) for name in _TIER_FIELDS}
                         for i in range(min(s.num_tiers, MAX_TIERS))]
         return out
+
+    def write_back(self, budget_s: float) -> dict:
+        """Writes the blocks only the pinned tier has to the first persistent disk tier,
+        starting no write after budget_s; {"written", "failed", "left"} block counts."""
+        written, failed, left = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+        _check("kvo_write_back", self._lib.kvo_write_back(
+            self._live(), int(budget_s * 1000), ctypes.byref(written), ctypes.byref(failed),
+            ctypes.byref(left)))
+        return {"written": written.value, "failed": failed.value, "left": left.value}
 
     def describe(self) -> str:
         need = self._lib.kvo_describe(self._live(), None, 0)

@@ -71,8 +71,13 @@ class TransferCore:
             eviction_policy=eviction_policy, tiers_json=tiers_json, device=self.device,
             disk_io=disk_io, event_capacity=event_capacity))
 
-    def close(self) -> None:
+    def close(self, write_back_s: float = 0.0) -> dict | None:
+        """Closes the engine. With write_back_s > 0 it first writes the blocks only the
+        pinned tier has to the first persistent disk tier, for at most that long, and returns
+        the engine's report ({"written", "failed", "left"})."""
+        report = self.engine.write_back(write_back_s) if write_back_s > 0 else None
         self.engine.close()
+        return report
 
     @staticmethod
     def _keys(block_keys: Sequence[bytes], generation: int) -> list[tuple[int, int]]:

@@ -1,13 +1,14 @@
 """vLLM adapter: `KVOffloadAgentSpec`, the OffloadingConnector spec that agent mode names in
 --kv-transfer-config ({"spec_name":"KVOffloadAgentSpec","spec_module_path":"kvoffload.vllm"}).
-Written against vLLM 0.33.0 (vllm/v1/kv_offload/base.py); other releases are not supported.
+Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py); other releases are not supported.
 
 vLLM splits offloading in two: a scheduler-side OffloadingManager that answers lookups and
 hands out load/store specs, and a worker-side OffloadingWorker that moves the bytes. Here the
 bytes and the index both live in one libkvoffload engine per worker (the C++ engine owns the
 pinned tier, the disk tiers and eviction), so the manager asks the worker's engine directly.
 That needs the worker in the scheduler's process: one worker (world size 1, vLLM's
-single-process executor). Larger worlds are refused with a message saying so."""
+single-process executor). Larger worlds, and a worker in another process (the 'mp' executor),
+are refused when vLLM starts, with a message naming the setting to change."""
 
 import logging
 import os
@@ -40,12 +41,19 @@ from kvoffload import settings as settings_mod
 from kvoffload.engine import Fingerprint, KvoError
 from kvoffload.transfer import TransferCore, engine_key
 
-logger = logging.getLogger(__name__)
+# Under vLLM's logger: vLLM configures handlers (and VLLM_LOGGING_LEVEL) for "vllm" only, so a
+# logger of our own package name would print nothing in a `vllm serve` pod's log.
+logger = logging.getLogger("vllm.kvoffload")
 
 # Residency events the engine keeps between two take_events() of the scheduler (one step):
 # 24 bytes each, so at most 24 MiB; a step that moves more blocks than this loses events
 # (counted in the engine's events_dropped), never blocks.
 EVENT_CAPACITY = 1 << 20
+
+# Graceful shutdown: how long the worker may spend writing pinned-only blocks to a persistent
+# tier before its engine closes (extra config "write_back_seconds"). Kubernetes gives a pod 30 s
+# between SIGTERM and SIGKILL by default, and vLLM needs some of it for itself.
+DEFAULT_WRITE_BACK_SECONDS = 10.0
 
 # engine_id -> the transfer core of that engine's worker, so the scheduler-side manager of
 # the same vLLM engine (same process) reads the index the worker writes.
@@ -276,9 +284,10 @@ class KVOffloadWorker(OffloadingWorker):
     miss it, the engine counts the failure); a failed load is reported as failed, because the
     GPU blocks would otherwise hold stale KV."""
 
-    def __init__(self, core: TransferCore, engine_id: str):
+    def __init__(self, core: TransferCore, engine_id: str, write_back_s: float):
         self._core = core
         self._engine_id = engine_id
+        self._write_back_s = write_back_s
         # vLLM job id -> (engine job, is_store, bytes, start time)
         self._jobs: dict[int, tuple[int, bool, int, float]] = {}
         self._finished: list[TransferResult] = []
@@ -347,7 +356,15 @@ class KVOffloadWorker(OffloadingWorker):
         with _cores_lock:
             if _cores.get(self._engine_id) is self._core:
                 del _cores[self._engine_id]
-        self._core.close()
+        # vLLM shuts the connector down after its last step; jobs still running are waited
+        # by the engine's close, and write-back covers what only pinned RAM holds.
+        start = time.monotonic()
+        report = self._core.close(self._write_back_s)
+        if report is not None:
+            logger.info("kvoffload: shutdown wrote %d pinned-only blocks to the persistent "
+                        "tier in %.2f s (%d failed, %d left when the %.0f s budget ran out)",
+                        report["written"], time.monotonic() - start, report["failed"],
+                        report["left"], self._write_back_s)
 
 
 class KVOffloadAgentSpec(OffloadingSpec):
@@ -365,11 +382,36 @@ class KVOffloadAgentSpec(OffloadingSpec):
         self._manager: KVOffloadManager | None = None
         self._worker: KVOffloadWorker | None = None
 
+    def _write_back_s(self) -> float:
+        value = self.extra_config.get("write_back_seconds", DEFAULT_WRITE_BACK_SECONDS)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if not seconds >= 0:
+            raise ValueError(f"KVOffloadAgentSpec: kv_connector_extra_config.write_back_seconds="
+                             f"{value!r} is not a number of seconds >= 0; 0 turns the shutdown "
+                             "write-back off")
+        return seconds
+
     def _events_enabled(self) -> bool:
         return bool(self.kv_events_config.enable_kv_cache_events)
 
     def get_manager(self) -> OffloadingManager:
         _require_single_worker(self.config)
+        # vLLM's engine core creates its executor and registers the workers' KV caches
+        # (get_worker) before it builds the scheduler (get_manager). A worker in this process
+        # has registered its engine by now; none means it runs in another process, where
+        # the manager cannot reach its engine: refuse at start, not at the first request.
+        with _cores_lock:
+            in_process = self.config.engine_id in _cores
+        if not in_process:
+            raise ValueError(
+                "KVOffloadAgentSpec: vLLM's worker runs in another process than its scheduler "
+                "(distributed_executor_backend 'mp' or 'ray'); the adapter needs both in one "
+                "process: start vLLM with --distributed-executor-backend=uni (vLLM's CPU "
+                "build also needs VLLM_ENABLE_V1_MULTIPROCESSING=0, else it turns 'uni' into "
+                "'mp')")
         if self._manager is None:
             self._manager = KVOffloadManager(self.config.engine_id, self._events_enabled())
         return self._manager
@@ -391,5 +433,5 @@ class KVOffloadAgentSpec(OffloadingSpec):
             logger.info("kvoffload: %s", core.engine.describe())
             with _cores_lock:
                 _cores[self.config.engine_id] = core
-            self._worker = KVOffloadWorker(core, self.config.engine_id)
+            self._worker = KVOffloadWorker(core, self.config.engine_id, self._write_back_s())
         return self._worker

@@ -1,0 +1,135 @@
+"""Runs vLLM's engine (vllm.LLM, CPU build) on the tiny model in a process of its own, so that
+each configuration starts from nothing, as a pod does. test_real_engine.py calls it:
+    python real_engine.py RUN.json RESULT.json
+RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
+"gpu_blocks", "corrupt_loads": bool, "phases": [["generate", [[doc, question], ...]] |
+["reset_connector"]]}. RESULT.json: per phase the generated token ids and the libkvoffload
+engine's stats after it; "startup_error" when the engine refused to start; "shutdown_s" and
+"closed" (the engine's stats when vLLM's shutdown closed it, and its write-back report).
+
+vLLM's CPU platform replaces the "uni" executor by "mp" unless
+VLLM_ENABLE_V1_MULTIPROCESSING=0; "uni" here sets that, so the worker runs in this process
+and its engine's stats can be read."""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def main(run_path: str, result_path: str) -> None:
+    run = json.loads(open(run_path).read())
+    if run.get("executor", "uni") == "uni":
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+    import torch
+    from vllm import LLM, SamplingParams
+
+    import tiny_model
+    from kvoffload import transfer, vllm as adapter
+
+    result = {"phases": []}
+    _record_close(transfer, result)
+    if run.get("corrupt_loads"):
+        _corrupt_every_load(transfer, torch)
+    kwargs = {}
+    if run.get("connector") is not None:
+        kwargs["kv_transfer_config"] = {
+            "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
+                                          "spec_module_path": "kvoffload.vllm",
+                                          **run["connector"]}}
+    blocks = run["gpu_blocks"]
+    try:
+        llm = LLM(model=run["model"], skip_tokenizer_init=True, enforce_eager=True,
+                  dtype="float32", seed=0, block_size=tiny_model.TOKENS_PER_BLOCK,
+                  # vLLM's own KV cache: so few blocks that a prefix is evicted before it
+                  # comes back (the CPU backend sizes it in bytes, the scheduler in blocks).
+                  num_gpu_blocks_override=blocks,
+                  kv_cache_memory_bytes=blocks * tiny_model.BLOCK_BYTES,
+                  gpu_memory_utilization=0.05, max_model_len=512, max_num_seqs=4,
+                  enable_prefix_caching=True,
+                  distributed_executor_backend=run.get("executor", "uni"), **kwargs)
+    except Exception as e:  # what a refused start says is the result
+        result["startup_error"] = "".join(traceback.format_exception_only(e))
+        open(result_path, "w").write(json.dumps(result))
+        return
+    greedy = SamplingParams(max_tokens=4, temperature=0.0, detokenize=False)
+    for phase in run["phases"]:
+        if phase[0] == "generate":
+            tokens = []
+            # One request at a time: the order of stores, evictions and loads is then the
+            # order of the list, and so are the exact counts the test expects.
+            for doc, question in phase[1]:
+                out = llm.generate([{"prompt_token_ids": tiny_model.prompt(doc, question)}],
+                                   greedy, use_tqdm=False)
+                tokens.append(list(out[0].outputs[0].token_ids))
+            result["phases"].append({"tokens": tokens, "stats": _stats(adapter)})
+        elif phase[0] == "reset_connector":
+            assert llm.reset_prefix_cache(reset_connector=True), "vLLM refused the reset"
+            result["phases"].append({"stats": _stats(adapter)})
+        else:
+            raise ValueError(f"unknown phase {phase!r}")
+    start = time.monotonic()
+    llm.llm_engine.engine_core.shutdown()
+    result["shutdown_s"] = time.monotonic() - start
+    open(result_path, "w").write(json.dumps(result))
+
+
+def _stats(adapter) -> dict | None:
+    cores = list(adapter._cores.values())
+    assert len(cores) <= 1, f"{len(cores)} worker engines in one process"
+    return cores[0].engine.stats() if cores else None
+
+
+def _record_close(transfer, result: dict) -> None:
+    """Keeps, in result["closed"], the engine's stats as vLLM's shutdown closes it and the
+    report of its write-back."""
+    close = transfer.TransferCore.close
+
+    def recorded_close(core, write_back_s=0.0):
+        stats = core.engine.stats()
+        report = close(core, write_back_s)
+        result["closed"] = {"stats": stats, "write_back": report}
+        return report
+
+    transfer.TransferCore.close = recorded_close
+
+
+def _corrupt_every_load(transfer, torch) -> None:
+    """The negative control: once a load job has finished, overwrite the KV rows it wrote with
+    noise before vLLM reads them, so that a test can see whether attention reads what was
+    loaded (the output changes) or recomputes it (it would not)."""
+    load, poll, wait = (transfer.TransferCore.load, transfer.TransferCore.poll,
+                        transfer.TransferCore.wait)
+    targets: dict[int, list[int]] = {}
+
+    def scramble(core, job):
+        for row in targets.pop(job, []):
+            for t in core.tensors:
+                t[row].copy_(torch.randn(t[row].shape).to(t.dtype))
+
+    def load_and_remember(core, block_keys, block_ids, generation=0):
+        job = load(core, block_keys, block_ids, generation)
+        targets[job] = [int(b) for b in block_ids]
+        return job
+
+    def poll_and_scramble(core, job):
+        done = poll(core, job)
+        if done:
+            scramble(core, job)
+        return done
+
+    def wait_and_scramble(core, job):
+        wait(core, job)
+        scramble(core, job)
+
+    transfer.TransferCore.load = load_and_remember
+    transfer.TransferCore.poll = poll_and_scramble
+    transfer.TransferCore.wait = wait_and_scramble
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,151 @@
+"""vLLM's engine for real (the CPU build's vllm.LLM) with KVOffloadAgentSpec: a tiny Llama
+with random weights (tiny_model.py) and vLLM's own KV cache cut to 24 blocks, so that a
+document's prefix is evicted from it before a second question about that document comes back.
+
+Workload: eight documents of 4 full blocks each are asked one question each (32 blocks
+offloaded; vLLM's cache keeps only the newest), then documents 0-2 a second question: their 12
+prefix blocks are gone from vLLM's cache, so every one of them is loaded through the connector,
+and the generated tokens must equal those of the same run without a connector. Counts come
+from the libkvoffload engine's stats; each configuration runs in a fresh process
+(real_engine.py), like a pod."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import tiny_model
+
+HERE = pathlib.Path(__file__).resolve().parent
+GPU_BLOCKS = 24
+DOCS = 8
+FIRST = [[d, 0] for d in range(DOCS)]
+AGAIN = [[d, 1] for d in range(3)]
+STORED = DOCS * tiny_model.PREFIX_BLOCKS
+LOADED = len(AGAIN) * tiny_model.PREFIX_BLOCKS
+# A pinned slot and a block file: the block plus its 64-byte trailer, 4 KiB aligned.
+SLOT = -(-(tiny_model.BLOCK_BYTES + 64) // 4096) * 4096
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return tiny_model.make(str(tmp_path_factory.mktemp("tiny-llama")))
+
+
+def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor="uni",
+               corrupt_loads=False, extra=None):
+    """One vLLM engine in a fresh process; cpu_slots None = no connector. Tier settings reach
+    the adapter as the webhook passes them, through KVOFFLOAD_* env."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KVOFFLOAD_") or k == "KVOFFLOAD_LIBRARY"}
+    env["PYTHONPATH"] = f"{HERE}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    if cpu_slots is not None:
+        env["KVOFFLOAD_CPU_BYTES"] = str(cpu_slots * SLOT)
+        env["KVOFFLOAD_TIERS"] = json.dumps(list(tiers))
+    spec = {"model": model, "connector": None if cpu_slots is None else (extra or {}),
+            "executor": executor, "gpu_blocks": GPU_BLOCKS, "corrupt_loads": corrupt_loads,
+            "phases": phases}
+    run_file, result_file = tmp_path / f"{name}.run.json", tmp_path / f"{name}.result.json"
+    run_file.write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, str(HERE / "real_engine.py"), str(run_file),
+                           str(result_file)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and result_file.exists(), (
+        f"{name}: real_engine.py exited {proc.returncode}\n{proc.stdout[-4000:]}\n"
+        f"{proc.stderr[-8000:]}")
+    result = json.loads(result_file.read_text())
+    result["stderr"] = proc.stderr
+    return result
+
+
+def disk_tier(tmp_path, name, blocks, kind="emptyDir"):
+    path = tmp_path / name
+    path.mkdir(exist_ok=True)
+    return {"path": str(path), "kind": kind, "capacityBytes": blocks * SLOT,
+            "persistent": kind == "pvcRef", "shared": False}
+
+
+@pytest.fixture(scope="module")
+def baseline(model, tmp_path_factory):
+    """The tokens without a connector: vLLM recomputes every evicted prefix."""
+    r = run_engine(tmp_path_factory.mktemp("baseline"), "baseline", model,
+                   [["generate", FIRST], ["generate", AGAIN]])
+    return [p["tokens"] for p in r["phases"]]
+
+
+def test_loads_from_the_pinned_tier_and_resets(model, baseline, tmp_path):
+    r = run_engine(tmp_path, "pinned", model,
+                   [["generate", FIRST], ["generate", AGAIN], ["reset_connector"],
+                    ["generate", AGAIN]], cpu_slots=64)
+    first, again, reset, after_reset = r["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["tokens"] == baseline[1], "tokens differ from the run without a connector"
+    assert first["stats"]["stored_blocks"] == STORED
+    assert first["stats"]["loaded_blocks"] == 0
+    assert again["stats"]["loaded_blocks"] == LOADED
+    assert again["stats"]["tiers"][0]["blocks"] == STORED
+    assert again["stats"]["failed_loads"] == 0
+    # After a connector reset nothing stored before is served: the second questions are
+    # recomputed (same tokens) and their prefixes stored again under the new generation.
+    assert after_reset["tokens"] == baseline[1]
+    assert after_reset["stats"]["loaded_blocks"] == LOADED
+    assert after_reset["stats"]["stored_blocks"] == STORED + LOADED
+    assert r["closed"]["stats"]["held_blocks"] == 0
+
+
+def test_loads_from_a_disk_tier(model, baseline, tmp_path):
+    # 8 pinned slots: of the 32 blocks the first questions store, the newest 8 stay pinned
+    # and the 24 before them (documents 0-5) cascade to the emptyDir tier.
+    r = run_engine(tmp_path, "disk", model, [["generate", FIRST], ["generate", AGAIN]],
+                   cpu_slots=8, tiers=[disk_tier(tmp_path, "kv-cache-0", 64)])
+    first, again = r["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["tokens"] == baseline[1], "tokens differ from the run without a connector"
+    assert first["stats"]["tiers"][1]["blocks"] == STORED - 8
+    disk = again["stats"]["tiers"][1]
+    assert again["stats"]["loaded_blocks"] == LOADED
+    assert disk["bytes_read"] - first["stats"]["tiers"][1]["bytes_read"] == LOADED * SLOT
+    assert disk["corrupt"] == 0 and disk["io_errors"] == 0
+
+
+def test_corrupted_loads_change_the_output(model, baseline, tmp_path):
+    """The negative control: noise written over every loaded block before vLLM reads it.
+    Had vLLM recomputed the prefix instead of reading the loaded KV, nothing would change."""
+    r = run_engine(tmp_path, "corrupt", model, [["generate", FIRST], ["generate", AGAIN]],
+                   cpu_slots=64, corrupt_loads=True)
+    first, again = r["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["stats"]["loaded_blocks"] == LOADED
+    changed = [a != b for a, b in zip(again["tokens"], baseline[1])]
+    assert all(changed), f"output unchanged by corrupted KV for requests {changed}"
+
+
+def test_restart_on_a_persistent_tier_hits_every_block(model, baseline, tmp_path):
+    """Graceful shutdown writes the blocks only pinned RAM holds to the persistent tier, so a
+    new engine on that tier loads every block the first one stored."""
+    tiers = [disk_tier(tmp_path, "kv-cache-0", 64, kind="pvcRef")]
+    before = run_engine(tmp_path, "before-restart", model, [["generate", FIRST]],
+                        cpu_slots=8, tiers=tiers)
+    assert before["phases"][0]["tokens"] == baseline[0]
+    assert before["closed"]["write_back"] == {"written": 8, "failed": 0, "left": 0}
+    again_all = [[d, 1] for d in range(DOCS)]
+    after = run_engine(tmp_path, "after-restart", model, [["generate", again_all]],
+                       cpu_slots=8, tiers=tiers)
+    stats = after["phases"][0]["stats"]
+    assert stats["loaded_blocks"] == STORED
+    assert stats["stored_blocks"] == 0
+    assert after["phases"][0]["tokens"][:len(AGAIN)] == baseline[1]
+
+
+def test_mp_executor_is_refused_at_start(model, tmp_path):
+    """vLLM's default layout on its CPU build puts the worker in another process: the engine
+    must not start (and then die at the first request); the error names the setting."""
+    r = run_engine(tmp_path, "mp", model, [["generate", FIRST[:1]]], cpu_slots=8,
+                   executor="mp")
+    assert "startup_error" in r, f"the mp layout started: {r['phases']}"
+    # The engine core runs in its own process here: its error reaches the log, and the
+    # LLM constructor reports that the engine core failed to start.
+    assert "--distributed-executor-backend=uni" in r["stderr"], r["stderr"][-4000:]

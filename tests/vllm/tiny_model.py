@@ -1,0 +1,54 @@
+"""A tiny Llama the real-engine tests run: random weights made here and saved as local
+safetensors (no hub, no download), and prompts of token ids (no tokenizer).
+
+Weights are drawn wider than transformers' default (initializer_range 0.2, not 0.02): with
+near-zero weights every position attends almost uniformly and the sampled tokens barely
+depend on the KV cache, so a test that corrupts loaded KV could not see it."""
+
+import random
+
+# One vLLM block of this model: 4 layers x 32 tokens x 4 KV heads x 64 x (K + V) x fp32.
+LAYERS = 4
+TOKENS_PER_BLOCK = 32  # the CPU attention backend wants a multiple of 32
+BLOCK_BYTES = LAYERS * TOKENS_PER_BLOCK * 4 * 64 * 2 * 4
+VOCAB = 512
+PREFIX_BLOCKS = 4
+
+
+def make(path: str) -> str:
+    """Writes the model directory (config.json, safetensors, a tokenizer) and returns its
+    path."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=LAYERS, num_attention_heads=4,
+                         num_key_value_heads=4, max_position_embeddings=16384,
+                         initializer_range=0.2, tie_word_embeddings=False)
+    LlamaForCausalLM(config).to(torch.float32).save_pretrained(path)
+    _tokenizer().save_pretrained(path)
+    return path
+
+
+def _tokenizer():
+    """A word-level tokenizer whose words are the token ids: "t17 t4" is [17, 4]. vLLM's
+    OpenAI server tokenizes text prompts with it, and prompt_text() writes them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0")
+
+
+def prompt_text(doc: int, question: int) -> str:
+    return " ".join(f"t{i}" for i in prompt(doc, question))
+
+
+def prompt(doc: int, question: int) -> list[int]:
+    """Document `doc` (PREFIX_BLOCKS full blocks, shared by every question about it) and a
+    5-token question: the partial last block is never offloaded."""
+    r = random.Random(doc)
+    prefix = [r.randrange(1, VOCAB) for _ in range(PREFIX_BLOCKS * TOKENS_PER_BLOCK)]
+    return prefix + [(question * 7 + j) % (VOCAB - 1) + 1 for j in range(5)]
