@@ -1,18 +1,37 @@
-// A synthetic KV-block access trace for hit-ratio studies: multi-turn chats that share a few
-// system prompts, requests over Zipf-popular documents (RAG), and periodic one-time scans
-// (long unique prompts) that flush recency-only caches. Deterministic for a given seed on a
-// given build (it uses its own generator and sampling, not <random>'s distributions).
+// KV-block access traces for hit-ratio studies. A trace is a list of requests, each the prefix
+// chain of block hashes a prefix-caching engine looks up, in order (system prompt first), as
+// published LLM-serving traces record them (Mooncake's `hash_ids`).
+//
+// Generators, each deterministic for a given seed on a given build (they use their own random
+// generator and sampling, not <random>'s distributions):
+//   mixed  multi-turn chats sharing a few system prompts, requests over Zipf-popular documents
+//          and periodic one-time scans (long unique prompts) that flush recency-only caches;
+//   chat   multi-turn chats with human think time between turns (trace_shapes.cc);
+//   agent  agentic tool loops: long shared tool prefixes re-read with appended turns;
+//   rag    retrieval: a system prompt, then Zipf-popular documents, then a unique question.
 // Pure functions; thread-compatible.
 #ifndef KVOFFLOAD_BENCH_AGENT_TRACE_H_
 #define KVOFFLOAD_BENCH_AGENT_TRACE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kvoffload/block_key.h"
+#include "kvoffload/status.h"
 
 namespace kvoffload::bench {
+
+struct TraceRequest {
+  double timestamp_ms = 0;        // arrival; 0 when the source has none
+  std::vector<BlockKey> blocks;   // the prompt's prefix chain, first block first
+  friend bool operator==(const TraceRequest&, const TraceRequest&) = default;
+};
+using Trace = std::vector<TraceRequest>;
+
+size_t TraceAccesses(const Trace& trace);
+size_t TraceDistinctBlocks(const Trace& trace);
 
 struct TraceOptions {
   uint64_t seed = 1;
@@ -30,9 +49,23 @@ struct TraceOptions {
   size_t scan_blocks = 3000;        // blocks of a scan, never seen again
 };
 
-// Each request reads its whole prefix in order (system prompt, then history or document),
-// as a prefix-caching engine looks blocks up.
-std::vector<BlockKey> GenerateTrace(const TraceOptions& options);
+// The mixed chat/RAG/scan trace. Each request reads its whole prefix in order (system prompt,
+// then history or document); a scan is a request of its own.
+Trace GenerateTrace(const TraceOptions& options);
+
+// The shapes that mimic production traffic (trace_shapes.cc). `requests` is the trace's length.
+struct ShapeOptions {
+  uint64_t seed = 1;
+  size_t requests = 20000;
+};
+Trace GenerateChatTrace(const ShapeOptions& options);
+Trace GenerateAgentTrace(const ShapeOptions& options);
+Trace GenerateRagTrace(const ShapeOptions& options);
+
+// One of "mixed", "chat", "agent", "rag" (requests and seed from `options`, the rest of the
+// mixed trace's knobs from `mixed`); InvalidArgument naming the known shapes otherwise.
+Result<Trace> GenerateShape(const std::string& shape, const ShapeOptions& options,
+                            TraceOptions mixed);
 
 }  // namespace kvoffload::bench
 
