@@ -22,18 +22,19 @@ Result<ReplayResult> ReplayPolicy(std::string_view policy, size_t capacity_block
   ReplayResult r;
   for (const TraceRequest& req : trace) {
     bool leading = true;
-    for (const BlockKey& key : req.blocks) {
+    for (uint32_t position = 0; position < req.blocks.size(); ++position) {
+      const BlockKey& key = req.blocks[position];
       ++r.accesses;
       if (resident.contains(key)) {
         ++r.hits;
         if (leading) {
           ++r.prefix_hits;
-          p.OnAccess(key);
+          p.OnAccessAt(key, position);
         }
         continue;
       }
       leading = false;
-      p.OnInsert(key);
+      p.OnInsertAt(key, position);
       resident.insert(key);
       // The new block is pinned while its data is copied in, as in a tier.
       while (resident.size() > capacity_blocks) {

@@ -6,9 +6,9 @@
 //   prefix-usable   only the leading run of resident blocks counts: a prefix-caching engine
 //                   loads that run, and recomputes (then stores) everything after the first
 //                   miss, resident or not, since a KV block is only usable behind its prefix.
-// The engine's calls are modelled as it makes them: the leading run is loaded (OnAccess); a
-// missing block after it is stored (OnInsert, then SelectVictim while over capacity, the new
-// block pinned); a resident block after the first miss is recomputed but not stored again (the
+// The engine's calls are modelled as it makes them, with each block's position in its request
+// (eviction_policy.h): the leading run is loaded (OnAccessAt); a missing block after it is
+// stored (OnInsertAt, then SelectVictim while over capacity, the new block pinned); a resident block after the first miss is recomputed but not stored again (the
 // engine skips blocks it already holds), so the policy hears nothing about it.
 // Pure functions; thread-compatible.
 #ifndef KVOFFLOAD_BENCH_AGENT_REPLAY_H_

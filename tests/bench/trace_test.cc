@@ -92,6 +92,17 @@ TEST(ReplayPolicyTest, PrefixUsableCountsOnlyTheLeadingRun) {
   EXPECT_EQ(opt.prefix_hits, 1u);
 }
 
+// The same trace on chain-lru, which the replay tells each block's position: [9] evicts the
+// deepest block of the older request (3), so the last [1 2 3] loads 1 and 2 and stores only 3,
+// which evicts 9. By hand: hits 1 and 2 in request 3, all of request 4.
+TEST(ReplayPolicyTest, ChainLruKeepsTheHeadThatLruLoses) {
+  const Trace t = {Request({1, 2, 3}), Request({9}), Request({1, 2, 3}), Request({1, 2, 3})};
+  Result<ReplayResult> chain = ReplayPolicy("chain-lru", 3, t);
+  ASSERT_TRUE(chain.ok());
+  EXPECT_EQ(chain->hits, 5u);
+  EXPECT_EQ(chain->prefix_hits, 5u);
+}
+
 TraceOptions Small(uint64_t seed) {
   TraceOptions o;
   o.seed = seed;
