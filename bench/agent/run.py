@@ -9,7 +9,8 @@ usage: run.py BUILD_DIR RESULTS_DIR
 env:   BENCH_DISK_DIR (default BUILD_DIR/bench-scratch: must not be tmpfs), BENCH_DISK_TOTAL
        (bytes per block size, default 256M), BENCH_DISK_QD (8), BENCH_CPU_TOTAL (256M),
        BENCH_DISK_REPS (2: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
-       BENCH_TRACE_REQUESTS (20000 per trace shape)
+       BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_AGENT_ONLY (comma-separated subset of
+       disk,cpu,policy,trace; default all)
 """
 import json
 import os
@@ -28,6 +29,7 @@ DISK_REPS = int(os.environ.get("BENCH_DISK_REPS", "2"))
 CPU_TOTAL = os.environ.get("BENCH_CPU_TOTAL", "256M")
 POLICY_OPS = os.environ.get("BENCH_POLICY_OPS", "1000000")
 TRACE_REQUESTS = os.environ.get("BENCH_TRACE_REQUESTS", "20000")
+ONLY = [x for x in os.environ.get("BENCH_AGENT_ONLY", "").split(",") if x]
 
 
 def log(msg):
@@ -125,7 +127,13 @@ def trace():
 
 def main():
     os.makedirs(RESULTS, exist_ok=True)
-    for name, fn in (("disk", disk), ("cpu", cpu), ("policy", policy), ("trace", trace)):
+    benches = (("disk", disk), ("cpu", cpu), ("policy", policy), ("trace", trace))
+    unknown = set(ONLY) - {name for name, _ in benches}
+    if unknown:
+        sys.exit(f"run.py: BENCH_AGENT_ONLY names {sorted(unknown)}; known: disk, cpu, policy, trace")
+    for name, fn in benches:
+        if ONLY and name not in ONLY:
+            continue
         with open(os.path.join(RESULTS, f"agent-{name}.json"), "w") as f:
             json.dump(fn(), f, indent=2)
 
