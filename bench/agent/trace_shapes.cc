@@ -65,8 +65,8 @@ using EventQueue = std::priority_queue<Event, std::vector<Event>, std::greater<>
 // system prompts (Zipf 1.0, 8-24 blocks), and runs 1-16 turns. A turn re-reads the system prompt
 // and the whole history, then appends the user's message (1-3 blocks) and the answer (1-3
 // blocks). Between turns the user reads and types: 2 s of generation plus an exponential think
-// time of mean 40 s, so about 90 sessions are open at once and a session's blocks come back
-// after thousands of other blocks went by.
+// time of mean 40 s, so several hundred sessions are open at once and a session's blocks come
+// back after tens of thousands of other blocks went by.
 Trace GenerateChatTrace(const ShapeOptions& o) {
   Rng rng(o.seed);
   constexpr size_t kPrompts = 24;
