@@ -8,9 +8,9 @@
 //                   miss, resident or not, since a KV block is only usable behind its prefix.
 // The engine's calls are modelled as it makes them, with each block's position in its request
 // (eviction_policy.h): the leading run is loaded (OnAccessAt); a missing block after it is
-// stored (OnInsertAt, then SelectVictim while over capacity, the new block pinned); a resident block after the first miss is recomputed but not stored again (the
-// engine skips blocks it already holds), so the policy hears nothing about it.
-// Pure functions; thread-compatible.
+// stored (OnInsertAt, then SelectVictim while over capacity, the new block pinned); a resident
+// block after the first miss is recomputed but not stored again (the engine skips blocks it already
+// holds), so the policy hears nothing about it. Pure functions; thread-compatible.
 #ifndef KVOFFLOAD_BENCH_AGENT_REPLAY_H_
 #define KVOFFLOAD_BENCH_AGENT_REPLAY_H_
 

@@ -24,8 +24,8 @@
 namespace kvoffload::bench {
 
 struct TraceRequest {
-  double timestamp_ms = 0;        // arrival; 0 when the source has none
-  std::vector<BlockKey> blocks;   // the prompt's prefix chain, first block first
+  double timestamp_ms = 0;       // arrival; 0 when the source has none
+  std::vector<BlockKey> blocks;  // the prompt's prefix chain, first block first
   friend bool operator==(const TraceRequest&, const TraceRequest&) = default;
 };
 using Trace = std::vector<TraceRequest>;
@@ -36,17 +36,17 @@ size_t TraceDistinctBlocks(const Trace& trace);
 struct TraceOptions {
   uint64_t seed = 1;
   size_t requests = 20000;
-  size_t system_prompts = 8;        // shared by every chat and document request
+  size_t system_prompts = 8;  // shared by every chat and document request
   size_t system_prompt_blocks = 16;
-  size_t conversations = 400;       // live chats at any time; a finished one is replaced
-  size_t max_turns = 12;            // a chat ends after a uniform 1..max_turns turns
-  size_t turn_blocks = 4;           // new blocks a turn appends (question + answer)
+  size_t conversations = 400;  // live chats at any time; a finished one is replaced
+  size_t max_turns = 12;       // a chat ends after a uniform 1..max_turns turns
+  size_t turn_blocks = 4;      // new blocks a turn appends (question + answer)
   size_t documents = 4000;
   size_t document_blocks = 8;
-  double zipf_s = 1.0;              // document popularity exponent
-  double document_fraction = 0.4;   // share of requests that read a document; the rest chat
-  size_t scan_every = 2000;         // a one-time scan after this many requests (0: never)
-  size_t scan_blocks = 3000;        // blocks of a scan, never seen again
+  double zipf_s = 1.0;             // document popularity exponent
+  double document_fraction = 0.4;  // share of requests that read a document; the rest chat
+  size_t scan_every = 2000;        // a one-time scan after this many requests (0: never)
+  size_t scan_blocks = 3000;       // blocks of a scan, never seen again
 };
 
 // The mixed chat/RAG/scan trace. Each request reads its whole prefix in order (system prompt,

@@ -7,11 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "kvoffload/eviction_policy.h"
@@ -49,7 +48,8 @@ Result<std::vector<CacheSize>> ParseCacheSizes(const std::string& list, size_t d
     const double blocks = percent ? std::ceil(value / 100 * static_cast<double>(distinct)) : value;
     out.push_back(CacheSize{item, std::max<size_t>(1, static_cast<size_t>(blocks))});
   }
-  if (out.empty()) return Status::InvalidArgument("--cache-blocks: no sizes given; write e.g. 2%,5%,10%");
+  if (out.empty())
+    return Status::InvalidArgument("--cache-blocks: no sizes given; write e.g. 2%,5%,10%");
   return out;
 }
 
@@ -86,7 +86,8 @@ int RunTrace(Flags& flags) {
   const std::string policies_flag = flags.GetString("policies", "");
   if (!flags.Done("trace")) return 2;
 
-  Result<Trace> made = file.empty() ? GenerateShape(shape, shape_options, mixed) : ReadTraceFile(file);
+  Result<Trace> made =
+      file.empty() ? GenerateShape(shape, shape_options, mixed) : ReadTraceFile(file);
   if (!made.ok()) {
     std::cerr << "kvoffload-bench trace: " << made.status().ToString() << "\n";
     return 2;
@@ -129,10 +130,10 @@ int RunTrace(Flags& flags) {
   for (const CacheSize& cache : *caches) {
     const ReplayResult opt = ReplayOpt(cache.blocks, trace);
     progress.Update(++done);
-    nlohmann::json row = {{"cache", cache.label},
-                          {"cache_blocks", cache.blocks},
-                          {"opt", {{"hit_ratio", opt.HitRatio()},
-                                   {"prefix_hit_ratio", opt.PrefixHitRatio()}}}};
+    nlohmann::json row = {
+        {"cache", cache.label},
+        {"cache_blocks", cache.blocks},
+        {"opt", {{"hit_ratio", opt.HitRatio()}, {"prefix_hit_ratio", opt.PrefixHitRatio()}}}};
     for (const std::string& policy : policies) {
       Result<ReplayResult> r = ReplayPolicy(policy, cache.blocks, trace);
       if (!r.ok()) {

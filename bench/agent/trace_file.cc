@@ -4,9 +4,8 @@
 
 #include <cmath>
 #include <fstream>
-#include <unordered_map>
-
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 namespace kvoffload::bench {
 namespace {
@@ -20,12 +19,14 @@ Status ParseLine(const std::string& line, const std::string& where, double* last
                  TraceRequest* out) {
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    return Status::InvalidArgument(where + ": not a JSON object; each line is one request, "
+    return Status::InvalidArgument(where +
+                                   ": not a JSON object; each line is one request, "
                                    "e.g. {\"timestamp\": 0, \"hash_ids\": [1, 2, 3]}");
   }
   auto ids = j.find("hash_ids");
   if (ids == j.end()) {
-    return Status::InvalidArgument(where + ": hash_ids is missing; give the request's prompt "
+    return Status::InvalidArgument(where +
+                                   ": hash_ids is missing; give the request's prompt "
                                    "blocks as a list of integer ids, first block first");
   }
   if (!ids->is_array()) {
@@ -36,15 +37,16 @@ Status ParseLine(const std::string& line, const std::string& where, double* last
   for (size_t i = 0; i < ids->size(); ++i) {
     const nlohmann::json& id = (*ids)[i];
     if (!id.is_number_unsigned() && !(id.is_number_integer() && id.get<int64_t>() >= 0)) {
-      return Status::InvalidArgument(where + ": hash_ids[" + std::to_string(i) + "]: " +
-                                     Shown(id) + " is not a non-negative integer block id");
+      return Status::InvalidArgument(where + ": hash_ids[" + std::to_string(i) + "]: " + Shown(id) +
+                                     " is not a non-negative integer block id");
     }
     out->blocks.push_back(BlockKey{kTraceFileKeyTag, id.get<uint64_t>()});
   }
   if (auto ts = j.find("timestamp"); ts != j.end()) {
     if (!ts->is_number() || !std::isfinite(ts->get<double>())) {
-      return Status::InvalidArgument(where + ": timestamp: " + Shown(*ts) +
-                                     " is not a number; give the arrival time in ms or leave it out");
+      return Status::InvalidArgument(
+          where + ": timestamp: " + Shown(*ts) +
+          " is not a number; give the arrival time in ms or leave it out");
     }
     out->timestamp_ms = ts->get<double>();
     if (out->timestamp_ms < *last_timestamp) {
@@ -81,7 +83,8 @@ Result<Trace> ReadTrace(std::istream& in, const std::string& source) {
   }
   if (in.bad()) return Status::IOError(source + ": read failed");
   if (trace.empty()) {
-    return Status::InvalidArgument(source + ": no requests; a trace has one JSON object per line "
+    return Status::InvalidArgument(source +
+                                   ": no requests; a trace has one JSON object per line "
                                    "with a hash_ids list");
   }
   return trace;
@@ -97,7 +100,8 @@ Status WriteTrace(const Trace& trace, size_t block_tokens, std::ostream& out) {
   std::unordered_map<BlockKey, uint64_t, BlockKeyHash> ids;
   for (const TraceRequest& r : trace) {
     nlohmann::json hash_ids = nlohmann::json::array();
-    for (const BlockKey& k : r.blocks) hash_ids.push_back(ids.try_emplace(k, ids.size()).first->second);
+    for (const BlockKey& k : r.blocks)
+      hash_ids.push_back(ids.try_emplace(k, ids.size()).first->second);
     nlohmann::json line = {{"timestamp", std::llround(r.timestamp_ms)},
                            {"input_length", r.blocks.size() * block_tokens},
                            {"hash_ids", std::move(hash_ids)}};

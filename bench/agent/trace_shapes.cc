@@ -103,7 +103,8 @@ Trace GenerateChatTrace(const ShapeOptions& o) {
       chain.Append(kTurn, (e.session << 8) | (turn & 0xFF), blocks);
     }
     s.turns.back().second += rng.Between(1, 3);  // the answer
-    if (--s.turns_left > 0) events.push(Event{e.time_ms + 2000 + rng.Exponential(40000), e.session});
+    if (--s.turns_left > 0)
+      events.push(Event{e.time_ms + 2000 + rng.Exponential(40000), e.session});
   }
   return trace;
 }

@@ -1,6 +1,10 @@
 // The trace generators are deterministic and shaped as documented; the JSONL reader takes the
 // Mooncake trace format and names the line, field and value of what it refuses; OPT and the
 // policy replay count per-block and prefix-usable hits as computed by hand.
+#include "trace.h"
+
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -8,11 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kvoffload/eviction_policy.h"
 #include "replay.h"
-#include "trace.h"
 #include "trace_file.h"
 
 namespace kvoffload::bench {
@@ -57,9 +58,7 @@ TEST(ReplayOptTest, CyclicLoopBeatsLru) {
   EXPECT_EQ(lru->hits, 0u);
 }
 
-TEST(ReplayOptTest, ZeroCapacityNeverHits) {
-  EXPECT_EQ(ReplayOpt(0, kTextbook).hits, 0u);
-}
+TEST(ReplayOptTest, ZeroCapacityNeverHits) { EXPECT_EQ(ReplayOpt(0, kTextbook).hits, 0u); }
 
 TEST(ReplayPolicyTest, UnknownPolicyIsAnError) {
   EXPECT_FALSE(ReplayPolicy("fifo-nope", 3, kTextbook).ok());
@@ -179,9 +178,11 @@ TEST(TraceShapesTest, DeterministicPerSeedAndSortedByTime) {
     EXPECT_EQ(a.size(), 400u) << shape;
     EXPECT_EQ(a, Shape(shape, 5, 400)) << shape;
     EXPECT_NE(a, Shape(shape, 6, 400)) << shape;
-    EXPECT_TRUE(std::is_sorted(a.begin(), a.end(), [](const TraceRequest& x, const TraceRequest& y) {
-      return x.timestamp_ms < y.timestamp_ms;
-    })) << shape;
+    EXPECT_TRUE(std::is_sorted(a.begin(), a.end(),
+                               [](const TraceRequest& x, const TraceRequest& y) {
+                                 return x.timestamp_ms < y.timestamp_ms;
+                               }))
+        << shape;
   }
 }
 
@@ -270,9 +271,11 @@ TEST(TraceFileTest, BadLinesNameTheLineFieldAndValue) {
   ExpectError("{\"hash_ids\": [1]}\n[1, 2]\n", "t.jsonl:2: not a JSON object");
   ExpectError("{\"hash_ids\": [1]}\n{\"hashids\": [1]}\n", "t.jsonl:2: hash_ids is missing");
   ExpectError("{\"hash_ids\": \"1 2\"}\n", "t.jsonl:1: hash_ids: \"1 2\" is not a list");
-  ExpectError("{\"hash_ids\": [1, -2]}\n", "t.jsonl:1: hash_ids[1]: -2 is not a non-negative integer");
+  ExpectError("{\"hash_ids\": [1, -2]}\n",
+              "t.jsonl:1: hash_ids[1]: -2 is not a non-negative integer");
   ExpectError("{\"hash_ids\": [1, 2.5]}\n", "hash_ids[1]: 2.5");
-  ExpectError("{\"timestamp\": \"now\", \"hash_ids\": [1]}\n", "timestamp: \"now\" is not a number");
+  ExpectError("{\"timestamp\": \"now\", \"hash_ids\": [1]}\n",
+              "timestamp: \"now\" is not a number");
   ExpectError("{\"input_length\": -4, \"hash_ids\": [1]}\n", "input_length: -4");
   ExpectError("\n\n", "no requests");
   Result<Trace> backwards = ReadTraceFile(KVOFFLOAD_BENCH_TESTDATA "/backwards_timestamp.jsonl");
@@ -299,7 +302,8 @@ TEST(TraceFileTest, WrittenTraceReadsBackWithTheSameHits) {
   const ReplayResult a = ReplayOpt(cache, chat), b = ReplayOpt(cache, *back);
   EXPECT_EQ(a.hits, b.hits);
   EXPECT_EQ(a.prefix_hits, b.prefix_hits);
-  Result<ReplayResult> la = ReplayPolicy("lru", cache, chat), lb = ReplayPolicy("lru", cache, *back);
+  Result<ReplayResult> la = ReplayPolicy("lru", cache, chat),
+                       lb = ReplayPolicy("lru", cache, *back);
   ASSERT_TRUE(la.ok() && lb.ok());
   EXPECT_EQ(la->prefix_hits, lb->prefix_hits);
 }

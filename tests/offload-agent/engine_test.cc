@@ -498,10 +498,18 @@ class RecordingPolicy final : public EvictionPolicy {
  public:
   explicit RecordingPolicy(size_t capacity) : lru_(NewEvictionPolicy("lru", capacity).value()) {}
   std::string_view name() const override { return "test-recording"; }
-  void OnInsert(const BlockKey& k) override { Log("insert", k, kUnknownPosition), lru_->OnInsert(k); }
-  void OnAccess(const BlockKey& k) override { Log("access", k, kUnknownPosition), lru_->OnAccess(k); }
-  void OnInsertAt(const BlockKey& k, uint32_t pos) override { Log("insert", k, pos), lru_->OnInsert(k); }
-  void OnAccessAt(const BlockKey& k, uint32_t pos) override { Log("access", k, pos), lru_->OnAccess(k); }
+  void OnInsert(const BlockKey& k) override {
+    Log("insert", k, kUnknownPosition), lru_->OnInsert(k);
+  }
+  void OnAccess(const BlockKey& k) override {
+    Log("access", k, kUnknownPosition), lru_->OnAccess(k);
+  }
+  void OnInsertAt(const BlockKey& k, uint32_t pos) override {
+    Log("insert", k, pos), lru_->OnInsert(k);
+  }
+  void OnAccessAt(const BlockKey& k, uint32_t pos) override {
+    Log("access", k, pos), lru_->OnAccess(k);
+  }
   void OnHold(const BlockKey& k) override { Log("hold", k, kUnknownPosition); }
   void OnRelease(const BlockKey& k) override { Log("release", k, kUnknownPosition); }
   void OnRemove(const BlockKey& k) override { lru_->OnRemove(k); }
