@@ -3,7 +3,11 @@
 benchmark, each figure beside the limit measured in the same run, its ratio, the target and
 whether it was met. A miss is printed with its explanation, never dropped.
 
-usage: report.py RESULTS_DIR OUT_MD COMMAND WALL_SECONDS
+usage: report.py RESULTS_DIR OUT_MD COMMAND WALL_SECONDS [--only=4,5]
+
+With --only, only the numbered sections are regenerated (from RESULTS_DIR) and spliced into the
+existing OUT_MD, each marked with when and by which command; the other sections and the header
+stay as that run wrote them. For re-measuring one benchmark without rerunning them all.
 """
 import datetime
 import json
@@ -13,6 +17,11 @@ import subprocess
 import sys
 
 RESULTS, OUT, COMMAND, WALL = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+ONLY = None
+for arg in sys.argv[5:]:
+    if not arg.startswith("--only="):
+        sys.exit(f"report.py: unexpected argument {arg!r}; usage: ... [--only=4,5]")
+    ONLY = {int(x) for x in arg[len("--only="):].split(",") if x}
 
 
 def load(name):
@@ -195,20 +204,94 @@ def policy(p):
     return lines
 
 
+TRACE_WHAT = {
+    "mixed": "multi-turn chats sharing 8 system prompts, Zipf(1.0) documents and a 3000-block "
+             "one-time scan every 2000 requests",
+    "chat": "multi-turn chat with think time: sessions of 1-16 turns, each turn re-reading the "
+            "system prompt and the whole history, 40 s mean think time between turns",
+    "agent": "agentic tool loops: 6 agents' 32-96-block tool prefixes, tasks of 4-40 steps, each "
+             "step re-reading the whole context and appending action and tool result",
+    "rag": "RAG: a system prompt, three documents out of 20000 (Zipf 0.9 for the first, 0.6 for "
+           "the others, chained), a unique question",
+}
+
+
+def best_policy(runs):
+    """The policy (other than lru) with the highest mean prefix-usable fraction of OPT."""
+    scores = {}
+    for run in runs:
+        for row in run["result"]["results"]:
+            for name in run["result"]["policies"]:
+                if name != "lru":
+                    scores.setdefault(name, []).append(row[name]["prefix_of_opt"])
+    if not scores:
+        return None
+    return max(scores, key=lambda n: sum(scores[n]) / len(scores[n]))
+
+
 def trace(t):
-    lines = ["## 5. Hit ratio on a chat + RAG + scan trace, as a fraction of Belady's OPT", ""]
+    lines = ["## 5. Hit ratio on trace shapes, as a fraction of Belady's OPT", ""]
     if t is None:
         return lines + ["Not run.", ""]
-    x = t["result"]
-    lines += [f"Trace: {x['requests']} requests, {x['accesses']} block accesses, "
-              f"{x['distinct_blocks']} distinct blocks; 8 system prompts, Zipf({x['zipf']}) over "
-              f"{x['documents']} documents, a {x['scan_blocks']}-block one-time scan every "
-              f"{x['scan_every']} requests; seed {x['seed']}. OPT is Belady's MIN with demand "
-              "paging (every block admitted), the bound for the agent's tiers. No numeric target.", ""]
-    rows = [[r["cache_blocks"], f"{r['opt']:.3f}", f"{r['lru']:.3f}", f"{r['lru_of_opt']:.3f}",
-             f"{r['arc']:.3f}", f"{r['arc_of_opt']:.3f}"] for r in x["results"]]
-    return lines + [table(["cache blocks", "OPT hit ratio", "LRU", "LRU / OPT", "ARC", "ARC / OPT"], rows),
-                    "", f"Command: `{t['command']}`", ""]
+    runs = t["runs"] if "runs" in t else []
+    best = best_policy(runs)
+    lines += ["Each trace is replayed on every registered policy and on OPT at caches of 2%, 5% and "
+              "10% of its distinct blocks. Two hit ratios: per block (every resident block read "
+              "counts) and prefix-usable (only the leading run of resident blocks of a request "
+              "counts: the engine recomputes everything after the first miss). OPT is Belady's MIN "
+              "with demand paging (every block admitted), optimal per block; its prefix-usable "
+              "figure is the reference for the other column, not a proven bound. The trace shapes "
+              "are generated (bench/agent/trace.h, trace_shapes.cc) since public traces cannot be "
+              "fetched here; `--trace-file` replays a Mooncake-format JSONL file the same way.", ""]
+    if best:
+        lines += [f"Target, for the best policy we ship (**{best}**: highest mean prefix-usable "
+                  "fraction of OPT over all shapes and sizes): prefix-usable >= 1.2x LRU's at 2% and "
+                  "5% (or >= 0.90 of OPT where LRU is already that close), never below LRU.", ""]
+    verdicts = []
+    for run in runs:
+        x = run["result"]
+        lines += [f"### {x['trace']}", "",
+                  f"{TRACE_WHAT.get(x['trace'], 'trace file ' + x['trace'])}; {x['requests']} requests, "
+                  f"{x['accesses']} block accesses, {x['distinct_blocks']} distinct blocks; seed {x['seed']}.", ""]
+        rows = []
+        for r in x["results"]:
+            lru = r["lru"]["prefix_hit_ratio"]
+            rows.append([r["cache"], r["cache_blocks"], "OPT", f"{r['opt']['hit_ratio']:.3f}", "1",
+                         f"{r['opt']['prefix_hit_ratio']:.3f}", "1",
+                         f"{r['opt']['prefix_hit_ratio'] / lru:.2f}" if lru else "", ""])
+            for name in x["policies"]:
+                p = r[name]
+                vs_lru = p["prefix_hit_ratio"] / lru if lru else float("inf")
+                verdict = ""
+                if name == best:
+                    if r["cache"] in ("2%", "5%"):
+                        ok = vs_lru >= 1.2 or p["prefix_of_opt"] >= 0.9
+                        verdict = f">= 1.2x LRU or >= 0.90 OPT: {met(ok)}"
+                    else:
+                        ok = vs_lru >= 1.0
+                        verdict = f">= LRU: {met(ok)}"
+                    verdicts.append(ok)
+                rows.append(["", "", name, f"{p['hit_ratio']:.3f}", f"{p['of_opt']:.3f}",
+                             f"{p['prefix_hit_ratio']:.3f}", f"{p['prefix_of_opt']:.3f}",
+                             f"{vs_lru:.2f}", verdict])
+        lines += [table(["cache", "blocks", "policy", "per block", "/ OPT", "prefix-usable", "/ OPT",
+                         "prefix / LRU", "target"], rows), "", f"Command: `{run['command']}`", ""]
+    if verdicts:
+        lines += [f"Targets met in {sum(verdicts)} of {len(verdicts)} cells.", ""]
+    if verdicts and not all(verdicts):
+        lines += ["Why the target is missed: on these shapes OPT itself is only 1.1-1.5x LRU at 2-5% "
+                  "(the OPT rows' last column), so 1.2x LRU asks for nearly all of OPT's lead where the "
+                  "0.90-of-OPT clause does not apply. ARC gains 1-11% on the mixed and RAG shapes but "
+                  "falls below LRU on chat at 5% and 10% (recency matters there and its T2 keeps old "
+                  "sessions). chain-lru (evict a request's deepest block first, from the chain "
+                  "positions the engine passes) removes LRU's habit of evicting a chain's head first, "
+                  "and is never below LRU, but gains at most 1%: in these replays whole requests age "
+                  "out together, so which block of the oldest request goes first rarely decides a "
+                  "later hit. Also measured and not shipped (docs/decisions.md): W-TinyLFU (0.75-1.10x "
+                  "LRU) and a segmented chain-lru (0.88-1.10x). Recommendation from these numbers: "
+                  "keep `lru` as the default; `chain-lru` where a policy must never lose to LRU; `arc` "
+                  "for RAG-like traffic with popular documents.", ""]
+    return lines
 
 
 def gpu(g):
@@ -257,10 +340,34 @@ def main():
         "These machines are shared and noisy (the load average above includes the benchmark's own "
         "clients): absolute figures move between runs; the ratios (limit measured in the same run, "
         "alternating, best of each) are the figures to read.", ""]
-    parts = head + webhook(load("webhook.json")) + disk(load("agent-disk.json")) + cpu(load("agent-cpu.json")) + \
-        policy(load("agent-policy.json")) + trace(load("agent-trace.json")) + gpu(load("gpu-bench.json"))
+    sections = [webhook(load("webhook.json")), disk(load("agent-disk.json")), cpu(load("agent-cpu.json")),
+                policy(load("agent-policy.json")), trace(load("agent-trace.json")), gpu(load("gpu-bench.json"))]
+    if ONLY is not None:
+        sections = splice(sections)
+        head = open(OUT).read().split("\n## 1.", 1)[0].split("\n")
+    parts = head + [line for section in sections for line in section]
     with open(OUT, "w") as f:
         f.write("\n".join(parts))
+
+
+def splice(sections):
+    """Keeps the sections of OUT not named in --only; marks the regenerated ones."""
+    text = open(OUT).read()
+    old = {}
+    for chunk in text.split("\n## ")[1:]:
+        number = int(chunk.split(".", 1)[0])
+        old[number] = ("## " + chunk).rstrip("\n").split("\n") + [""]
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    with open("/proc/loadavg") as f:
+        loadavg = " ".join(f.read().split()[:3])
+    out = []
+    for number, lines in enumerate(sections, start=1):
+        if number in ONLY:
+            out.append(lines[:2] + [f"Regenerated {when} UTC by `{COMMAND}` (load average {loadavg} at the "
+                                    "end); the other sections are from the run in the header.", ""] + lines[2:])
+        else:
+            out.append(old.get(number, lines))
+    return out
 
 
 if __name__ == "__main__":

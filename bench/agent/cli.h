@@ -55,6 +55,7 @@ int RunTrace(Flags& flags);
 int RunDisk(Flags& flags);
 int RunCpu(Flags& flags);
 int RunPolicy(Flags& flags);
+int RunPolicies(Flags& flags);
 int RunGpu(Flags& flags);
 
 }  // namespace kvoffload::bench

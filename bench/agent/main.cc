@@ -81,15 +81,19 @@ void Progress::Update(uint64_t done) {
 namespace {
 
 constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=value ...]
-  trace   generate a chat/RAG/scan trace and replay it on LRU, ARC and Belady's OPT
-          --requests --seed --cache-blocks=a,b,c --system-prompts --conversations
-          --documents --zipf --scan-every --scan-blocks
+  trace   replay a trace on every registered policy and Belady's OPT: per-block and
+          prefix-usable hit ratios, each also as a fraction of OPT's
+          --trace=mixed|chat|agent|rag (generated) or --trace-file=FILE (JSONL, hash_ids)
+          --cache-blocks=2000,8000 or 2%,5%,10% (of the distinct blocks) --policies=a,b
+          --write-trace=FILE (the trace as JSONL) --requests --seed; mixed only:
+          --system-prompts --conversations --documents --zipf --scan-every --scan-blocks
   disk    store/load bandwidth through the engine (host device) on one disk tier
           --dir (not tmpfs) --block-size --qd --total --disk-io=auto|uring|psync
   cpu     store+load bandwidth of the pinned tier (host device) against memcpy
           --block-size --total --batch --jobs --reps
   policy  ns per lookup/insert/evict of a policy at --blocks resident (default 1M)
-          --policy=lru|arc --ops --batch
+          --policy=NAME (any registered) --ops --batch
+  policies  the registered eviction policies' names
   gpu     D2H/H2D bandwidth of the cuda device against one large cudaMemcpy
           --total --sizes=16K,... --batch --reps --max-blocks
 Each prints one JSON object on stdout; progress goes to stderr.
@@ -115,6 +119,7 @@ int main(int argc, char** argv) {
   if (cmd == "disk") run = RunDisk;
   if (cmd == "cpu") run = RunCpu;
   if (cmd == "policy") run = RunPolicy;
+  if (cmd == "policies") run = RunPolicies;
   if (cmd == "gpu") run = RunGpu;
   if (run == nullptr) {
     std::cerr << "kvoffload-bench: unknown subcommand \"" << cmd << "\"\n" << kUsage;

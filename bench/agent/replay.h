@@ -1,37 +1,52 @@
-// Replays a block-access trace on a cache of fixed size: through one of the agent's eviction
-// policies (as a tier drives it), or with Belady's OPT, the offline optimum that bounds them.
-// Pure functions; thread-compatible.
+// Replays a trace of requests on a cache of fixed size: through one of the agent's eviction
+// policies (as the engine and a tier drive it), or with Belady's OPT, the offline optimum.
+//
+// Two hit ratios come out of one replay:
+//   per block       every resident block a request reads counts as a hit;
+//   prefix-usable   only the leading run of resident blocks counts: a prefix-caching engine
+//                   loads that run, and recomputes (then stores) everything after the first
+//                   miss, resident or not, since a KV block is only usable behind its prefix.
+// The engine's calls are modelled as it makes them, with each block's position in its request
+// (eviction_policy.h): the leading run is loaded (OnAccessAt); a missing block after it is
+// stored (OnInsertAt, then SelectVictim while over capacity, the new block pinned); a resident
+// block after the first miss is recomputed but not stored again (the engine skips blocks it already
+// holds), so the policy hears nothing about it. Pure functions; thread-compatible.
 #ifndef KVOFFLOAD_BENCH_AGENT_REPLAY_H_
 #define KVOFFLOAD_BENCH_AGENT_REPLAY_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string_view>
 
-#include "kvoffload/block_key.h"
 #include "kvoffload/status.h"
+#include "trace.h"
 
 namespace kvoffload::bench {
 
 struct ReplayResult {
-  uint64_t accesses = 0;
-  uint64_t hits = 0;
-  double HitRatio() const {
-    return accesses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(accesses);
+  uint64_t accesses = 0;     // blocks read, over all requests
+  uint64_t hits = 0;         // resident when read
+  uint64_t prefix_hits = 0;  // resident and in the request's leading run of resident blocks
+  double HitRatio() const { return Ratio(hits); }
+  double PrefixHitRatio() const { return Ratio(prefix_hits); }
+
+ private:
+  double Ratio(uint64_t n) const {
+    return accesses == 0 ? 0.0 : static_cast<double>(n) / static_cast<double>(accesses);
   }
 };
 
-// A miss inserts the block (OnInsert, then SelectVictim while over capacity), a hit is
-// OnAccess: the calls a tier makes. Unknown policy names are the factory's InvalidArgument.
+// Unknown policy names are the factory's InvalidArgument.
 Result<ReplayResult> ReplayPolicy(std::string_view policy, size_t capacity_blocks,
-                                  std::span<const BlockKey> trace);
+                                  const Trace& trace);
 
-// Belady's MIN: on a miss with a full cache, evict the resident block whose next use is
-// furthest; the new block always enters (no bypass), as in the agent's tiers, so this is the
-// bound for policies that admit every block. O(n log n): next uses come from one backward
-// pass and the victim from a max-heap with lazy deletion.
-ReplayResult ReplayOpt(size_t capacity_blocks, std::span<const BlockKey> trace);
+// Belady's MIN over the same engine model: on a store with a full cache, evict the resident
+// block whose next read is furthest; the new block always enters (no bypass), as in the
+// agent's tiers. It maximises per-block hits; its prefix-usable figure is what that schedule
+// gives (MIN evicts a chain's tail before its head, since the tail is read later), a
+// reference rather than a proven bound. O(n log n): next uses come from one backward pass and
+// the victim from a max-heap with lazy deletion.
+ReplayResult ReplayOpt(size_t capacity_blocks, const Trace& trace);
 
 }  // namespace kvoffload::bench
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Agent benchmarks, each figure beside its limit measured in the same run on the same machine:
 disk tier vs fio (O_DIRECT, same file system, block size and queue depth), pinned tier vs
-memcpy, policy ns/op at 1M blocks, hit ratios vs Belady's OPT. Writes one JSON per benchmark
-into RESULTS_DIR (agent-disk.json, agent-cpu.json, agent-policy.json, agent-trace.json).
+memcpy, policy ns/op at 1M blocks, hit ratios vs Belady's OPT on four trace shapes (mixed, chat,
+agent, rag; see bench/agent/trace.h). Writes one JSON per benchmark into RESULTS_DIR
+(agent-disk.json, agent-cpu.json, agent-policy.json, agent-trace.json).
 
 usage: run.py BUILD_DIR RESULTS_DIR
 env:   BENCH_DISK_DIR (default BUILD_DIR/bench-scratch: must not be tmpfs), BENCH_DISK_TOTAL
        (bytes per block size, default 256M), BENCH_DISK_QD (8), BENCH_CPU_TOTAL (256M),
        BENCH_DISK_REPS (2: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
-       BENCH_TRACE_REQUESTS (20000)
+       BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_AGENT_ONLY (comma-separated subset of
+       disk,cpu,policy,trace; default all)
 """
 import json
 import os
@@ -27,6 +29,7 @@ DISK_REPS = int(os.environ.get("BENCH_DISK_REPS", "2"))
 CPU_TOTAL = os.environ.get("BENCH_CPU_TOTAL", "256M")
 POLICY_OPS = os.environ.get("BENCH_POLICY_OPS", "1000000")
 TRACE_REQUESTS = os.environ.get("BENCH_TRACE_REQUESTS", "20000")
+ONLY = [x for x in os.environ.get("BENCH_AGENT_ONLY", "").split(",") if x]
 
 
 def log(msg):
@@ -99,22 +102,38 @@ def cpu():
 
 def policy():
     rows = []
+    names = bench("policies")[0]["policies"]
     # 1M is the target; 64K (index and list in cache) separates the size's cost from the code's.
     for blocks in (1048576, 65536):
-        for name in ("lru", "arc"):
+        for name in names:
             out, cmd = bench("policy", f"--policy={name}", f"--blocks={blocks}", f"--ops={POLICY_OPS}")
             rows.append({"policy": name, "blocks": blocks, "result": out, "command": cmd})
     return {"rows": rows}
 
 
+# Every registered policy, at caches of 2%, 5% and 10% of each trace's distinct blocks: the
+# regime of a CPU tier in front of a large working set.
+TRACE_SHAPES = ("mixed", "chat", "agent", "rag")
+
+
 def trace():
-    out, cmd = bench("trace", f"--requests={TRACE_REQUESTS}", "--cache-blocks=2000,8000,32000")
-    return {"result": out, "command": cmd}
+    runs = []
+    for shape in TRACE_SHAPES:
+        out, cmd = bench("trace", f"--trace={shape}", f"--requests={TRACE_REQUESTS}",
+                         "--cache-blocks=2%,5%,10%")
+        runs.append({"result": out, "command": cmd})
+    return {"runs": runs}
 
 
 def main():
     os.makedirs(RESULTS, exist_ok=True)
-    for name, fn in (("disk", disk), ("cpu", cpu), ("policy", policy), ("trace", trace)):
+    benches = (("disk", disk), ("cpu", cpu), ("policy", policy), ("trace", trace))
+    unknown = set(ONLY) - {name for name, _ in benches}
+    if unknown:
+        sys.exit(f"run.py: BENCH_AGENT_ONLY names {sorted(unknown)}; known: disk, cpu, policy, trace")
+    for name, fn in benches:
+        if ONLY and name not in ONLY:
+            continue
         with open(os.path.join(RESULTS, f"agent-{name}.json"), "w") as f:
             json.dump(fn(), f, indent=2)
 

@@ -1,62 +1,149 @@
-// `kvoffload-bench trace`: generates the chat/RAG/scan trace and replays it on LRU, ARC and
-// Belady's OPT for several cache sizes; each policy's hit ratio is also given as a fraction
-// of OPT's, the bound no online policy can beat.
+// `kvoffload-bench trace`: replays a trace (a generated shape, or a JSONL file with
+// --trace-file) on every registered eviction policy and on Belady's OPT, at several cache
+// sizes, and reports per-block and prefix-usable hit ratios (replay.h), each also as a
+// fraction of OPT's. Cache sizes are block counts ("2000") or percentages of the trace's
+// distinct blocks ("5%").
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "cli.h"
+#include "kvoffload/eviction_policy.h"
 #include "replay.h"
 #include "trace.h"
+#include "trace_file.h"
 
 namespace kvoffload::bench {
+namespace {
+
+struct CacheSize {
+  std::string label;  // as given: "2000" or "5%"
+  size_t blocks = 0;
+};
+
+Result<std::vector<CacheSize>> ParseCacheSizes(const std::string& list, size_t distinct) {
+  std::vector<CacheSize> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const bool percent = !item.empty() && item.back() == '%';
+    const std::string number = percent ? item.substr(0, item.size() - 1) : item;
+    size_t used = 0;
+    double value = -1;
+    try {
+      value = std::stod(number, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const bool whole = percent || value == std::floor(value);
+    if (used == 0 || used != number.size() || !(value > 0) || !whole || (percent && value > 100)) {
+      return Status::InvalidArgument("--cache-blocks: \"" + item +
+                                     "\" is not a block count or a percentage of the distinct "
+                                     "blocks; write e.g. --cache-blocks=2000,8000 or 2%,5%,10%");
+    }
+    const double blocks = percent ? std::ceil(value / 100 * static_cast<double>(distinct)) : value;
+    out.push_back(CacheSize{item, std::max<size_t>(1, static_cast<size_t>(blocks))});
+  }
+  if (out.empty())
+    return Status::InvalidArgument("--cache-blocks: no sizes given; write e.g. 2%,5%,10%");
+  return out;
+}
+
+std::vector<std::string> Split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+double Of(uint64_t hits, uint64_t opt_hits) {
+  return opt_hits == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(opt_hits);
+}
+
+}  // namespace
 
 int RunTrace(Flags& flags) {
-  TraceOptions o;
-  o.seed = flags.GetU64("seed", o.seed);
-  o.requests = flags.GetU64("requests", o.requests);
-  o.system_prompts = flags.GetU64("system-prompts", o.system_prompts);
-  o.conversations = flags.GetU64("conversations", o.conversations);
-  o.documents = flags.GetU64("documents", o.documents);
-  o.zipf_s = flags.GetDouble("zipf", o.zipf_s);
-  o.scan_every = flags.GetU64("scan-every", o.scan_every);
-  o.scan_blocks = flags.GetU64("scan-blocks", o.scan_blocks);
+  TraceOptions mixed;
+  ShapeOptions shape_options;
+  shape_options.seed = flags.GetU64("seed", mixed.seed);
+  shape_options.requests = flags.GetU64("requests", mixed.requests);
+  mixed.system_prompts = flags.GetU64("system-prompts", mixed.system_prompts);
+  mixed.conversations = flags.GetU64("conversations", mixed.conversations);
+  mixed.documents = flags.GetU64("documents", mixed.documents);
+  mixed.zipf_s = flags.GetDouble("zipf", mixed.zipf_s);
+  mixed.scan_every = flags.GetU64("scan-every", mixed.scan_every);
+  mixed.scan_blocks = flags.GetU64("scan-blocks", mixed.scan_blocks);
+  const std::string shape = flags.GetString("trace", "mixed");
+  const std::string file = flags.GetString("trace-file", "");
+  const std::string write = flags.GetString("write-trace", "");
   const std::string sizes = flags.GetString("cache-blocks", "2000,8000,32000");
+  const std::string policies_flag = flags.GetString("policies", "");
   if (!flags.Done("trace")) return 2;
 
-  std::vector<size_t> caches;
-  std::stringstream ss(sizes);
-  for (std::string item; std::getline(ss, item, ',');) caches.push_back(std::stoull(item));
-
-  const std::vector<BlockKey> trace = GenerateTrace(o);
-  const size_t unique = std::unordered_set<BlockKey, BlockKeyHash>(trace.begin(), trace.end()).size();
-  std::fprintf(stderr, "[kvoffload-bench] trace: %zu accesses, %zu distinct blocks\n",
-               trace.size(), unique);
-  nlohmann::json out = {{"seed", o.seed},           {"requests", o.requests},
-                        {"accesses", trace.size()}, {"distinct_blocks", unique},
-                        {"zipf", o.zipf_s},         {"documents", o.documents},
-                        {"scan_every", o.scan_every}, {"scan_blocks", o.scan_blocks},
+  Result<Trace> made =
+      file.empty() ? GenerateShape(shape, shape_options, mixed) : ReadTraceFile(file);
+  if (!made.ok()) {
+    std::cerr << "kvoffload-bench trace: " << made.status().ToString() << "\n";
+    return 2;
+  }
+  const Trace& trace = *made;
+  if (!write.empty()) {
+    // 512 tokens a block, as in Mooncake's traces.
+    if (Status s = WriteTraceFile(trace, 512, write); !s.ok()) {
+      std::cerr << "kvoffload-bench trace: " << s.ToString() << "\n";
+      return 1;
+    }
+  }
+  const size_t accesses = TraceAccesses(trace);
+  const size_t distinct = TraceDistinctBlocks(trace);
+  Result<std::vector<CacheSize>> caches = ParseCacheSizes(sizes, distinct);
+  if (!caches.ok()) {
+    std::cerr << "kvoffload-bench trace: " << caches.status().ToString() << "\n";
+    return 2;
+  }
+  const std::vector<std::string> policies =
+      policies_flag.empty() ? EvictionPolicyNames() : Split(policies_flag);
+  std::fprintf(stderr, "[kvoffload-bench] trace: %zu requests, %zu accesses, %zu distinct blocks\n",
+               trace.size(), accesses, distinct);
+  nlohmann::json out = {{"trace", file.empty() ? shape : file},
+                        {"from_file", !file.empty()},
+                        {"seed", shape_options.seed},
+                        {"requests", trace.size()},
+                        {"accesses", accesses},
+                        {"distinct_blocks", distinct},
+                        {"policies", policies},
                         {"results", nlohmann::json::array()}};
-  Progress progress("trace replays", caches.size() * 3);
+  if (file.empty() && shape == "mixed") {
+    out["mixed"] = {{"zipf", mixed.zipf_s},
+                    {"documents", mixed.documents},
+                    {"scan_every", mixed.scan_every},
+                    {"scan_blocks", mixed.scan_blocks}};
+  }
+  Progress progress("trace replays", caches->size() * (policies.size() + 1));
   uint64_t done = 0;
-  for (size_t cache : caches) {
-    const ReplayResult opt = ReplayOpt(cache, trace);
+  for (const CacheSize& cache : *caches) {
+    const ReplayResult opt = ReplayOpt(cache.blocks, trace);
     progress.Update(++done);
-    nlohmann::json row = {{"cache_blocks", cache}, {"opt", opt.HitRatio()}};
-    for (const char* policy : {"lru", "arc"}) {
-      Result<ReplayResult> r = ReplayPolicy(policy, cache, trace);
+    nlohmann::json row = {
+        {"cache", cache.label},
+        {"cache_blocks", cache.blocks},
+        {"opt", {{"hit_ratio", opt.HitRatio()}, {"prefix_hit_ratio", opt.PrefixHitRatio()}}}};
+    for (const std::string& policy : policies) {
+      Result<ReplayResult> r = ReplayPolicy(policy, cache.blocks, trace);
       if (!r.ok()) {
         std::cerr << "kvoffload-bench trace: " << r.status().ToString() << "\n";
-        return 1;
+        return 2;
       }
-      row[policy] = r->HitRatio();
-      row[std::string(policy) + "_of_opt"] =
-          opt.hits == 0 ? 0.0 : static_cast<double>(r->hits) / static_cast<double>(opt.hits);
+      row[policy] = {{"hit_ratio", r->HitRatio()},
+                     {"prefix_hit_ratio", r->PrefixHitRatio()},
+                     {"of_opt", Of(r->hits, opt.hits)},
+                     {"prefix_of_opt", Of(r->prefix_hits, opt.prefix_hits)}};
       progress.Update(++done);
     }
     out["results"].push_back(row);

@@ -1,5 +1,6 @@
 // Configuration from the webhook's environment variables and its validation.
 #include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -87,9 +88,14 @@ Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env) {
   base.cpu_bytes = *cpu_bytes;
   if (std::optional<std::string> policy = env("KVOFFLOAD_EVICTION_POLICY");
       policy && !policy->empty()) {
-    if (*policy != "lru" && *policy != "arc") {
+    // The registered policies, not a list of our own: a policy file that registers itself is
+    // selectable here with no other change.
+    const std::vector<std::string> known = EvictionPolicyNames();
+    if (std::find(known.begin(), known.end(), *policy) == known.end()) {
+      std::string names;
+      for (const std::string& n : known) names += (names.empty() ? "" : ", ") + n;
       return Status::InvalidArgument("KVOFFLOAD_EVICTION_POLICY=" + Quote(*policy) +
-                                     " must be lru or arc");
+                                     " is not a known eviction policy; use one of: " + names);
     }
     base.eviction_policy = *policy;
   }

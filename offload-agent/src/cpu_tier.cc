@@ -33,13 +33,13 @@ bool CpuTier::Protected(const BlockKey& key) {
   return it != entries_.end() && it->second.state == State::kResident;
 }
 
-Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key) {
+Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position) {
   MutexLock lock(&mu_);
   if (entries_.contains(key)) {
     return Status::AlreadyExists("block " + key.ToHex() + " is already in the cpu tier");
   }
   entries_.emplace(key, Entry{});
-  policy_->OnInsert(key);
+  policy_->OnInsertAt(key, position);
   // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
   auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
     const Entry& e = entries_.at(k);
@@ -113,15 +113,27 @@ std::vector<BlockKey> CpuTier::ResidentKeys() {
   return keys;
 }
 
-std::byte* CpuTier::Pin(const BlockKey& key) {
+std::byte* CpuTier::Pin(const BlockKey& key, uint32_t position) {
   MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
   if (e.state != State::kResident && e.state != State::kEvicting) return nullptr;
   ++e.pins;
-  if (e.state == State::kResident) policy_->OnAccess(key);
+  if (e.state == State::kResident) policy_->OnAccessAt(key, position);
   return SlotPtr(e.slot);
+}
+
+void CpuTier::NoteHold(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.state == State::kResident) policy_->OnHold(key);
+}
+
+void CpuTier::NoteRelease(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.state == State::kResident) policy_->OnRelease(key);
 }
 
 void CpuTier::Unpin(const BlockKey& key) {

@@ -48,7 +48,9 @@ class CpuTier {
   // Reserves a slot for a new block, evicting as needed. The block is invisible until
   // CommitInsert. AlreadyExists when the key is known here (resident, being inserted, or
   // evicted but its slot still pinned); ResourceExhausted when every slot is pinned.
-  Result<std::byte*> BeginInsert(const BlockKey& key);
+  // position: the block's place in the chain being stored, for the policy (OnInsertAt).
+  Result<std::byte*> BeginInsert(const BlockKey& key,
+                                 uint32_t position = EvictionPolicy::kUnknownPosition);
   // Publishes the block; with keep_pinned the caller holds a pin to release with Unpin.
   void CommitInsert(const BlockKey& key, bool keep_pinned);
   void AbortInsert(const BlockKey& key);
@@ -57,7 +59,12 @@ class CpuTier {
   std::vector<BlockKey> ResidentKeys();
 
   // Pins a resident block and returns its slot; nullptr when absent or not yet published.
-  std::byte* Pin(const BlockKey& key);
+  // position: the block's place in the chain being loaded, for the policy (OnAccessAt).
+  std::byte* Pin(const BlockKey& key, uint32_t position = EvictionPolicy::kUnknownPosition);
+  // The engine started / stopped holding the block for a load (EvictionPolicy::OnHold);
+  // ignored for a block not resident here.
+  void NoteHold(const BlockKey& key);
+  void NoteRelease(const BlockKey& key);
   void Unpin(const BlockKey& key);
 
   void RecordLookup(bool hit);

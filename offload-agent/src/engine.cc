@@ -140,6 +140,7 @@ class EngineImpl final : public Engine {
       holds_.Add(key);
       const int tier = Locate(key, /*record=*/true, /*protect=*/true);
       if (tier == kTierMiss) holds_.Remove(key);
+      if (tier == kTierCpu) cpu_->NoteHold(key);
       return tier;
     });
   }
@@ -147,9 +148,11 @@ class EngineImpl final : public Engine {
   Status Release(std::span<const BlockKey> keys) override {
     Status first;
     for (const BlockKey& key : keys) {
-      if (!holds_.Remove(key) && first.ok()) {
-        first = Status::FailedPrecondition("block " + key.ToHex() + " is not held");
+      if (!holds_.Remove(key)) {
+        if (first.ok()) first = Status::FailedPrecondition("block " + key.ToHex() + " is not held");
+        continue;
       }
+      cpu_->NoteRelease(key);
     }
     return first;
   }
@@ -354,10 +357,13 @@ class EngineImpl final : public Engine {
     };
     for (size_t i = 0; i < keys.size(); ++i) {
       if (Locate(keys[i], /*record=*/false) != kTierMiss) continue;  // already offloaded
-      Result<std::byte*> slot = cpu_->BeginInsert(keys[i]);
+      // Callers pass a request's blocks in chain order, so the index is the block's position
+      // among those this call stores (the policy's OnInsertAt).
+      const auto position = static_cast<uint32_t>(i);
+      Result<std::byte*> slot = cpu_->BeginInsert(keys[i], position);
       if (slot.status().code() == StatusCode::kResourceExhausted && !taken.empty()) {
         flush();  // our own reserved slots were the pinned ones
-        slot = cpu_->BeginInsert(keys[i]);
+        slot = cpu_->BeginInsert(keys[i], position);
       }
       if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
       if (!slot.ok()) {
@@ -384,7 +390,7 @@ class EngineImpl final : public Engine {
     // the first tier that can pin it, so a copy being evicted from an upper tier (which may
     // still be listed there) is passed over for the one below.
     for (size_t i = 0; i < n; ++i) {
-      if (std::byte* p = cpu_->Pin(keys[i])) {
+      if (std::byte* p = cpu_->Pin(keys[i], static_cast<uint32_t>(i))) {  // position in the load
         src[i] = p;
         pinned[i] = true;
         continue;

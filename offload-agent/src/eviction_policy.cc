@@ -21,6 +21,11 @@ Registry& GetRegistry() {
 
 }  // namespace
 
+void EvictionPolicy::OnInsertAt(const BlockKey& key, uint32_t /*position*/) { OnInsert(key); }
+void EvictionPolicy::OnAccessAt(const BlockKey& key, uint32_t /*position*/) { OnAccess(key); }
+void EvictionPolicy::OnHold(const BlockKey& /*key*/) {}
+void EvictionPolicy::OnRelease(const BlockKey& /*key*/) {}
+
 bool RegisterEvictionPolicy(std::string_view name, EvictionPolicyFactory factory) {
   Registry& r = GetRegistry();
   MutexLock lock(&r.mu);

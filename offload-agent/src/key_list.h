@@ -70,15 +70,30 @@ class KeyLists {
   Node back(ListId l) const { return nodes_[l].prev; }
 
   // REQUIRES: key is in no list.
-  void PushFront(ListId l, const BlockKey& key) {
+  Node PushFront(ListId l, const BlockKey& key) {
     const Node n = Allocate(key);
     IndexInsert(Tag(key), n);
     LinkFront(l, n);
+    return n;
   }
   // Moves n, from whichever list holds it, to the front of l.
   void MoveToFront(ListId l, Node n) {
     Unlink(n);
     LinkFront(l, n);
+  }
+  // Places a key just behind `anchor` (one step less recent), in anchor's list: how a
+  // policy keeps a request's blocks together, each deeper block behind the one before it.
+  // REQUIRES: key is in no list; anchor is in a list.
+  Node PushAfter(Node anchor, const BlockKey& key) {
+    const Node n = Allocate(key);
+    IndexInsert(Tag(key), n);
+    LinkAfter(nodes_[anchor].list, anchor, n);
+    return n;
+  }
+  // REQUIRES: n != anchor; anchor is in a list.
+  void MoveAfter(Node anchor, Node n) {
+    Unlink(n);
+    LinkAfter(nodes_[anchor].list, anchor, n);
   }
   void Erase(Node n) {
     IndexErase(Tag(nodes_[n].key), n);
@@ -142,14 +157,16 @@ class KeyLists {
     nodes_[n].key = key;
     return n;
   }
-  void LinkFront(ListId l, Node n) {
+  void LinkFront(ListId l, Node n) { LinkAfter(l, l, n); }
+  // `after` is l's sentinel (the front) or a node of l.
+  void LinkAfter(ListId l, Node after, Node n) {
     NodeData& d = nodes_[n];
-    const Node first = nodes_[l].next;
+    const Node next = nodes_[after].next;
     d.list = l;
-    d.prev = l;
-    d.next = first;
-    nodes_[first].prev = n;
-    nodes_[l].next = n;
+    d.prev = after;
+    d.next = next;
+    nodes_[next].prev = n;
+    nodes_[after].next = n;
     ++sizes_[l];
   }
   void Unlink(Node n) {

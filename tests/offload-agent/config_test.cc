@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kvoffload/config.h"
+#include "kvoffload/eviction_policy.h"
 #include "test_util.h"
 
 namespace kvoffload {
@@ -46,6 +47,17 @@ TEST(ConfigTest, PolicyDefaultsToLruAndTiersToNone) {
   EXPECT_TRUE(c->tiers.empty());
 }
 
+// The environment accepts every registered policy, not a list of its own.
+TEST(ConfigTest, AcceptsEveryRegisteredPolicy) {
+  for (const std::string& name : EvictionPolicyNames()) {
+    Result<EngineConfig> c = ConfigFromEnv(
+        Base(), FakeEnv({{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_EVICTION_POLICY", name}}));
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().ToString();
+    EXPECT_EQ(c->eviction_policy, name);
+  }
+  EXPECT_GE(EvictionPolicyNames().size(), 3u);
+}
+
 TEST(ConfigTest, PvcRefIsPersistentWhenTheFlagIsMissing) {
   Result<std::vector<DiskTierConfig>> t =
       ParseTiersJson(R"([{"path":"/mnt/kv-cache-0","kind":"pvcRef","capacityBytes":8192}])");
@@ -65,7 +77,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
       {{{"KVOFFLOAD_CPU_BYTES", "-5"}}, {"KVOFFLOAD_CPU_BYTES", "\"-5\""}},
       {{{"KVOFFLOAD_CPU_BYTES", "100"}}, {"KVOFFLOAD_CPU_BYTES=100"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_EVICTION_POLICY", "LRU"}},
-       {"KVOFFLOAD_EVICTION_POLICY", "\"LRU\""}},
+       {"KVOFFLOAD_EVICTION_POLICY", "\"LRU\"", "use one of: arc, chain-lru, lru"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", "{oops"}},
        {"KVOFFLOAD_TIERS", "{oops", "not JSON"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", R"({"path":"/x"})"}},

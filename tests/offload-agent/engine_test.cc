@@ -1,12 +1,14 @@
 // The engine end to end on the host device: the cascade cpu -> disk0 -> disk1 -> dropped,
 // prefix lookup with tiers, promotion on load, restart recovery, fingerprint isolation, damaged
-// files read as misses and removed, and shutdown with jobs in flight.
+// files read as misses and removed, shutdown with jobs in flight, and what the engine tells
+// the pinned tier's eviction policy.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "block_file.h"
 #include "kvoffload/engine.h"
+#include "kvoffload/eviction_policy.h"
 #include "test_util.h"
 
 namespace kvoffload {
@@ -555,6 +557,70 @@ TEST(EngineTest, UringTierRegistersThePinnedPoolAsFixedBuffers) {
   Blocks b = Blocks::Make(0, 6);
   ASSERT_TRUE(StoreAndWait(*e, b).ok());
   ExpectLoadsExactly(*e, b);  // reads into pinned slots (fixed) and into private buffers
+}
+
+// Records what the engine tells the pinned tier's policy; orders keys as LRU does. The
+// factory is a plain function pointer, so the log is a global of this test.
+std::vector<std::string>& PolicyLog() {
+  static std::vector<std::string> log;
+  return log;
+}
+
+class RecordingPolicy final : public EvictionPolicy {
+ public:
+  explicit RecordingPolicy(size_t capacity) : lru_(NewEvictionPolicy("lru", capacity).value()) {}
+  std::string_view name() const override { return "test-recording"; }
+  void OnInsert(const BlockKey& k) override {
+    Log("insert", k, kUnknownPosition), lru_->OnInsert(k);
+  }
+  void OnAccess(const BlockKey& k) override {
+    Log("access", k, kUnknownPosition), lru_->OnAccess(k);
+  }
+  void OnInsertAt(const BlockKey& k, uint32_t pos) override {
+    Log("insert", k, pos), lru_->OnInsert(k);
+  }
+  void OnAccessAt(const BlockKey& k, uint32_t pos) override {
+    Log("access", k, pos), lru_->OnAccess(k);
+  }
+  void OnHold(const BlockKey& k) override { Log("hold", k, kUnknownPosition); }
+  void OnRelease(const BlockKey& k) override { Log("release", k, kUnknownPosition); }
+  void OnRemove(const BlockKey& k) override { lru_->OnRemove(k); }
+  std::optional<BlockKey> SelectVictim(const IsPinned& p) override { return lru_->SelectVictim(p); }
+  size_t resident() const override { return lru_->resident(); }
+  std::vector<BlockKey> EvictionOrder() const override { return lru_->EvictionOrder(); }
+  std::string DebugString() const override { return "test-recording"; }
+
+ private:
+  static void Log(const char* what, const BlockKey& k, uint32_t pos) {
+    std::string line = std::string(what) + " " + std::to_string(k.lo);
+    if (pos != kUnknownPosition) line += " @" + std::to_string(pos);
+    PolicyLog().push_back(line);
+  }
+  std::unique_ptr<EvictionPolicy> lru_;
+};
+
+std::unique_ptr<EvictionPolicy> NewRecording(size_t capacity) {
+  return std::make_unique<RecordingPolicy>(capacity);
+}
+
+// What the engine knows reaches the policy: each stored and loaded block's position in the
+// call's chain, and the holds of a lookup and their release.
+TEST(EngineTest, PolicyHearsPositionsHoldsAndReleases) {
+  ASSERT_TRUE(RegisterEvictionPolicy("test-recording", &NewRecording));
+  auto e = Open(Config(8, {}, "test-recording"));
+  Blocks b = Blocks::Make(0, 3);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  const std::vector<BlockKey> query = {b.keys[0], b.keys[1], Key(99)};
+  ASSERT_EQ(e->Hold(query).prefix, 2u);
+  Blocks two = Blocks::Make(0, 2).Empty();
+  ASSERT_TRUE(LoadAndWait(*e, two).ok());
+  ASSERT_TRUE(e->Release(std::span(query).first(2)).ok());
+  const std::string k0 = std::to_string(b.keys[0].lo), k1 = std::to_string(b.keys[1].lo),
+                    k2 = std::to_string(b.keys[2].lo);
+  EXPECT_EQ(PolicyLog(), (std::vector<std::string>{
+                             "insert " + k0 + " @0", "insert " + k1 + " @1", "insert " + k2 + " @2",
+                             "hold " + k0, "hold " + k1, "access " + k0 + " @0",
+                             "access " + k1 + " @1", "release " + k0, "release " + k1}));
 }
 
 }  // namespace

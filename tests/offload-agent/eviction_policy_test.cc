@@ -147,14 +147,78 @@ TEST(ArcPolicyTest, GhostListsStayBounded) {
   EXPECT_EQ(c.resident.size(), 8u);
 }
 
+TEST(ChainLruPolicyTest, KeepsAChainsHeadAndEvictsItsDeepestBlockFirst) {
+  auto p = Make("chain-lru", 8);
+  for (uint32_t i = 0; i < 4; ++i) p->OnInsertAt(Key(i), i);  // request 1: blocks 0..3
+  EXPECT_EQ(p->EvictionOrder(), (std::vector<BlockKey>{Key(3), Key(2), Key(1), Key(0)}));
+  p->OnInsertAt(Key(10), 0);  // request 2 is more recent than all of request 1
+  p->OnInsertAt(Key(11), 1);
+  EXPECT_EQ(p->EvictionOrder(),
+            (std::vector<BlockKey>{Key(3), Key(2), Key(1), Key(0), Key(11), Key(10)}));
+  // Request 3 loads request 1's first two blocks: they become the most recent, head first.
+  p->OnAccessAt(Key(0), 0);
+  p->OnAccessAt(Key(1), 1);
+  EXPECT_EQ(p->EvictionOrder(),
+            (std::vector<BlockKey>{Key(3), Key(2), Key(11), Key(10), Key(1), Key(0)}));
+  EXPECT_EQ(p->SelectVictim(nullptr), Key(3));
+  EXPECT_EQ(p->SelectVictim([](const BlockKey& k) { return k == Key(2); }), Key(11))
+      << "pinned blocks are passed over";
+}
+
+TEST(ChainLruPolicyTest, WithoutPositionsItIsLru) {
+  auto chain = Make("chain-lru", 4);
+  auto lru = Make("lru", 4);
+  for (uint64_t k : {1u, 2u, 3u, 4u}) {
+    chain->OnInsert(Key(k));
+    lru->OnInsert(Key(k));
+  }
+  for (uint64_t k : {2u, 1u, 4u}) {
+    chain->OnAccess(Key(k));
+    lru->OnAccess(Key(k));
+  }
+  EXPECT_EQ(chain->EvictionOrder(), lru->EvictionOrder());
+  EXPECT_EQ(chain->SelectVictim(nullptr), Key(3));
+}
+
+// The block a chain continues from can leave (evicted or removed) between two calls; the next
+// block then starts at the front instead of following a node the slab may have reused.
+TEST(ChainLruPolicyTest, ChainWhoseLastBlockLeftRestartsAtTheFront) {
+  auto p = Make("chain-lru", 4);
+  p->OnInsertAt(Key(1), 0);
+  p->OnInsertAt(Key(2), 1);
+  EXPECT_EQ(p->SelectVictim(nullptr), Key(2));
+  p->OnInsertAt(Key(3), 2);  // gets the slab node Key(2) had: it must not follow itself
+  EXPECT_EQ(p->EvictionOrder(), (std::vector<BlockKey>{Key(1), Key(3)}));
+  p->OnInsertAt(Key(4), 3);
+  EXPECT_EQ(p->EvictionOrder(), (std::vector<BlockKey>{Key(1), Key(4), Key(3)}));
+  p->OnRemove(Key(4));
+  p->OnAccessAt(Key(1), 4);
+  EXPECT_EQ(p->EvictionOrder(), (std::vector<BlockKey>{Key(3), Key(1)}));
+  EXPECT_EQ(p->resident(), 2u);
+}
+
+// The defaults of the engine-knowledge calls: positioned calls are the plain ones, holds change
+// nothing, for a policy that does not use them.
+TEST(EvictionPolicyTest, PositionsAndHoldsDefaultToThePlainCalls) {
+  auto arc = Make("arc", 4);
+  arc->OnInsertAt(Key(1), 0);
+  arc->OnInsertAt(Key(2), 1);
+  arc->OnAccessAt(Key(1), 0);
+  arc->OnHold(Key(2));
+  arc->OnRelease(Key(2));
+  arc->OnRelease(Key(9));
+  EXPECT_EQ(arc->DebugString(), "arc c=4 p=0 t1=1 t2=1 b1=0 b2=0");
+}
+
 TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
   EXPECT_EQ(Make("lru", 1)->name(), "lru");
   EXPECT_EQ(Make("arc", 1)->name(), "arc");
+  EXPECT_EQ(Make("chain-lru", 1)->name(), "chain-lru");
   Result<std::unique_ptr<EvictionPolicy>> bad = NewEvictionPolicy("lfu", 4);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("\"lfu\""), std::string::npos);
-  EXPECT_NE(bad.status().message().find("arc, lru"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("arc, chain-lru, lru"), std::string::npos);
   EXPECT_FALSE(NewEvictionPolicy("lru", 0).ok());
 }
 

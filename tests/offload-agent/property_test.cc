@@ -3,6 +3,7 @@
 // exactly the bytes stored under that key or leaves the buffer untouched, never other bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -187,8 +188,13 @@ TEST_P(EnginePropertyTest, HeldBlocksAlwaysLoadWhileStoresEvict) {
 INSTANTIATE_TEST_SUITE_P(
     PoliciesAndBackends, EnginePropertyTest,
     ::testing::Values(Param{"lru", "psync"}, Param{"arc", "psync"}, Param{"lru", "uring"},
-                      Param{"arc", "uring"}),
-    [](const ::testing::TestParamInfo<Param>& p) { return p.param.policy + "_" + p.param.disk_io; });
+                      Param{"arc", "uring"}, Param{"chain-lru", "psync"},
+                      Param{"chain-lru", "uring"}),
+    [](const ::testing::TestParamInfo<Param>& p) {
+      std::string name = p.param.policy + "_" + p.param.disk_io;
+      std::replace(name.begin(), name.end(), '-', '_');  // test names are identifiers
+      return name;
+    });
 
 }  // namespace
 }  // namespace kvoffload

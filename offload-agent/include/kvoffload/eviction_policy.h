@@ -1,10 +1,24 @@
 // Eviction policies: which resident block a tier gives up when it needs room.
 // A policy only orders keys; the tier owns the data and says which keys are pinned.
 // Not thread-safe: the owning tier calls it under its own lock.
+//
+// What the engine knows reaches the policy through this interface, so that a policy that uses
+// it (a KV-aware one) is one new file:
+//   - the order of a request's blocks: OnInsertAt / OnAccessAt carry the block's position in
+//     the prefix chain of the call that stores or loads it (0 = its first block). A KV block
+//     is only usable behind every block before it, so evicting a chain's head first wastes
+//     the rest of the chain, and plain recency does exactly that (a request reads its head
+//     first, so the head is always the least recent of its blocks);
+//   - holds: OnHold when a lookup reports a block and holds it for a load that should follow,
+//     OnRelease when the hold ends; is_pinned reports a held block as pinned meanwhile;
+//   - load after lookup: a load of a held block is OnAccessAt, after its OnHold.
+// The defaults forward the positioned calls to OnInsert / OnAccess and ignore holds, so a
+// policy that needs none of it (lru, arc) implements only the pure virtual methods.
 #ifndef KVOFFLOAD_EVICTION_POLICY_H_
 #define KVOFFLOAD_EVICTION_POLICY_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -40,6 +54,18 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
   // history remember it). nullopt when every resident block is pinned or none is resident.
   virtual std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) = 0;
 
+  // Engine knowledge (see the top of this file); the defaults ignore what they add.
+  static constexpr uint32_t kUnknownPosition = UINT32_MAX;
+  // OnInsert for a block at `position` of the chain the tier is storing, in chain order: a
+  // call at position 0 starts a chain, later positions continue the latest one.
+  virtual void OnInsertAt(const BlockKey& key, uint32_t position);
+  // OnAccess for a block at `position` of the chain the tier is loading, in chain order.
+  virtual void OnAccessAt(const BlockKey& key, uint32_t position);
+  // A lookup reported the resident block and holds it for a load (is_pinned says so until the
+  // hold ends); OnRelease when it ends, loaded or not. A key not resident is ignored.
+  virtual void OnHold(const BlockKey& key);
+  virtual void OnRelease(const BlockKey& key);
+
   virtual size_t resident() const = 0;
   // Resident keys, next victim first; for tests and debugging.
   virtual std::vector<BlockKey> EvictionOrder() const = 0;
@@ -47,7 +73,8 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
   virtual std::string DebugString() const = 0;
 };
 
-// Builds a policy for a tier holding at most capacity_blocks blocks ("lru", "arc").
+// Builds a policy for a tier holding at most capacity_blocks blocks (one of
+// EvictionPolicyNames(): "arc", "lru", ...).
 // Unknown names are InvalidArgument listing the known ones.
 KVOFFLOAD_EXPORT Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
                                                           size_t capacity_blocks);

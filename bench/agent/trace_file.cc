@@ -1,0 +1,121 @@
+// JSONL trace files (see trace_file.h). nlohmann's exceptions stay in this file: every problem
+// becomes an InvalidArgument naming the line, the field, the value and what to write instead.
+#include "trace_file.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+namespace kvoffload::bench {
+namespace {
+
+std::string Shown(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+Status ParseLine(const std::string& line, const std::string& where, double* last_timestamp,
+                 TraceRequest* out) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::InvalidArgument(where +
+                                   ": not a JSON object; each line is one request, "
+                                   "e.g. {\"timestamp\": 0, \"hash_ids\": [1, 2, 3]}");
+  }
+  auto ids = j.find("hash_ids");
+  if (ids == j.end()) {
+    return Status::InvalidArgument(where +
+                                   ": hash_ids is missing; give the request's prompt "
+                                   "blocks as a list of integer ids, first block first");
+  }
+  if (!ids->is_array()) {
+    return Status::InvalidArgument(where + ": hash_ids: " + Shown(*ids) +
+                                   " is not a list; write a list of integer ids such as [1, 2, 3]");
+  }
+  out->blocks.reserve(ids->size());
+  for (size_t i = 0; i < ids->size(); ++i) {
+    const nlohmann::json& id = (*ids)[i];
+    if (!id.is_number_unsigned() && !(id.is_number_integer() && id.get<int64_t>() >= 0)) {
+      return Status::InvalidArgument(where + ": hash_ids[" + std::to_string(i) + "]: " + Shown(id) +
+                                     " is not a non-negative integer block id");
+    }
+    out->blocks.push_back(BlockKey{kTraceFileKeyTag, id.get<uint64_t>()});
+  }
+  if (auto ts = j.find("timestamp"); ts != j.end()) {
+    if (!ts->is_number() || !std::isfinite(ts->get<double>())) {
+      return Status::InvalidArgument(
+          where + ": timestamp: " + Shown(*ts) +
+          " is not a number; give the arrival time in ms or leave it out");
+    }
+    out->timestamp_ms = ts->get<double>();
+    if (out->timestamp_ms < *last_timestamp) {
+      return Status::InvalidArgument(
+          where + ": timestamp: " + Shown(*ts) + " is before the previous request's " +
+          nlohmann::json(*last_timestamp).dump() + "; sort the file by timestamp");
+    }
+    *last_timestamp = out->timestamp_ms;
+  }
+  if (auto len = j.find("input_length"); len != j.end()) {
+    if (!len->is_number_unsigned() && !(len->is_number_integer() && len->get<int64_t>() >= 0)) {
+      return Status::InvalidArgument(where + ": input_length: " + Shown(*len) +
+                                     " is not a non-negative integer token count");
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<Trace> ReadTrace(std::istream& in, const std::string& source) {
+  Trace trace;
+  double last_timestamp = -INFINITY;
+  size_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    TraceRequest req;
+    if (Status s = ParseLine(line, source + ":" + std::to_string(line_no), &last_timestamp, &req);
+        !s.ok()) {
+      return s;
+    }
+    trace.push_back(std::move(req));
+  }
+  if (in.bad()) return Status::IOError(source + ": read failed");
+  if (trace.empty()) {
+    return Status::InvalidArgument(source +
+                                   ": no requests; a trace has one JSON object per line "
+                                   "with a hash_ids list");
+  }
+  return trace;
+}
+
+Result<Trace> ReadTraceFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("--trace-file: cannot open \"" + path + "\"");
+  return ReadTrace(in, path);
+}
+
+Status WriteTrace(const Trace& trace, size_t block_tokens, std::ostream& out) {
+  std::unordered_map<BlockKey, uint64_t, BlockKeyHash> ids;
+  for (const TraceRequest& r : trace) {
+    nlohmann::json hash_ids = nlohmann::json::array();
+    for (const BlockKey& k : r.blocks)
+      hash_ids.push_back(ids.try_emplace(k, ids.size()).first->second);
+    nlohmann::json line = {{"timestamp", std::llround(r.timestamp_ms)},
+                           {"input_length", r.blocks.size() * block_tokens},
+                           {"hash_ids", std::move(hash_ids)}};
+    out << line.dump() << "\n";
+  }
+  return out ? Status() : Status::IOError("writing the trace failed");
+}
+
+Status WriteTraceFile(const Trace& trace, size_t block_tokens, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return Status::IOError("--write-trace: cannot create \"" + path + "\"");
+  if (Status s = WriteTrace(trace, block_tokens, out); !s.ok()) return s;
+  out.close();
+  return out ? Status() : Status::IOError("--write-trace: writing \"" + path + "\" failed");
+}
+
+}  // namespace kvoffload::bench

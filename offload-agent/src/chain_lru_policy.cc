@@ -1,0 +1,97 @@
+// chain-lru: LRU over requests rather than blocks, and within a request deepest block first.
+//
+// A request reads its prefix chain head first, so under plain LRU the head of every chain is
+// the least recent of its blocks and goes first. Once the head is gone the rest of the chain
+// is unusable (prefix caching needs every block before it), and re-storing the head evicts the
+// next block of the same chain: LRU eats a chain from the front. This policy places each
+// block of a chain (OnInsertAt / OnAccessAt, see eviction_policy.h) just behind the block
+// before it, so a request's blocks sit together in the recency list with the head most recent
+// and the victim is the deepest block of the least recent request: caches that cannot hold a
+// whole chain keep its usable front. Calls without a position (OnInsert / OnAccess) are plain
+// LRU, so the policy is never worse informed than lru.
+//
+// Cost: one index probe per call, as lru; placing behind the previous block instead of at the
+// front is the same relinking.
+#include <string>
+
+#include "key_list.h"
+#include "kvoffload/eviction_policy.h"
+
+namespace kvoffload {
+namespace {
+
+class ChainLruPolicy final : public EvictionPolicy {
+ public:
+  // The tier inserts before it evicts, so it holds one block over capacity for a moment.
+  explicit ChainLruPolicy(size_t capacity) : list_(capacity + 1) {}
+
+  std::string_view name() const override { return "chain-lru"; }
+  void OnInsert(const BlockKey& key) override { OnInsertAt(key, kUnknownPosition); }
+  void OnAccess(const BlockKey& key) override { OnAccessAt(key, kUnknownPosition); }
+  void OnInsertAt(const BlockKey& key, uint32_t position) override {
+    if (const Keys::Node anchor = Anchor(position); anchor != Keys::kNone) {
+      chain_last_ = list_.PushAfter(anchor, key);
+    } else {
+      const Keys::Node n = list_.PushFront(kList, key);
+      chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
+    }
+  }
+  void OnAccessAt(const BlockKey& key, uint32_t position) override {
+    const Keys::Node n = list_.Find(key);
+    if (n == Keys::kNone) return;
+    const Keys::Node anchor = Anchor(position);
+    if (anchor == Keys::kNone) {
+      list_.MoveToFront(kList, n);
+    } else if (anchor != n) {  // the same block read twice in a row stays where it is
+      list_.MoveAfter(anchor, n);
+    }
+    chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
+  }
+  void OnRemove(const BlockKey& key) override {
+    if (Keys::Node n = list_.Find(key); n != Keys::kNone) Erase(n);
+  }
+  std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
+    Keys::Node n = list_.LeastRecentUnpinned(kList, is_pinned);
+    if (n == Keys::kNone) return std::nullopt;
+    BlockKey victim = list_.key(n);
+    Erase(n);
+    return victim;
+  }
+  size_t resident() const override { return list_.size(kList); }
+  std::vector<BlockKey> EvictionOrder() const override {
+    std::vector<BlockKey> out;
+    list_.AppendLeastRecentFirst(kList, out);
+    return out;
+  }
+  std::string DebugString() const override {
+    return "chain-lru n=" + std::to_string(list_.size(kList));
+  }
+
+ private:
+  using Keys = KeyLists<1>;
+  static constexpr Keys::ListId kList = 0;
+
+  // The block to place a chain's next block behind: the chain's latest block, unless this
+  // call starts a chain (position 0), carries no position, or that block has left. A call
+  // without a position ends the chain.
+  Keys::Node Anchor(uint32_t position) const {
+    if (position == 0 || position == kUnknownPosition) return Keys::kNone;
+    return chain_last_;
+  }
+  void Erase(Keys::Node n) {
+    if (n == chain_last_) chain_last_ = Keys::kNone;  // its slab node may be reused
+    list_.Erase(n);
+  }
+
+  Keys list_;
+  Keys::Node chain_last_ = Keys::kNone;
+};
+
+std::unique_ptr<EvictionPolicy> NewChainLru(size_t capacity_blocks) {
+  return std::make_unique<ChainLruPolicy>(capacity_blocks);
+}
+
+[[maybe_unused]] const bool kRegistered = RegisterEvictionPolicy("chain-lru", &NewChainLru);
+
+}  // namespace
+}  // namespace kvoffload
