@@ -4,6 +4,7 @@ tree's libkvoffload.so and PYTHONPATH to offload-agent/python."""
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -38,10 +39,16 @@ def golden_env(case: str) -> dict[str, str]:
 
 
 def golden_kv_transfer_config(case: str) -> dict:
-    flag = "--kv-transfer-config="
-    args = [a for a in golden_container(case)["args"] if a.startswith(flag)]
-    assert len(args) == 1, f"{case}: want one {flag} arg, got {args}"
-    return json.loads(args[0][len(flag):])
+    """The --kv-transfer-config vLLM receives when the golden pod's launch runs (bash and
+    KServe's script with a stand-in vllm, hack/vllm_argv.py): not the text in args, which is
+    quoted for the script's eval."""
+    sys.path.insert(0, str(REPO / "hack"))
+    import vllm_argv
+
+    pod = json.loads((GOLDEN / f"{case}.patched.json").read_text())
+    got = vllm_argv.run(pod)["kvTransferConfigs"]
+    assert len(got) == 1 and "invalid" not in got[0], f"{case}: vLLM would receive {got}"
+    return got[0]
 
 
 def slot_bytes(block_bytes: int) -> int:

@@ -3,7 +3,8 @@
 `vllm` (hack/vllm_argv.py), and checks what vLLM would receive:
 - status vllmFlag "args" / "VLLM_ADDITIONAL_ARGS": exactly one --kv-transfer-config, valid JSON,
   the one the mode asks for (agent: KVOffloadAgentSpec; vllm-native: TieringOffloadingSpec with
-  the pod's cpu bytes, eviction policy and tier paths);
+  the pod's cpu bytes, eviction policy and tier paths); in agent mode also exactly one
+  --shutdown-timeout, long enough for the agent's write-back;
 - "user": the argv vLLM got before the patch, unchanged (the user's own flag);
 - "not-injected": the launch hands vLLM what it did before the patch (and the pod warns);
 - KServe-shaped fixtures, unpatched: KServe's own flag exactly when its LLMInferenceService has a
@@ -40,6 +41,16 @@ def env_of(container: dict, name: str) -> str | None:
         if e["name"] == name:
             return e.get("value")
     return None
+
+
+def shutdown_timeouts(argv: list[str]) -> list[int]:
+    out = []
+    for i, a in enumerate(argv):
+        if a in ("--shutdown-timeout", "--shutdown_timeout") and i + 1 < len(argv):
+            out.append(int(argv[i + 1]))
+        elif a.startswith(("--shutdown-timeout=", "--shutdown_timeout=")):
+            out.append(int(a.split("=", 1)[1]))
+    return out
 
 
 def cases():
@@ -82,6 +93,11 @@ class LaunchTest(unittest.TestCase):
                 got = ran_after["kvTransferConfigs"]
                 if how in ("args", "VLLM_ADDITIONAL_ARGS"):
                     self.assertEqual(len(got), 1, ran_after["argv"])
+                    if status["mode"] == "agent":
+                        # vLLM must outlast the agent's write-back (10 s) after SIGTERM.
+                        timeouts = shutdown_timeouts(ran_after["argv"])
+                        self.assertEqual(len(timeouts), 1, ran_after["argv"])
+                        self.assertGreaterEqual(timeouts[0], 15)
                     want = self.expected_config(after, status)
                     if status["mode"] == "agent":
                         self.assertEqual(got[0], want)

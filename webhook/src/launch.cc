@@ -290,6 +290,16 @@ LaunchPlan PlanLaunch(const json& container) {
       if (StringAt(e, "name") == kAdditionalArgs) additional_args = StringAt(e, "value");
     }
   }
+  // Anywhere in the launch: an element, a script's text (KServe's renders one from the pod's
+  // termination grace period) or the variable.
+  for (const std::string& text : argv) {
+    for (std::string_view flag : {"--shutdown-timeout", "--shutdown_timeout"}) {
+      if (text.find(flag) != std::string::npos) plan.has_shutdown_timeout = true;
+    }
+  }
+  for (std::string_view flag : {"--shutdown-timeout", "--shutdown_timeout"}) {
+    if (additional_args.find(flag) != std::string::npos) plan.has_shutdown_timeout = true;
+  }
   auto user_flag = [&plan](std::string where, std::string value) {
     plan.has_user_flag = true;
     plan.user_flag_where = std::move(where);

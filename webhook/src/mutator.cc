@@ -491,18 +491,30 @@ Mutation Mutate(const MutationInput& in) {
                              ": its script passes vLLM no args; add \"$@\" to its vllm command or "
                              "pass --kv-transfer-config yourself");
       vllm_flag = "not-injected";
-    } else if (env_route) {
-      const std::string cur =
-          additional == env_index.end() ? "" : StringAt(env[additional->second], "value");
-      const std::string arg = FlagArgument(plan.route, ours);
-      set_env("VLLM_ADDITIONAL_ARGS", cur.empty() ? arg : cur + " " + arg);
-      vllm_flag = "VLLM_ADDITIONAL_ARGS";
     } else {
-      ArrayAppend add_args(Member(container, "args"), c_path + "/args");
-      if (plan.needs_arg0) add_args.Push("--");
-      add_args.Push(FlagArgument(plan.route, ours));
-      add_args.Flush(&patch);
-      vllm_flag = "args";
+      std::vector<std::string> extra = {FlagArgument(plan.route, ours)};
+      if (mode == Mode::kAgent && !plan.has_shutdown_timeout) {
+        extra.push_back("--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds));
+        const json& grace = Member(pod["spec"], "terminationGracePeriodSeconds");
+        if (grace.is_number_integer() && grace.get<int64_t>() < kAgentShutdownTimeoutSeconds + 5) {
+          out.warnings.push_back("terminationGracePeriodSeconds " +
+                                 std::to_string(grace.get<int64_t>()) +
+                                 " ends vLLM before the agent writes back; use 25 or more");
+        }
+      }
+      if (env_route) {
+        std::string value =
+            additional == env_index.end() ? "" : StringAt(env[additional->second], "value");
+        for (const std::string& e : extra) value += (value.empty() ? "" : " ") + e;
+        set_env("VLLM_ADDITIONAL_ARGS", value);
+        vllm_flag = "VLLM_ADDITIONAL_ARGS";
+      } else {
+        ArrayAppend add_args(Member(container, "args"), c_path + "/args");
+        if (plan.needs_arg0) add_args.Push("--");
+        for (std::string& e : extra) add_args.Push(std::move(e));
+        add_args.Flush(&patch);
+        vllm_flag = "args";
+      }
     }
   }
   add_env.Flush(&patch);

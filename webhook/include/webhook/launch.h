@@ -32,6 +32,8 @@ struct LaunchPlan {
   bool has_user_flag = false;
   std::string user_flag_where;
   std::string user_flag_value;
+  // vLLM already gets a --shutdown-timeout (in args, the script, or VLLM_ADDITIONAL_ARGS).
+  bool has_shutdown_timeout = false;
 };
 
 // Reads `container` (a Pod's container object). Never fails: what it cannot reach is

@@ -34,6 +34,10 @@ inline constexpr char kAgentInitContainer[] = "kvoffload-agent-install";
 inline constexpr char kAgentInstallDest[] = "/kvoffload-dest";
 inline constexpr char kAgentLibrary[] = "/opt/kvoffload/lib/libkvoffload.so";
 inline constexpr char kAgentPythonPath[] = "/opt/kvoffload/python";
+// vLLM's --shutdown-timeout in agent mode when the launch sets none: vLLM's default, 0, stops
+// the engine at once on SIGTERM, before the adapter writes pinned-only blocks back to a
+// persistent tier (its budget is 10 s). Below Kubernetes' default 30 s grace period.
+inline constexpr int kAgentShutdownTimeoutSeconds = 20;
 
 enum class Mode { kVllmNative, kAgent };
 const char* ModeName(Mode mode);
