@@ -139,14 +139,20 @@ def new_spec(extra, **kw):
     return spec, spec.get_manager(), worker, [t.tensor for t in caches.tensors]
 
 
+def fillable(size: int) -> int:
+    """What the webhook lets the agent fill of a tier of `size` bytes: the size less the
+    headroom it keeps for what du counts besides block files, min(size/2, 8 MiB + size/64)."""
+    return size - min(size // 2, 8 * 2**20 + size // 64)
+
+
 def test_golden_env_parses_into_engine_settings():
     s = settings.from_env(golden_env(CASE))
     assert s.cpu_bytes == 10 * 2**30
     assert s.eviction_policy == "arc"
     assert s.tiers == (
-        settings.Tier("/mnt/kv-cache-0", "emptyDir", 100 * 2**30, False, False),
-        settings.Tier("/mnt/kv-cache-1", "pvcSpec", 200 * 2**30, False, False),
-        settings.Tier("/mnt/kv-cache-2", "pvcRef", 2**40, True, True),
+        settings.Tier("/mnt/kv-cache-0", "emptyDir", fillable(100 * 2**30), False, False),
+        settings.Tier("/mnt/kv-cache-1", "pvcSpec", fillable(200 * 2**30), False, False),
+        settings.Tier("/mnt/kv-cache-2", "pvcRef", fillable(2**40), True, True),
     )
 
 
