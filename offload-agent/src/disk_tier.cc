@@ -151,7 +151,9 @@ Status DiskTier::Init() {
   ledger_ = std::move(ledger);
   while (ledger_->used() > c.capacity_bytes) {
     if (!foreign_.empty()) {
-      auto [path, bytes] = foreign_.back();
+      // Copied out of the structured binding: clang 14 cannot capture one in a lambda.
+      const std::string path = foreign_.back().first;
+      const uint64_t bytes = foreign_.back().second;
       foreign_.pop_back();
       ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
       continue;
@@ -309,7 +311,9 @@ Status DiskTier::Reserve() {
   for (;;) {
     if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
     if (!foreign_.empty()) {
-      auto [path, bytes] = foreign_.back();
+      // Copied out of the structured binding: clang 14 cannot capture one in a lambda.
+      const std::string path = foreign_.back().first;
+      const uint64_t bytes = foreign_.back().second;
       foreign_.pop_back();
       ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
       ++stats_.evictions;
