@@ -285,9 +285,12 @@ LaunchPlan PlanLaunch(const json& container) {
   argv.insert(argv.end(), args.begin(), args.end());
 
   std::string additional_args;  // VLLM_ADDITIONAL_ARGS as a literal value, when set that way
+  bool additional_args_from_ref = false;  // set through valueFrom: nothing we can append to
   if (const json& env = container.value("env", json()); env.is_array()) {
     for (const json& e : env) {
-      if (StringAt(e, "name") == kAdditionalArgs) additional_args = StringAt(e, "value");
+      if (StringAt(e, "name") != kAdditionalArgs) continue;
+      additional_args = StringAt(e, "value");
+      additional_args_from_ref = e.contains("valueFrom");
     }
   }
   // Anywhere in the launch: an element, a script's text (KServe's renders one from the pod's
@@ -333,7 +336,7 @@ LaunchPlan PlanLaunch(const json& container) {
     plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
   } else if (Expansion v = FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS",
                                                        "${VLLM_ADDITIONAL_ARGS"});
-             v.found) {
+             v.found && !additional_args_from_ref) {
     plan.route =
         v.for_eval ? FlagRoute::kAdditionalArgsEnvForEval : FlagRoute::kAdditionalArgsEnv;
   }

@@ -465,14 +465,10 @@ Mutation Mutate(const MutationInput& in) {
   std::string vllm_flag;  // how it got there, for the status annotation
   if (runs_vllm) {
     const std::string ours = KvTransferConfig(in.spec, mode).dump();
-    LaunchPlan plan = PlanLaunch(container);
+    const LaunchPlan plan = PlanLaunch(container);
     const auto additional = env_index.find("VLLM_ADDITIONAL_ARGS");
     const bool env_route = plan.route == FlagRoute::kAdditionalArgsEnv ||
                            plan.route == FlagRoute::kAdditionalArgsEnvForEval;
-    if (env_route && additional != env_index.end() &&
-        !Member(env[additional->second], "valueFrom").is_null()) {
-      plan.route = FlagRoute::kUnreachable;  // a value we cannot append to
-    }
     if (plan.has_user_flag) {
       Result<json> theirs = ParseJson(plan.user_flag_value, "--kv-transfer-config");
       if (!theirs.ok()) {
