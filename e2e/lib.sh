@@ -49,11 +49,15 @@ jqv() { jq -r "$2 // empty" <<<"$1"; }
 
 # --- objects ----------------------------------------------------------------------------------
 # new_ns NAME [LABEL=VALUE...]: creates a namespace for a case and waits for its default
-# ServiceAccount (pods are rejected until the controller creates it).
+# ServiceAccount (pods are rejected until the controller creates it). Case namespaces enforce
+# the baseline Pod Security level (no hostPath, host network or privileged containers), as a
+# platform team's would: whatever the webhook injects must pass it. A case that needs more
+# relabels its own namespace.
 new_ns() {
   local ns="$1"; shift
   k create namespace "${ns}" >/dev/null
-  k label namespace "${ns}" e2e.kvoffload.io/case=true "$@" >/dev/null
+  k label namespace "${ns}" e2e.kvoffload.io/case=true pod-security.kubernetes.io/enforce=baseline \
+    "$@" >/dev/null
   wait_until 60 "ServiceAccount default in ${ns}" k -n "${ns}" get serviceaccount default
 }
 

@@ -72,6 +72,12 @@ print(next(i["newTag"] for i in yaml.safe_load(open(sys.argv[1]))["images"] if i
     e2e_die "building the node's images failed"
   fi
   e2e_log "node: images built in $((SECONDS - t0))s ($(tail -n1 "${images}/build.log"))"
+  # vLLM's CPU build for case 33, mounted read-only into its pod: the virtualenv the vLLM tests
+  # use (cached by version; built here, where PyPI is reachable, when missing).
+  t0=${SECONDS}
+  E2E_VLLM_VENV="$("${E2E_REPO}/hack/vllm-venv.sh" | tail -n1)" || e2e_die "hack/vllm-venv.sh failed"
+  export E2E_VLLM_VENV
+  e2e_log "node: vLLM virtualenv ${E2E_VLLM_VENV} ready in $((SECONDS - t0))s"
   id="kvoffload-e2e-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
   # Mount points only: they stay, empty, after the run. Removing one would unmount it in the
   # namespace of another run that is using it.
