@@ -21,12 +21,12 @@ par="${GO_BUILD_PAR:-2}"
 log() { echo "build.sh: $*" >&2; }
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 
-# Go may be installed outside PATH (e.g. /usr/local/go); it is needed only when something is built.
-if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
-  export PATH="/usr/local/go/bin:${PATH}"
-fi
+# Go is needed only when something is built: an installed one recent enough, else the pinned
+# toolchain hack/go-toolchain.sh fetches once into the cache (Debian 12's golang is too old).
 need_go() {
-  command -v go >/dev/null || die "go (1.21 or newer) not found in PATH or /usr/local/go: it builds the control plane"
+  [[ -n "${_go_bin:-}" ]] && return
+  _go_bin="$("${here}/../../hack/go-toolchain.sh")" || die "no Go toolchain (hack/go-toolchain.sh failed)"
+  export PATH="${_go_bin}:${PATH}"
 }
 
 cache_root() {
