@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# fresh-check.sh [--setup-only]: the README's first-screen commands on a fresh Debian 12, as root.
+#
+# Builds a root file system with debootstrap (variant minbase, plus make and git: nothing else
+# the project needs is there, no compiler, no Python, no Go), clones the committed HEAD of this
+# repository into it, and runs in a chroot, inside a mount namespace of its own:
+#   full (default)   make test && make demo
+#   --setup-only     hack/install-deps.sh, the Go toolchain and make build: the set-up half,
+#                    which is what a fresh machine gets wrong (a missing package, an old Go)
+# Package, Go-module, Go-build and pip/uv caches are bound in from this machine so that a run
+# takes minutes, not an hour; nothing built is shared (no build tree, no control plane binaries,
+# no vLLM virtualenv). Needs root and debootstrap (installed when missing); where chroot or
+# mounts are not allowed it says so and fails, it never passes without having run.
+#
+#   FRESH_DIR    where the root lives while the check runs (default /var/tmp/kvoffload-fresh)
+#   FRESH_KEEP=1 keep it afterwards
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mode=full
+case "${1:-}" in
+  "") ;;
+  --setup-only) mode=setup ;;
+  *) echo "fresh-check.sh: error: unknown argument '$1' (the only one is --setup-only)" >&2; exit 1 ;;
+esac
+die() { echo "fresh-check.sh: error: $*" >&2; exit 1; }
+log() { echo "fresh-check.sh: $*" >&2; }
+[[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, chroot and bind mounts)"
+command -v unshare >/dev/null || die "needs unshare (util-linux)"
+if ! command -v debootstrap >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null \
+    || die "installing debootstrap failed"
+fi
+
+cache="${KVOFFLOAD_CACHE:-/var/cache/kv-offload}"
+dir="${FRESH_DIR:-/var/tmp/kvoffload-fresh}"
+root="${dir}/root"
+# The mirror this machine's apt uses (deb822 or one-line sources), so the root gets the same
+# Debian the rest of the project is built against.
+mirror="$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)"
+[[ -n "${mirror}" ]] || mirror="$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)"
+mirror="${mirror:-http://deb.debian.org/debian}"
+
+t0=${SECONDS}
+rm -rf "${dir}"
+mkdir -p "${root}" "${cache}/fresh-debootstrap" "${cache}/fresh-apt-archives/partial"
+log "debootstrap bookworm (minbase + make, git) from ${mirror}"
+debootstrap --variant=minbase --include=make,git --cache-dir="${cache}/fresh-debootstrap" \
+  bookworm "${root}" "${mirror}" >"${dir}/debootstrap.log" 2>&1 \
+  || { tail -n 20 "${dir}/debootstrap.log" >&2; die "debootstrap failed (log: ${dir}/debootstrap.log)"; }
+log "root ready in $((SECONDS - t0)) s"
+# The site's network settings come along, as a user's machine has them: its resolver, the
+# local CA certificates that ca-certificates adds to the bundle when install-deps installs it
+# (a proxy that inspects TLS needs them), and the proxy and CA-bundle variables set here.
+cp /etc/resolv.conf "${root}/etc/resolv.conf"
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "${root}/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "${root}/usr/local/share/ca-certificates/"
+fi
+site_env=()
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CERT_FILE SSL_CERT_DIR \
+         CURL_CA_BUNDLE REQUESTS_CA_BUNDLE PIP_CERT GIT_SSL_CAINFO; do
+  [[ -n "${!v:-}" ]] && site_env+=("${v}=${!v}")
+done
+git clone --quiet "${repo}" "${root}/src"
+log "cloned $(git -C "${repo}" rev-parse --short HEAD) (committed state only) into ${root}/src"
+
+# Caches bound in: what a user would also keep between attempts. A folder this machine lacks is
+# created so the bind works (an empty cache is a cold one, which is still a valid check).
+gomod="$(command -v go >/dev/null && go env GOMODCACHE || echo /root/go/pkg/mod)"
+gobuild="$(command -v go >/dev/null && go env GOCACHE || echo /root/.cache/go-build)"
+binds=("${cache}/fresh-apt-archives:/var/cache/apt/archives" "${gomod}:/root/go/pkg/mod"
+       "${gobuild}:/root/.cache/go-build" "/root/.cache/pip:/root/.cache/pip" "/root/.cache/uv:/root/.cache/uv")
+
+if [[ "${mode}" == setup ]]; then
+  inner='hack/install-deps.sh && PATH="$(hack/go-toolchain.sh):${PATH}" go version && make build'
+else
+  inner='make test && make demo'
+fi
+# Everything mounted here ends with the namespace; the root is removed afterwards.
+rc=0
+unshare --mount --propagation private -- bash -euo pipefail -c '
+root="$1" inner="$2" site_env="$3"; shift 3
+mount -t proc proc "${root}/proc"
+mount --rbind /sys "${root}/sys"
+mount --rbind /dev "${root}/dev"
+for b in "$@"; do
+  src="${b%%:*}" dst="${root}${b#*:}"
+  mkdir -p "${src}" "${dst}"
+  mount --bind "${src}" "${dst}"
+done
+# shellcheck disable=SC2086  # site_env: NAME=VALUE words, none with spaces
+exec chroot "${root}" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ${site_env} \
+  /bin/bash -euo pipefail -c "cd /src && ${inner}"
+' fresh "${root}" "${inner}" "${site_env[*]}" "${binds[@]}" || rc=$?
+
+if [[ "${FRESH_KEEP:-0}" != 1 ]]; then rm -rf "${dir}"; fi
+if ((rc != 0)); then
+  die "'${inner}' failed with exit ${rc} in a fresh Debian 12 root ($((SECONDS - t0)) s)"
+fi
+log "passed: '${inner}' in a fresh Debian 12 root in $((SECONDS - t0)) s"
