@@ -410,6 +410,8 @@ def serve_part(model: str, block: int) -> dict:
 
 
 def main():
+    if not TOKENS:
+        sys.exit("run.py: BENCH_TTFT_TOKENS names no prompt size (e.g. 1024,4096)")
     start = time.monotonic()
     SCRATCH.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -426,7 +428,7 @@ def main():
                   "params_m": (layers * (2 * h * h + 2 * h * kv + 3 * h * i)
                                + 2 * tiny_model.VOCAB * h) / 1e6,
                   "vocab": tiny_model.VOCAB, "tokens_per_block": tiny_model.TOKENS_PER_BLOCK},
-        "rounds": ROUNDS, "engine": engine_part(model, block, start) if TOKENS else None,
+        "rounds": ROUNDS, "engine": engine_part(model, block, start),
         "serve": None}
     # The limits again after the engines' rounds, best of the two: the same run, alternating.
     memcpy.append(memcpy_limit(block))
