@@ -1,9 +1,12 @@
 # Benchmarks: `make bench` builds, runs every benchmark with its limit measured in the
 # same run (webhook vs nginx, disk tier vs fio, pinned tier vs memcpy, policy ns/op, hit ratio
-# vs OPT), writes JSON into $(BENCH_RESULTS) and regenerates bench/RESULTS.md. Not part of
-# `make test`. About 10 minutes on 2 cores; lengthen with BENCH_WRK_SECONDS,
-# BENCH_RATE_SECONDS (webhook), BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL,
-# BENCH_POLICY_OPS, BENCH_TRACE_REQUESTS (see bench/agent/run.py). The GPU table is filled from
+# vs OPT, time to first token on vLLM's CPU engine with hits from each tier vs recompute),
+# writes JSON into $(BENCH_RESULTS) and regenerates bench/RESULTS.md. Not part of `make test`.
+# About 20 minutes on 2 cores (the TTFT section about 10 of them, in the vLLM virtualenv of
+# hack/vllm-venv.sh); lengthen with BENCH_WRK_SECONDS, BENCH_RATE_SECONDS (webhook),
+# BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL, BENCH_POLICY_OPS, BENCH_TRACE_REQUESTS
+# (see bench/agent/run.py), BENCH_TTFT_TOKENS, BENCH_TTFT_ROUNDS, BENCH_TTFT_SERVE_TOKENS
+# (bench/ttft/run.py). The GPU table is filled from
 # $(BENCH_RESULTS)/gpu-bench.json when a GPU run left one there (bench/gpu/run.sh).
 BENCH_RESULTS ?= $(BUILD)/bench-results
 
@@ -16,5 +19,6 @@ bench: bench-deps build
 	start=$$(date +%s) && \
 	python3 bench/webhook/run.py $(BUILD) $(BENCH_RESULTS)/webhook.json && \
 	python3 bench/agent/run.py $(BUILD) $(BENCH_RESULTS) && \
+	"$$(./hack/vllm-venv.sh)/bin/python" bench/ttft/run.py $(BUILD) $(BENCH_RESULTS) && \
 	python3 bench/report.py $(BENCH_RESULTS) bench/RESULTS.md "make bench" $$(( $$(date +%s) - start ))
 	@echo "bench: wrote bench/RESULTS.md (JSON in $(BENCH_RESULTS))"

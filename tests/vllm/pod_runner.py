@@ -2,10 +2,21 @@
 args and env taken from a pod manifest (a webhook golden), with each volumeMount's path
 replaced by a host directory wherever it appears (command, args, env values). Nothing else
 of the pod is interpreted, so the launch form does not matter: exec form, or KServe's
-`bash -c SCRIPT --` that passes its arguments on."""
+`bash -c SCRIPT --` that passes its arguments on. Also the lifecycle of a `vllm serve`
+started that way (ready, served model name, SIGTERM), shared by test_entry_point.py and the
+TTFT benchmark (bench/ttft)."""
 
+import json
+import os
+import pathlib
 import re
+import signal
+import socket
 import subprocess
+import time
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def target_container(pod: dict) -> dict:
@@ -52,3 +63,55 @@ def start(argv: list[str], env: dict[str, str], log_path: str) -> subprocess.Pop
     log = open(log_path, "w")
     return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stage_agent(dest: pathlib.Path) -> pathlib.Path:
+    """`make agent-dist` into dest, from the build tree of the library in KVOFFLOAD_LIBRARY
+    (the one the tests and the benchmark load); returns the staged /opt/kvoffload."""
+    build = pathlib.Path(os.environ["KVOFFLOAD_LIBRARY"]).resolve().parents[1]
+    subprocess.run([str(REPO / "hack" / "stage-agent.sh"), str(build), str(dest)], check=True,
+                   capture_output=True)
+    return dest / "opt" / "kvoffload"
+
+
+def wait_ready(proc, port, log, timeout=420):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"vllm serve exited {proc.returncode}:\n{log.read_text()[-6000:]}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"vllm serve not ready after {timeout} s:\n{log.read_text()[-6000:]}")
+
+
+def served_model(port) -> str:
+    """A model name the pod's command line serves under, whatever the launch form (KServe's
+    script serves the model under more than one name)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+        models = json.loads(r.read())["data"]
+    assert models, "vllm serve lists no model"
+    return models[0]["id"]
+
+
+def stop(proc, log, timeout=120) -> float:
+    """SIGTERM, as the kubelet sends it; the seconds until the server exited."""
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"vllm serve ignored SIGTERM for {timeout} s:\n"
+                             f"{log.read_text()[-6000:]}")
+    assert rc == 0, f"vllm serve exited {rc} after SIGTERM:\n{log.read_text()[-6000:]}"
+    return time.monotonic() - start

@@ -2,10 +2,11 @@
 each configuration starts from nothing, as a pod does. test_real_engine.py calls it:
     python real_engine.py RUN.json RESULT.json
 RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
-"gpu_blocks", "corrupt_loads": bool, "phases": [["generate", [[doc, question], ...]] |
-["reset_connector"]]}. RESULT.json: per phase the generated token ids and the libkvoffload
-engine's stats after it; "startup_error" when the engine refused to start; "shutdown_s" and
-"closed" (the engine's stats when vLLM's shutdown closed it, and its write-back report).
+"gpu_blocks", "max_model_len" (optional, 512), "corrupt_loads": bool, "phases":
+[["generate", [[doc, question], ...]] | ["reset_connector"]]}. RESULT.json: per phase the
+generated token ids and the libkvoffload engine's stats after it; "startup_error" when the
+engine refused to start; "shutdown_s" and "closed" (the engine's stats when vLLM's shutdown
+closed it, and its write-back report).
 
 vLLM's CPU platform replaces the "uni" executor by "mp" unless
 VLLM_ENABLE_V1_MULTIPROCESSING=0; "uni" here sets that, so the worker runs in this process
@@ -25,7 +26,7 @@ def main(run_path: str, result_path: str) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
 
     import torch
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     import tiny_model
     from kvoffload import transfer, vllm as adapter
@@ -34,24 +35,8 @@ def main(run_path: str, result_path: str) -> None:
     _record_close(transfer, result)
     if run.get("corrupt_loads"):
         _corrupt_every_load(transfer, torch)
-    kwargs = {}
-    if run.get("connector") is not None:
-        kwargs["kv_transfer_config"] = {
-            "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-            "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
-                                          "spec_module_path": "kvoffload.vllm",
-                                          **run["connector"]}}
-    blocks = run["gpu_blocks"]
     try:
-        llm = LLM(model=run["model"], skip_tokenizer_init=True, enforce_eager=True,
-                  dtype="float32", seed=0, block_size=tiny_model.TOKENS_PER_BLOCK,
-                  # vLLM's own KV cache: so few blocks that a prefix is evicted before it
-                  # comes back (the CPU backend sizes it in bytes, the scheduler in blocks).
-                  num_gpu_blocks_override=blocks,
-                  kv_cache_memory_bytes=blocks * tiny_model.BLOCK_BYTES,
-                  gpu_memory_utilization=0.05, max_model_len=512, max_num_seqs=4,
-                  enable_prefix_caching=True,
-                  distributed_executor_backend=run.get("executor", "uni"), **kwargs)
+        llm = build_llm(run)
     except Exception as e:  # what a refused start says is the result
         result["startup_error"] = "".join(traceback.format_exception_only(e))
         open(result_path, "w").write(json.dumps(result))
@@ -66,10 +51,10 @@ def main(run_path: str, result_path: str) -> None:
                 out = llm.generate([{"prompt_token_ids": tiny_model.prompt(doc, question)}],
                                    greedy, use_tqdm=False)
                 tokens.append(list(out[0].outputs[0].token_ids))
-            result["phases"].append({"tokens": tokens, "stats": _stats(adapter)})
+            result["phases"].append({"tokens": tokens, "stats": engine_stats(adapter)})
         elif phase[0] == "reset_connector":
             assert llm.reset_prefix_cache(reset_connector=True), "vLLM refused the reset"
-            result["phases"].append({"stats": _stats(adapter)})
+            result["phases"].append({"stats": engine_stats(adapter)})
         else:
             raise ValueError(f"unknown phase {phase!r}")
     start = time.monotonic()
@@ -78,7 +63,34 @@ def main(run_path: str, result_path: str) -> None:
     open(result_path, "w").write(json.dumps(result))
 
 
-def _stats(adapter) -> dict | None:
+def build_llm(run: dict):
+    """vllm.LLM as RUN.json describes it; also the TTFT benchmark's engine (bench/ttft).
+    vLLM's own KV cache gets exactly "gpu_blocks" blocks of the model at run["model"]."""
+    from vllm import LLM
+
+    import tiny_model
+
+    kwargs = {}
+    if run.get("connector") is not None:
+        kwargs["kv_transfer_config"] = {
+            "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
+                                          "spec_module_path": "kvoffload.vllm",
+                                          **run["connector"]}}
+    blocks = run["gpu_blocks"]
+    max_len = run.get("max_model_len", 512)
+    return LLM(model=run["model"], skip_tokenizer_init=True, enforce_eager=True,
+               dtype="float32", seed=0, block_size=tiny_model.TOKENS_PER_BLOCK,
+               # vLLM's own KV cache: so few blocks that a prefix is evicted before it
+               # comes back (the CPU backend sizes it in bytes, the scheduler in blocks).
+               num_gpu_blocks_override=blocks,
+               kv_cache_memory_bytes=blocks * tiny_model.block_bytes(run["model"]),
+               gpu_memory_utilization=0.05, max_model_len=max_len, max_num_seqs=4,
+               enable_prefix_caching=True,
+               distributed_executor_backend=run.get("executor", "uni"), **kwargs)
+
+
+def engine_stats(adapter) -> dict | None:
     cores = list(adapter._cores.values())
     assert len(cores) <= 1, f"{len(cores)} worker engines in one process"
     return cores[0].engine.stats() if cores else None

@@ -24,37 +24,19 @@ import json
 import os
 import pathlib
 import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 
 import pod_runner
 import tiny_model
 from conftest import AGENT_CASE, GOLDEN
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 SLOT = -(-(tiny_model.BLOCK_BYTES + 64) // 4096) * 4096
 CPU_SLOTS = 8
 # Per golden tier (emptyDir, pvcSpec, pvcRef): what each may hold, in blocks.
 TIER_SLOTS = [8, 8, 64]
 DOCS = 8
 GPU_BLOCKS = 24
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stage_agent(dest: pathlib.Path) -> pathlib.Path:
-    """`make agent-dist` into dest, from the build tree whose library the tests load."""
-    build = pathlib.Path(os.environ["KVOFFLOAD_LIBRARY"]).resolve().parents[1]
-    subprocess.run([str(REPO / "hack" / "stage-agent.sh"), str(build), str(dest)], check=True,
-                   capture_output=True)
-    return dest / "opt" / "kvoffload"
 
 
 def launch(pod, volumes, port, log):
@@ -78,29 +60,6 @@ def launch(pod, volumes, port, log):
     return pod_runner.start(argv, env, str(log))
 
 
-def wait_ready(proc, port, log, timeout=420):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"vllm serve exited {proc.returncode}:\n{log.read_text()[-6000:]}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"vllm serve not ready after {timeout} s:\n{log.read_text()[-6000:]}")
-
-
-def served_model(port) -> str:
-    """A model name the pod's command line serves under, whatever the launch form (KServe's
-    script serves the model under more than one name)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
-        models = json.loads(r.read())["data"]
-    assert models, "vllm serve lists no model"
-    return models[0]["id"]
-
-
 def complete(port, model_name, doc, question):
     body = json.dumps({"model": model_name, "prompt": tiny_model.prompt_text(doc, question),
                        "max_tokens": 4, "temperature": 0, "ignore_eos": True}).encode()
@@ -112,20 +71,6 @@ def complete(port, model_name, doc, question):
     return out["choices"][0]["text"], details.get("cached_tokens", 0)
 
 
-def stop(proc, log, timeout=120) -> float:
-    """SIGTERM, as the kubelet sends it; the seconds until the server exited."""
-    start = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"vllm serve ignored SIGTERM for {timeout} s:\n"
-                             f"{log.read_text()[-6000:]}")
-    assert rc == 0, f"vllm serve exited {rc} after SIGTERM:\n{log.read_text()[-6000:]}"
-    return time.monotonic() - start
-
-
 def test_golden_agent_pod_serves_with_offloading(tmp_path):
     pod = json.loads((GOLDEN / f"{AGENT_CASE}.patched.json").read_text())
     container = pod_runner.target_container(pod)
@@ -134,17 +79,17 @@ def test_golden_agent_pod_serves_with_offloading(tmp_path):
         os.makedirs(path, exist_ok=True)
     model_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/mnt/models")
     tiny_model.make(volumes[model_mount["name"]])
-    volumes["kvoffload-agent"] = str(stage_agent(tmp_path / "dist"))
+    volumes["kvoffload-agent"] = str(pod_runner.stage_agent(tmp_path / "dist"))
 
     runs = {}
     for server in ("A", "B"):
-        port, log = free_port(), tmp_path / f"serve-{server}.log"
+        port, log = pod_runner.free_port(), tmp_path / f"serve-{server}.log"
         proc = launch(pod, volumes, port, log)
         try:
-            wait_ready(proc, port, log)
-            served = served_model(port)
+            pod_runner.wait_ready(proc, port, log)
+            served = pod_runner.served_model(port)
             runs[server] = [complete(port, served, d, 0) for d in range(DOCS)]
-            shutdown_s = stop(proc, log)
+            shutdown_s = pod_runner.stop(proc, log)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)

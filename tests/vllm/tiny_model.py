@@ -5,6 +5,8 @@ Weights are drawn wider than transformers' default (initializer_range 0.2, not 0
 near-zero weights every position attends almost uniformly and the sampled tokens barely
 depend on the KV cache, so a test that corrupts loaded KV could not see it."""
 
+import json
+import os
 import random
 
 # One vLLM block of this model: 4 layers x 32 tokens x 4 KV heads x 64 x (K + V) x fp32.
@@ -15,20 +17,30 @@ VOCAB = 512
 PREFIX_BLOCKS = 4
 
 
-def make(path: str) -> str:
+def make(path: str, layers: int = LAYERS, hidden: int = 256, intermediate: int = 512,
+         heads: int = 4, kv_heads: int = 4, max_positions: int = 16384) -> str:
     """Writes the model directory (config.json, safetensors, a tokenizer) and returns its
-    path."""
+    path. The defaults are the tests' model; the TTFT benchmark (bench/ttft) makes a larger
+    one with the same code."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
-                         num_hidden_layers=LAYERS, num_attention_heads=4,
-                         num_key_value_heads=4, max_position_embeddings=16384,
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
                          initializer_range=0.2, tie_word_embeddings=False)
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(path)
     _tokenizer().save_pretrained(path)
     return path
+
+
+def block_bytes(path: str) -> int:
+    """Bytes of one vLLM block (all layers, K and V, fp32) of the model saved at path."""
+    c = json.loads(open(os.path.join(path, "config.json")).read())
+    head_dim = c["hidden_size"] // c["num_attention_heads"]
+    return (c["num_hidden_layers"] * TOKENS_PER_BLOCK * c["num_key_value_heads"] * head_dim
+            * 2 * 4)
 
 
 def _tokenizer():
@@ -52,3 +64,10 @@ def prompt(doc: int, question: int) -> list[int]:
     r = random.Random(doc)
     prefix = [r.randrange(1, VOCAB) for _ in range(PREFIX_BLOCKS * TOKENS_PER_BLOCK)]
     return prefix + [(question * 7 + j) % (VOCAB - 1) + 1 for j in range(5)]
+
+
+def random_prompt(tokens: int, seed: int) -> list[int]:
+    """A prompt of `tokens` random token ids, the same for the same seed (the TTFT
+    benchmark's long prompts)."""
+    r = random.Random(seed)
+    return [r.randrange(1, VOCAB) for _ in range(tokens)]
