@@ -23,8 +23,10 @@ test: build
 demo: build
 	./hack/demo.sh $(BUILD)
 
+# Every tree the targets make: the build, the sanitizer, fuzz and CUDA builds, the staged image
+# payloads and the GPU bundle (the caches outside the repository stay; see README.md).
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(CUDA_BUILD) $(DIST) $(GPU_BUNDLE)
 
 # Each part adds its own targets (e2e, bench, fuzz, images, ...) in mk/<part>.mk.
 -include $(wildcard mk/*.mk)
