@@ -56,7 +56,7 @@ serve flags:
   --lookup-timeout=2s         API server request timeout
   --cache-ttl=10s             how long lookups are reused
   --threads=64                admissions handled at once (each may wait on lookups)
-  --max-connections=10000     open HTTPS connections; more are closed on accept
+  --max-connections=4096      open HTTPS connections; more are closed on accept
   --request-timeout=10s       one request's headers and body, from its first byte
   --idle-timeout=5s           TLS handshake, and keep-alive wait for the next request
 
@@ -200,7 +200,7 @@ int Serve(const Flags& flags) {
   Result<int> port = ParseInt("port", flags.Get("port", "8443"), 0, 65535);
   Result<int> metrics_port = ParseInt("metrics-port", flags.Get("metrics-port", "9090"), -1, 65535);
   Result<int> threads = ParseInt("threads", flags.Get("threads", "64"), 1, 4096);
-  Result<int> max_conns = ParseInt("max-connections", flags.Get("max-connections", "10000"), 1, 1000000);
+  Result<int> max_conns = ParseInt("max-connections", flags.Get("max-connections", "4096"), 1, 1000000);
   Result<std::chrono::milliseconds> request_timeout = ParseDuration("request-timeout", flags.Get("request-timeout", "10s"));
   Result<std::chrono::milliseconds> idle_timeout = ParseDuration("idle-timeout", flags.Get("idle-timeout", "5s"));
   Result<std::chrono::milliseconds> delay = ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"));

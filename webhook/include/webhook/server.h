@@ -33,7 +33,7 @@ struct ServerOptions {
   std::chrono::milliseconds cert_poll_interval{1000};
   std::chrono::milliseconds shutdown_delay{5000};  // readiness false before we stop listening
   int threads = 64;  // admissions handled at once (each may wait on API server lookups)
-  int max_connections = 10000;  // open HTTPS connections; more are closed on accept
+  int max_connections = 4096;  // open HTTPS connections; more are closed on accept
   std::chrono::milliseconds request_timeout{10000};  // one request's headers and body, in total
   std::chrono::milliseconds idle_timeout{5000};  // keep-alive, and accept to the first byte
 };
