@@ -15,6 +15,7 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cerrno>
+#include <csignal>
 #include <climits>
 #include <condition_variable>
 #include <mutex>
@@ -369,6 +370,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 }  // namespace
 
 Status HttpsTransport::Impl::Start() {
+  // OpenSSL writes with plain send(): a client that has gone away would raise SIGPIPE and kill
+  // the process. The error (EPIPE) closes that connection instead.
+  ::signal(SIGPIPE, SIG_IGN);
   error_code ec;
   const net::ip::address address = net::ip::make_address(options_.bind_address, ec);
   if (ec) {
