@@ -125,7 +125,19 @@ void Server::Routes() {
   metrics_http_ = std::make_unique<httplib::Server>();
   metrics_http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
   metrics_http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
+    // The transport's own counts: a connection flood shows here before admissions slow down.
+    const HttpsTransportStats t = https_->stats();
+    std::string text = metrics_->Render();
+    text += "# HELP kvoffload_webhook_open_connections HTTPS connections open now.\n"
+            "# TYPE kvoffload_webhook_open_connections gauge\n"
+            "kvoffload_webhook_open_connections " + std::to_string(t.open_connections) + "\n"
+            "# HELP kvoffload_webhook_refused_connections_total Connections closed on accept past --max-connections.\n"
+            "# TYPE kvoffload_webhook_refused_connections_total counter\n"
+            "kvoffload_webhook_refused_connections_total " + std::to_string(t.refused_connections) + "\n"
+            "# HELP kvoffload_webhook_timed_out_connections_total Connections closed by a handshake, idle, request or write deadline.\n"
+            "# TYPE kvoffload_webhook_timed_out_connections_total counter\n"
+            "kvoffload_webhook_timed_out_connections_total " + std::to_string(t.timed_out) + "\n";
+    res.set_content(text, "text/plain; version=0.0.4");
   });
   metrics_http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
