@@ -222,7 +222,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       error_code ec;
       const size_t used = parser_->put(net::buffer(in_.data(), in_.size()), ec);
       in_.erase(0, used);
-      if (ec == http::error::need_more) break;
+      // need_more, or nothing taken: only more input can move the parser on.
+      if (ec == http::error::need_more || (!ec && used == 0)) break;
       if (ec) return Refuse(ec);
     }
     if (parser_->is_done()) return Dispatch();
