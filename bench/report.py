@@ -55,38 +55,54 @@ def webhook(w):
              "", "Command: `python3 bench/webhook/run.py BUILD build/bench-results/webhook.json`: "
              "wrk -t2 -c64 over TLS keep-alive against our server and against nginx answering the same "
              "bytes with the same certificate (the ceiling), then kvoffload-loadgen (open loop, 16 "
-             "connections, latency from the scheduled send time) at fixed rates.", ""]
+             "connections, latency from the scheduled send time) at fixed rates; pods without a "
+             "mode annotation, so the server's --default-mode decides (agent, the default, or "
+             "vllm-native). Then tests/reliability/webhook_hostile.py: admissions on fresh "
+             "connections (a TLS handshake each, 50/s for 5 s) while 1000 hostile connections of "
+             "one kind are held open (reopened when cut off; request and idle deadlines 3 s).", ""]
     if w is None:
         return lines + ["Not run (no webhook.json).", ""]
     rows = []
     if "healthz_rps" in w:
         floor = w["healthz_rps"] / w["nginx_healthz_rps"]
-        rows.append(["transport floor: GET /healthz", f"{w['healthz_rps']:.0f} req/s",
-                     f"nginx {w['nginx_healthz_rps']:.0f} req/s", f"{floor:.2f}", "(reference)", ""])
+        rows.append(["GET /healthz at saturation", f"{w['healthz_rps']:.0f} req/s",
+                     f"nginx {w['nginx_healthz_rps']:.0f} req/s", f"{floor:.2f}", ">= 0.80", met(floor >= 0.8)])
     for name, b in w["bodies"].items():
         rows.append([f"{name} pod ({b['request_bytes']} B) at saturation", f"{b['rps']:.0f} req/s, {b['errors']} errors",
                      f"nginx {b['nginx_rps']:.0f} req/s", f"{b['ratio']:.2f}", ">= 0.50", met(b["ratio"] >= 0.5)])
         for label, r in b["rates"].items():
-            judged = label == "1000"
+            judged = label in ("1000", "half")
+            limit = 2000 if label == "1000" else 5000
             rows.append([f"{name} at {'half the max' if label == 'half' else label} req/s",
                          f"p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, p99.9 {r['p999_us']:.0f} us",
-                         "2000 us" if judged else "", f"{r['p99_us'] / 2000:.2f}" if judged else "",
-                         "p99 <= 2 ms" if judged else "", met(r["p99_us"] <= 2000) if judged else ""])
+                         f"{limit} us" if judged else "", f"{r['p99_us'] / limit:.2f}" if judged else "",
+                         f"p99 <= {limit // 1000} ms" if judged else "",
+                         met(r["p99_us"] <= limit) if judged else ""])
     rows.append(["ready after start", f"{w['ready_ms']:.0f} ms", "100 ms", f"{w['ready_ms'] / 100:.2f}",
                  "< 100 ms", met(w["ready_ms"] < 100)])
     peak_mib = w["rss_peak_kib"] / 1024
     rows.append(["RSS idle / peak under load", f"{w['rss_idle_kib'] / 1024:.1f} / {peak_mib:.1f} MiB", "50 MiB",
                  f"{peak_mib / 50:.2f}", "< 50 MiB", met(peak_mib < 50)])
-    why = ("Why throughput misses: cpp-httplib (the chosen HTTP library) serves one thread per "
-           "keep-alive connection and reads a request in many small reads, so even a bare GET "
-           "/healthz with no admission logic stays well below nginx's event loop (the transport "
-           "floor row, in runs that have it). On top of that the admission (parse the pod with "
-           "simdjson into the nlohmann DOM, resolve, mutate, hash, answer) costs about 1.3M "
-           "instructions for the 10 KB pod (callgrind), most of it allocating the DOM. Client and "
-           "server share the same 2 cores, as they do for nginx. Latency tails at fixed rates "
-           "follow the machine's load: in an earlier run with other tenants compiling (load "
-           "average 8-11 on 2 cores) p99 at 1000 req/s was 2.0 ms (small) and 2.9 ms (KServe "
-           "pod); on a quiet machine it is well under the 2 ms target.")
+    for h in (w.get("hostile") or {}).get("scenarios", []):
+        life = h["trickler_lifetime_s"]
+        rows.append([f"admissions under 1000 hostile: {h['kind']}",
+                     f"{h['admissions']} sent, {h['failed']} failed; p50 {h['p50_ms']:.1f} ms, "
+                     f"p99 {h['p99_ms']:.1f} ms; server fds {h['server_fds']}"
+                     + (f"; tricklers cut after {life[0]}-{life[1]} s" if life else ""),
+                     "50 ms", f"{h['p99_ms'] / 50:.2f}", "0 failed, p99 < 50 ms",
+                     met(h["failed"] == 0 and h["p99_ms"] < 50)])
+    idle = (w.get("hostile") or {}).get("idle")
+    if idle:
+        rows.append([f"RSS with {idle['idle_connections']} idle connections", f"{idle['rss_mib']:.1f} MiB",
+                     "100 MiB", f"{idle['rss_mib'] / 100:.2f}", "< 100 MiB", met(idle["rss_mib"] < 100)])
+    why = ("Reading the figures: GET /healthz, the transport alone (TLS, parse, answer), is the "
+           "floor; the gap between it and an admission is the admission itself (parse the pod with "
+           "simdjson into the nlohmann DOM, resolve, mutate, hash, serialise: about 1.3M "
+           "instructions for the KServe pod under callgrind), which nginx, returning stored bytes, "
+           "does not do. The hostile rows measure the client's own handshake too, and on a loaded "
+           "machine the prober (Python, sharing the 2 cores with 1000 hostile clients and the "
+           "server) is itself starved: the count of admissions sent in 5 s shows how much. Client "
+           "and server share the same 2 cores, as they do for nginx.")
     return lines + [table(["figure", "value", "limit", "ratio", "target", ""], rows), "", why, ""]
 
 

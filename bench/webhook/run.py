@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Webhook benchmark: throughput at saturation against an nginx ceiling (same TLS, same client,
-same concurrency, a static answer of the same size), latency percentiles at fixed rates from an
-open-loop client, time from start to ready, and RSS idle and under load.
+same concurrency, a static answer of the same size) for both bodies in both modes (agent, the
+default, and vllm-native), latency percentiles at fixed rates from an open-loop client, time from
+start to ready, RSS idle and under load, then legitimate admissions under 1000 hostile connections
+(tests/reliability/webhook_hostile.py: p99 per kind, RSS with 10000 idle connections).
 
 usage: run.py BUILD_DIR OUT_JSON   (prints a markdown report on stdout)
 """
+import atexit
 import http.client
 import json
 import os
@@ -25,6 +28,11 @@ CONNECTIONS = 64
 TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
                  "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
                  "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
+
+
+# Servers we started; stopped on any exit, so a failed run leaves no nginx holding the port.
+SPAWNED = []
+atexit.register(lambda: [p.terminate() for p in SPAWNED if p.poll() is None])
 
 
 def log(msg):
@@ -74,10 +82,25 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "make_bodies.py"), tmp], check=True)
     port, nginx_port = 18443, 18444
 
+    results = {"bodies": {}}
+    for mode in ("agent", "vllm-native"):
+        measure_mode(mode, tmp, cert, key, ca, port, nginx_port, results)
+    hostile = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tests", "reliability",
+                                                           "webhook_hostile.py"), WEBHOOK,
+                              "--hostile", "1000", "--rate", "50", "--seconds", "5", "--idle", "10000"],
+                             capture_output=True, text=True)
+    results["hostile"] = json.loads(hostile.stdout)
+    log(f"hostile: {results['hostile']['failures'] or 'all criteria met'}")
+    with open(OUT, "w") as f:
+        json.dump(results, f, indent=2)
+
+
+def measure_mode(mode, tmp, cert, key, ca, port, nginx_port, results):
     t0 = time.monotonic()
     proc = subprocess.Popen([WEBHOOK, "serve", "--bind-address=127.0.0.1", f"--port={port}",
                              "--metrics-port=-1", f"--tls-cert-file={cert}", f"--tls-key-file={key}",
-                             "--log-level=warn", "--shutdown-delay=0s", "--threads=128"])
+                             "--log-level=warn", "--shutdown-delay=0s", f"--default-mode={mode}"])
+    SPAWNED.append(proc)
     ready_ms = None
     while time.monotonic() - t0 < 10:
         try:
@@ -88,8 +111,9 @@ def main():
             time.sleep(0.001)
     assert ready_ms is not None, "webhook did not become ready"
     time.sleep(0.5)
-    results = {"ready_ms": ready_ms, "rss_idle_kib": rss_kib(proc.pid), "bodies": {}}
-    log(f"ready in {ready_ms:.1f} ms, idle RSS {results['rss_idle_kib']} KiB")
+    if mode == "agent":
+        results.update({"ready_ms": ready_ms, "rss_idle_kib": rss_kib(proc.pid)})
+        log(f"ready in {ready_ms:.1f} ms, idle RSS {results['rss_idle_kib']} KiB")
 
     for name in ("small", "kserve"):
         body_file = f"{tmp}/{name}.json"
@@ -97,19 +121,26 @@ def main():
         status, answer = https(port, ca, "POST", "/mutate-pods", body)
         assert status == 200 and b'"allowed":true' in answer, answer[:200]
         # The ceiling: nginx answering the same bytes statically, same TLS and cert.
-        escaped = answer.decode().replace("\\", "\\\\").replace("'", "\\'")
+        # From a file: nginx refuses a `return` text over 4 KiB (its configuration buffer), and
+        # its static handler answers POST with 405, which error_page turns into that file. Its
+        # workers (nobody) must be able to read it.
+        os.chmod(tmp, 0o755)
+        with open(f"{tmp}/mutate-pods", "wb") as f:
+            f.write(answer)
+        os.chmod(f"{tmp}/mutate-pods", 0o644)
         conf = f"""daemon off; worker_processes {os.cpu_count()}; pid {tmp}/nginx.pid;
 error_log {tmp}/nginx-error.log warn;
 events {{ worker_connections 1024; }}
 http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
   server {{ listen 127.0.0.1:{nginx_port} ssl; ssl_certificate {cert}; ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3; ssl_ciphers {TLS12_CIPHERS};
-    location = /mutate-pods {{ default_type application/json; return 200 '{escaped}'; }}
+    location = /mutate-pods {{ root {tmp}; default_type application/json; error_page 405 =200 $uri; }}
     location = /healthz {{ default_type text/plain; return 200 'ok\n'; }} }} }}
 """
         with open(f"{tmp}/nginx.conf", "w") as f:
             f.write(conf)
         nginx = subprocess.Popen(["nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf"])
+        SPAWNED.append(nginx)
         for _ in range(1000):
             try:
                 s, got = https(nginx_port, ca, "POST", "/mutate-pods", body)
@@ -122,9 +153,9 @@ http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
         ours, our_errors = wrk(port, body_file)
         rss_peak = rss_kib(proc.pid, "VmHWM")
         ceiling, ceiling_errors = wrk(nginx_port, body_file)
-        if name == "small":
-            # The transport's own floor: a GET answered with "ok\n" by both servers. What our
-            # server loses here is cpp-httplib's per-request cost, before any admission logic.
+        if name == "small" and mode == "agent":
+            # The transport's own floor: a GET answered with "ok\n" by both servers, before any
+            # admission logic.
             results["healthz_rps"], _ = wrk(port, path="/healthz")
             results["nginx_healthz_rps"], _ = wrk(nginx_port, path="/healthz")
             log(f"healthz floor: ours {results['healthz_rps']:.0f}/s, nginx {results['nginx_healthz_rps']:.0f}/s")
@@ -137,15 +168,13 @@ http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
                                   "--warmup", "1"], capture_output=True, text=True)
             rates[label] = json.loads(out.stdout)
             log(f"{name}: {rate} req/s -> p99 {rates[label]['p99_us']:.0f} us")
-        results["bodies"][name] = {"request_bytes": len(body), "answer_bytes": len(answer),
+        results["bodies"][name if mode == "agent" else f"{name} ({mode})"] = {"request_bytes": len(body), "answer_bytes": len(answer),
                                    "rps": ours, "errors": our_errors, "nginx_rps": ceiling,
                                    "nginx_errors": ceiling_errors, "ratio": ours / ceiling,
                                    "rss_peak_kib": rss_peak, "rates": rates}
-    results["rss_peak_kib"] = rss_kib(proc.pid, "VmHWM")
+    results["rss_peak_kib"] = max(results.get("rss_peak_kib", 0), rss_kib(proc.pid, "VmHWM"))
     proc.terminate()
     proc.wait(timeout=10)
-    with open(OUT, "w") as f:
-        json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":

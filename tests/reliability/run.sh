@@ -3,12 +3,16 @@
 #   tests/reliability/run.sh <build dir>
 # 1. webhook: 100k admissions at concurrency 64 with the serving cert rotated every 10 s, then
 #    SIGTERM under load (webhook_load.py; prints JSON, exits 1 on a failed criterion).
-# 2. agent: 100 SIGKILL trials with restart and content check, and a 60 s two-process hammer
+# 2. webhook: admissions on fresh connections while 1000 hostile connections of each kind are
+#    held open (silent TCP, idle TLS, headers or a body a byte a second, mixed), and RSS with
+#    10000 idle connections (webhook_hostile.py; prints JSON, exits 1 on a failed criterion).
+# 3. agent: 100 SIGKILL trials with restart and content check, and a 60 s two-process hammer
 #    on one shared tier (the crash test at full size; prints its figures).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/webhook_load.py" "$build/webhook/kv-offload-webhook" \
   --requests "${LOAD_REQUESTS:-100000}" --concurrency "${LOAD_CONCURRENCY:-64}" --rotate 10
+"$here/webhook_hostile.py" "$build/webhook/kv-offload-webhook" --hostile "${HOSTILE_CONNECTIONS:-1000}"
 KVO_CRASH_TRIALS=${KVO_CRASH_TRIALS:-100} KVO_HAMMER_SECONDS=${KVO_HAMMER_SECONDS:-60} \
   "$build/tests/offload-agent/agent_crash_test" --gtest_brief=0

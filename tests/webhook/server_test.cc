@@ -112,6 +112,7 @@ class ServerTest : public ::testing::Test {
 TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
   StartServer();
   auto client = Client((dir_ / "ca.crt").string());
+  client->set_keep_alive(true);
   httplib::Result health = client->Get("/healthz");
   ASSERT_TRUE(health) << httplib::to_string(health.error());
   EXPECT_EQ(health->status, 200);
@@ -131,6 +132,38 @@ TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
             std::string::npos)
       << m->body;
   EXPECT_NE(m->body.find("kvoffload_admission_duration_seconds_count 1"), std::string::npos);
+  // The keep-alive client above is still connected; nothing was refused.
+  EXPECT_NE(m->body.find("kvoffload_webhook_open_connections 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("kvoffload_webhook_refused_connections_total 0\n"), std::string::npos);
+}
+
+TEST_F(ServerTest, QueryStringsUnknownRoutesAndExpectContinue) {
+  StartServer();
+  auto client = Client((dir_ / "ca.crt").string());
+  // The API server calls the configured path with ?timeout=...
+  httplib::Result r = client->Post("/mutate-pods?timeout=5s", ReviewBody(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(client->Get("/mutate-pods")->status, 404);
+  EXPECT_EQ(client->Post("/nope", ReviewBody(), "application/json")->status, 404);
+  // curl sends Expect: 100-continue for bodies over 1 KiB and waits for the interim answer.
+  const std::string body = ReviewBody();
+  const std::string cmd = "curl -s -o /dev/null -w '%{http_code} %{time_total}' --cacert " +
+                          (dir_ / "ca.crt").string() +
+                          " -H 'Content-Type: application/json' -H 'Expect: 100-continue'"
+                          " --expect100-timeout 5 --data-binary @" + (dir_ / "body.json").string() +
+                          " https://127.0.0.1:" + std::to_string(server_->port()) + "/mutate-pods";
+  WriteFileAtomic(dir_ / "body.json", body);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char out[64] = {};
+  const size_t n = std::fread(out, 1, sizeof(out) - 1, p);
+  ::pclose(p);
+  int code = 0;
+  double seconds = 0;
+  ASSERT_EQ(std::sscanf(std::string(out, n).c_str(), "%d %lf", &code, &seconds), 2) << out;
+  EXPECT_EQ(code, 200);
+  EXPECT_LT(seconds, 4.0) << "curl waited out its 100-continue timeout";
 }
 
 TEST_F(ServerTest, ServesApplyTimeChecksOnBothPaths) {

@@ -1,6 +1,7 @@
 // kv-offload-webhook: `serve` (default) runs the admission webhook; `inject` mutates manifests
 // offline; `validate` checks manifests offline. Flags are --name=value or --name value.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +55,10 @@ serve flags:
   --cert-reload-interval=1s   how often the certificate files are checked
   --lookup-timeout=2s         API server request timeout
   --cache-ttl=10s             how long lookups are reused
-  --threads=64                concurrent connections
+  --threads=64                admissions handled at once (each may wait on lookups)
+  --max-connections=4096      open HTTPS connections; more are closed on accept
+  --request-timeout=10s       one request's headers and body, from its first byte
+  --idle-timeout=5s           TLS handshake, and keep-alive wait for the next request
 
 inject and validate flags:
   -f, --filename=FILE|-       input (YAML or JSON, several documents allowed)
@@ -155,12 +159,31 @@ Status CheckLogLevel(const std::string& level) {
                                  ": use trace, debug, info, warn, error, critical or off");
 }
 
+// Each connection is a file descriptor; the usual soft limit (1024) would make accept() fail
+// long before --max-connections. Raised to the hard limit, which must leave room for the cap.
+Status RaiseFileLimit(int max_connections) {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return Status::Ok();
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  constexpr int kSpare = 64;  // certificates, metrics port, API server connections
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < static_cast<rlim_t>(max_connections + kSpare)) {
+    return Status::InvalidArgument("--max-connections=" + std::to_string(max_connections) +
+                                   " needs " + std::to_string(max_connections + kSpare) +
+                                   " file descriptors but the limit is " +
+                                   std::to_string(rl.rlim_max) +
+                                   " (lower --max-connections or raise the open files limit)");
+  }
+  return Status::Ok();
+}
+
 int Serve(const Flags& flags) {
   if (Status s = CheckKnown(flags, {"port", "metrics-port", "bind-address", "tls-cert-file",
                                     "tls-key-file", "client-ca-file", "kubeconfig", "agent-image",
                                     "default-mode", "log-format", "log-level", "shutdown-delay",
                                     "cert-reload-interval", "lookup-timeout", "cache-ttl",
-                                    "threads"});
+                                    "threads", "max-connections", "request-timeout",
+                                    "idle-timeout"});
       !s.ok()) {
     return Fail(s);
   }
@@ -177,12 +200,16 @@ int Serve(const Flags& flags) {
   Result<int> port = ParseInt("port", flags.Get("port", "8443"), 0, 65535);
   Result<int> metrics_port = ParseInt("metrics-port", flags.Get("metrics-port", "9090"), -1, 65535);
   Result<int> threads = ParseInt("threads", flags.Get("threads", "64"), 1, 4096);
+  Result<int> max_conns = ParseInt("max-connections", flags.Get("max-connections", "4096"), 1, 1000000);
+  Result<std::chrono::milliseconds> request_timeout = ParseDuration("request-timeout", flags.Get("request-timeout", "10s"));
+  Result<std::chrono::milliseconds> idle_timeout = ParseDuration("idle-timeout", flags.Get("idle-timeout", "5s"));
   Result<std::chrono::milliseconds> delay = ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"));
   Result<std::chrono::milliseconds> poll = ParseDuration("cert-reload-interval", flags.Get("cert-reload-interval", "1s"));
   Result<std::chrono::milliseconds> lookup = ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"));
   Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
-  for (const Status& s : {port.status(), metrics_port.status(), threads.status(), delay.status(),
+  for (const Status& s : {port.status(), metrics_port.status(), threads.status(), max_conns.status(),
+                          request_timeout.status(), idle_timeout.status(), delay.status(),
                           poll.status(), lookup.status(), ttl.status()}) {
     if (!s.ok()) return Fail(s);
   }
@@ -190,6 +217,10 @@ int Serve(const Flags& flags) {
   so.port = *port;
   so.metrics_port = *metrics_port;
   so.threads = *threads;
+  so.max_connections = *max_conns;
+  so.request_timeout = *request_timeout;
+  so.idle_timeout = *idle_timeout;
+  if (Status s = RaiseFileLimit(so.max_connections); !s.ok()) return Fail(s);
   so.shutdown_delay = *delay;
   so.cert_poll_interval = *poll;
   so.bind_address = flags.Get("bind-address", "0.0.0.0");

@@ -38,147 +38,135 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   if (!certs.ok()) return certs.status();
   s->certs_ = std::move(*certs);
 
-  std::string ctx_error;
-  CertReloader* reloader = s->certs_.get();
-  const std::string client_ca = s->options_.client_ca_file;
-  s->https_ = std::make_unique<httplib::SSLServer>([&ctx_error, reloader, client_ca](SSL_CTX& ctx) {
-    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-    SSL_CTX_set_options(&ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
-                                  SSL_OP_NO_COMPRESSION);
-    if (SSL_CTX_set_cipher_list(&ctx, kTls12Ciphers) != 1) {
-      ctx_error = "cipher list rejected";
-      return false;
-    }
-    if (!client_ca.empty()) {
-      if (SSL_CTX_load_verify_locations(&ctx, client_ca.c_str(), nullptr) != 1) {
-        ctx_error = "cannot load --client-ca-file " + client_ca;
-        return false;
-      }
-      SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-    }
-    reloader->Install(&ctx);
-    return true;
-  });
-  if (!s->https_->is_valid()) {
-    return Status::InvalidArgument("TLS setup failed: " + ctx_error);
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_server_method()),
+                                                         &SSL_CTX_free);
+  if (!ctx) return Status::FailedPrecondition("TLS setup failed: SSL_CTX_new");
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                     SSL_OP_NO_COMPRESSION);
+  // Idle connections give their record buffers back: thousands of them stay cheap.
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (SSL_CTX_set_cipher_list(ctx.get(), kTls12Ciphers) != 1) {
+    return Status::FailedPrecondition("TLS setup failed: cipher list rejected");
   }
+  if (const std::string& ca = s->options_.client_ca_file; !ca.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), ca.c_str(), nullptr) != 1) {
+      return Status::InvalidArgument("--client-ca-file=" + ca + ": no PEM CA certificate in it");
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  s->certs_->Install(ctx.get());
+
+  HttpsTransportOptions t;
+  t.bind_address = s->options_.bind_address;
+  t.port = s->options_.port;
+  t.max_body_bytes = kMaxAdmissionBodyBytes;
+  t.max_connections = s->options_.max_connections;
+  t.handshake_timeout = s->options_.idle_timeout;
+  t.idle_timeout = s->options_.idle_timeout;
+  t.request_timeout = s->options_.request_timeout;
+  t.write_timeout = s->options_.request_timeout;
+  t.worker_threads = s->options_.threads;
+  Server* self = s.get();
+  s->https_ = HttpsTransport::Create(
+      t, ctx.get(), [self](const HttpsRequest& req) { return self->Route(req); },
+      [self] { return self->draining_.load(); });
   s->Routes();
   return s;
 }
 
-void Server::Routes() {
-  const int threads = options_.threads;
-  https_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  https_->set_payload_max_length(kMaxAdmissionBodyBytes);
-  // Headers and body go out in separate writes; with Nagle on, the second waits for the
-  // client's delayed ACK (40 ms).
-  https_->set_tcp_nodelay(true);
-  https_->set_keep_alive_max_count(1000);
-  // Idle keep-alive connections hold a worker until this runs out, also at shutdown: it bounds
-  // how long SIGTERM takes after --shutdown-delay. The API server simply reconnects.
-  https_->set_keep_alive_timeout(5);
-  https_->set_read_timeout(10, 0);
-  https_->set_write_timeout(10, 0);
-  https_->set_exception_handler([this](const httplib::Request&, httplib::Response& res,
-                                       std::exception_ptr) {
+HttpsResponse Server::Route(const HttpsRequest& req) {
+  // The API server calls /mutate-pods?timeout=5s: the query is not part of the route.
+  const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
+  const bool post = req.method == "POST";
+  if (req.method == "GET" && (path == "/healthz" || path == "/readyz")) {
+    if (path == "/healthz" || ready()) return {200, "text/plain", "ok\n"};
+    return {503, "text/plain", draining_.load() ? "draining\n" : "starting\n"};
+  }
+  const bool validation = path == "/validate" || path == "/validate-labelled";
+  if (!post || (path != "/mutate-pods" && !validation)) {
+    return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n"};
+  }
+  const auto start = std::chrono::steady_clock::now();
+  HttpAnswer answer;
+  try {
+    answer = validation ? handler_->Validate(req.content_type, req.body,
+                                             /*pods_need_label=*/path == "/validate-labelled")
+                        : handler_->Handle(req.content_type, req.body);
+  } catch (const std::exception&) {
     // Unreachable by design (every layer returns Status); kept so nothing can crash the server.
     metrics_->RecordAdmission(Outcome::kError, 0);
-    res.status = 500;
-    res.set_content("internal error\n", "text/plain");
-  });
-
-  // One route per kind of request; the answer is written and logged the same way for each.
-  auto serve = [this](const char* what, auto handle) {
-    return [this, what, handle](const httplib::Request& req, httplib::Response& res) {
-      const auto start = std::chrono::steady_clock::now();
-      HttpAnswer answer = handle(req);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const bool validation = std::string_view(what) == "validation";
-      if (validation) {
-        metrics_->RecordValidation(answer.verdict);
-      } else {
-        metrics_->RecordAdmission(answer.outcome, seconds);
-      }
-      res.status = answer.status;
-      res.set_content(std::move(answer.body),
-                      answer.status == 200 ? "application/json" : "text/plain");
-      // While draining, make the API server reconnect: the next connection reaches a replica
-      // that is still ready.
-      if (draining_.load()) res.set_header("Connection", "close");
-      const bool quiet = validation ? answer.verdict == Verdict::kSkipped
-                                    : answer.outcome == Outcome::kSkipped ||
-                                          answer.outcome == Outcome::kUnchanged;
-      LogEvent(quiet ? spdlog::level::debug : spdlog::level::info, what,
-               {{"outcome", validation ? VerdictName(answer.verdict) : OutcomeName(answer.outcome)},
-                {"status", answer.status},
-                {"detail", answer.log_message},
-                {"seconds", seconds}});
-    };
-  };
-  https_->Post("/mutate-pods", serve("admission", [this](const httplib::Request& req) {
-                 return handler_->Handle(req.get_header_value("Content-Type"), req.body);
-               }));
-  https_->Post("/validate", serve("validation", [this](const httplib::Request& req) {
-                 return handler_->Validate(req.get_header_value("Content-Type"), req.body,
-                                           /*pods_need_label=*/false);
-               }));
-  https_->Post("/validate-labelled", serve("validation", [this](const httplib::Request& req) {
-                 return handler_->Validate(req.get_header_value("Content-Type"), req.body,
-                                           /*pods_need_label=*/true);
-               }));
-  auto health = [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  };
-  https_->Get("/healthz", health);
-  https_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    if (ready()) {
-      res.set_content("ok\n", "text/plain");
-    } else {
-      res.status = 503;
-      res.set_content(draining_.load() ? "draining\n" : "starting\n", "text/plain");
-    }
-  });
-
-  if (options_.metrics_port >= 0) {
-    metrics_http_ = std::make_unique<httplib::Server>();
-    metrics_http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-    metrics_http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
-    });
-    metrics_http_->Get("/healthz", health);
+    return {500, "text/plain", "internal error\n"};
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (validation) {
+    metrics_->RecordValidation(answer.verdict);
+  } else {
+    metrics_->RecordAdmission(answer.outcome, seconds);
+  }
+  const bool quiet = validation ? answer.verdict == Verdict::kSkipped
+                                : answer.outcome == Outcome::kSkipped ||
+                                      answer.outcome == Outcome::kUnchanged;
+  LogEvent(quiet ? spdlog::level::debug : spdlog::level::info,
+           validation ? "validation" : "admission",
+           {{"outcome", validation ? VerdictName(answer.verdict) : OutcomeName(answer.outcome)},
+            {"status", answer.status},
+            {"detail", answer.log_message},
+            {"seconds", seconds}});
+  return {answer.status, answer.status == 200 ? "application/json" : "text/plain",
+          std::move(answer.body)};
+}
+
+// The metrics port: two routes, scraped every few seconds from inside the cluster.
+void Server::Routes() {
+  if (options_.metrics_port < 0) return;
+  metrics_http_ = std::make_unique<httplib::Server>();
+  metrics_http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  metrics_http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    // The transport's own counts: a connection flood shows here before admissions slow down.
+    const HttpsTransportStats t = https_->stats();
+    std::string text = metrics_->Render();
+    text += "# HELP kvoffload_webhook_open_connections HTTPS connections open now.\n"
+            "# TYPE kvoffload_webhook_open_connections gauge\n"
+            "kvoffload_webhook_open_connections " + std::to_string(t.open_connections) + "\n"
+            "# HELP kvoffload_webhook_refused_connections_total Connections closed on accept past --max-connections.\n"
+            "# TYPE kvoffload_webhook_refused_connections_total counter\n"
+            "kvoffload_webhook_refused_connections_total " + std::to_string(t.refused_connections) + "\n"
+            "# HELP kvoffload_webhook_timed_out_connections_total Connections closed by a handshake, idle, request or write deadline.\n"
+            "# TYPE kvoffload_webhook_timed_out_connections_total counter\n"
+            "kvoffload_webhook_timed_out_connections_total " + std::to_string(t.timed_out) + "\n";
+    res.set_content(text, "text/plain; version=0.0.4");
+  });
+  metrics_http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
 }
 
 Status Server::Start() {
-  auto bind = [this](httplib::Server* srv, int wanted, int* bound) -> Status {
-    if (wanted == 0) {
-      *bound = srv->bind_to_any_port(options_.bind_address);
-    } else {
-      *bound = srv->bind_to_port(options_.bind_address, wanted) ? wanted : -1;
-    }
-    if (*bound <= 0) {
+  if (Status s = https_->Start(); !s.ok()) return s;
+  port_ = https_->port();
+  if (metrics_http_) {
+    const int wanted = options_.metrics_port;
+    metrics_port_ = wanted == 0 ? metrics_http_->bind_to_any_port(options_.bind_address)
+                                : (metrics_http_->bind_to_port(options_.bind_address, wanted) ? wanted : -1);
+    if (metrics_port_ <= 0) {
       return Status::Unavailable("cannot listen on " + options_.bind_address + ":" +
                                  std::to_string(wanted) + " (in use, or not permitted)");
     }
-    return Status::Ok();
-  };
-  if (Status s = bind(https_.get(), options_.port, &port_); !s.ok()) return s;
-  if (metrics_http_) {
-    if (Status s = bind(metrics_http_.get(), options_.metrics_port, &metrics_port_); !s.ok()) {
-      return s;
-    }
     metrics_thread_ = std::thread([this] { metrics_http_->listen_after_bind(); });
+    // stop() is a no-op until listen_after_bind() has begun, so a Shutdown() right after Start()
+    // would leave the listener running and the join waiting forever.
+    WaitUntilRunning(metrics_http_.get());
   }
-  https_thread_ = std::thread([this] { https_->listen_after_bind(); });
-  // stop() is a no-op until listen_after_bind() has begun, so a Shutdown() right after Start()
-  // would leave the listener running and the join waiting forever.
-  WaitUntilRunning(https_.get());
-  if (metrics_http_) WaitUntilRunning(metrics_http_.get());
   certs_->StartPolling(options_.cert_poll_interval);
   ready_ = true;
   LogEvent(spdlog::level::info, "serving",
-           {{"port", port_}, {"metricsPort", metrics_port_}, {"threads", options_.threads}});
+           {{"port", port_},
+            {"metricsPort", metrics_port_},
+            {"threads", options_.threads},
+            {"maxConnections", options_.max_connections}});
   return Status::Ok();
 }
 
@@ -192,13 +180,11 @@ void Server::Shutdown() {
   }
   // A server whose Create() failed half way has nothing to stop.
   if (!https_) return;
-  // stop() closes the listener; the thread pool then finishes every queued and running request
-  // before listen_after_bind() returns.
-  https_->stop();
-  if (https_thread_.joinable()) https_thread_.join();
-  if (metrics_http_) {
+  // Closes the listener and the idle connections; requests under way finish first.
+  https_->Stop();
+  if (metrics_http_ && metrics_thread_.joinable()) {
     metrics_http_->stop();
-    if (metrics_thread_.joinable()) metrics_thread_.join();
+    metrics_thread_.join();
   }
   LogEvent(spdlog::level::info, "stopped");
 }

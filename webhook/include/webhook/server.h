@@ -1,7 +1,7 @@
 // The transport layer: HTTPS (TLS 1.2+, reloading certificate) serving /mutate-pods, the
-// apply-time checks /validate and /validate-labelled, /healthz and /readyz, plus plain-HTTP Prometheus metrics on a second port. Shutdown() drains: readiness
-// goes false, new requests are told to close their connection, in-flight requests finish.
-// Thread-safe.
+// apply-time checks /validate and /validate-labelled, /healthz and /readyz (on HttpsTransport),
+// plus plain-HTTP Prometheus metrics on a second port. Shutdown() drains: readiness goes false,
+// new requests are told to close their connection, in-flight requests finish. Thread-safe.
 #ifndef KVOFFLOAD_WEBHOOK_SERVER_H_
 #define KVOFFLOAD_WEBHOOK_SERVER_H_
 
@@ -14,6 +14,7 @@
 #include "kvoffload/status.h"
 #include "webhook/admission.h"
 #include "webhook/cert_reloader.h"
+#include "webhook/https_transport.h"
 #include "webhook/metrics.h"
 
 namespace httplib {
@@ -31,7 +32,10 @@ struct ServerOptions {
   std::string client_ca_file;  // when set, clients must present a certificate it signed
   std::chrono::milliseconds cert_poll_interval{1000};
   std::chrono::milliseconds shutdown_delay{5000};  // readiness false before we stop listening
-  int threads = 64;  // concurrent connections served; the API server keeps connections open
+  int threads = 64;  // admissions handled at once (each may wait on API server lookups)
+  int max_connections = 4096;  // open HTTPS connections; more are closed on accept
+  std::chrono::milliseconds request_timeout{10000};  // one request's headers and body, in total
+  std::chrono::milliseconds idle_timeout{5000};  // keep-alive, and accept to the first byte
 };
 
 class Server {
@@ -45,6 +49,7 @@ class Server {
   Status Start();
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
+  HttpsTransportStats transport_stats() const { return https_->stats(); }
   bool ready() const { return ready_.load() && !draining_.load(); }
   // Drains and stops; returns when every in-flight request has been answered. Idempotent.
   void Shutdown();
@@ -52,14 +57,14 @@ class Server {
  private:
   Server(ServerOptions options, AdmissionHandler* handler, Metrics* metrics);
   void Routes();
+  HttpsResponse Route(const HttpsRequest& req);
 
   ServerOptions options_;
   AdmissionHandler* handler_;
   Metrics* metrics_;
   std::unique_ptr<CertReloader> certs_;
-  std::unique_ptr<httplib::Server> https_;
+  std::unique_ptr<HttpsTransport> https_;
   std::unique_ptr<httplib::Server> metrics_http_;
-  std::thread https_thread_;
   std::thread metrics_thread_;
   int port_ = 0;
   int metrics_port_ = -1;

@@ -1,0 +1,231 @@
+// Hostile connections against the real server (real sockets, real TLS): silent TCP, idle TLS,
+// headers and a declared body trickled a byte at a time. Admissions on fresh connections keep
+// succeeding; tricklers are cut off by the total request deadline even though every read
+// succeeds; the connection cap holds. Latency bounds here are generous (a loaded CI machine,
+// sanitizers); `make bench` and tests/reliability/webhook_hostile.py measure the real figures.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "test_pki.h"
+#include "webhook/admission.h"
+#include "webhook/server.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+std::string ReviewBody() {
+  json pod = {{"metadata", {{"annotations", {{"kvoffload.io/config", R"({"cpu":"1Gi"})"}}}}},
+              {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  return json{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"request",
+               {{"uid", "u1"},
+                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                {"namespace", "team-a"},
+                {"operation", "CREATE"},
+                {"object", pod}}}}
+      .dump();
+}
+
+int TcpConnect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server has closed (or answered) the connection: input or EOF is waiting.
+bool PeerClosed(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// A TLS client connection (no verification: the test is about the transport).
+struct TlsConn {
+  SSL_CTX* ctx = nullptr;
+  BIO* bio = nullptr;
+  int fd = -1;
+  bool Open(int port) {
+    ctx = SSL_CTX_new(TLS_client_method());
+    // TLS 1.3 servers send session tickets after the handshake, which would read as an answer
+    // in PeerClosed(); under TLS 1.2 they are part of the handshake.
+    SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+    bio = BIO_new_ssl_connect(ctx);
+    BIO_set_conn_hostname(bio, ("127.0.0.1:" + std::to_string(port)).c_str());
+    if (BIO_do_handshake(bio) != 1) return false;
+    BIO_get_fd(bio, &fd);
+    return true;
+  }
+  bool Write(std::string_view data) {
+    return BIO_write(bio, data.data(), static_cast<int>(data.size())) == static_cast<int>(data.size());
+  }
+  ~TlsConn() {
+    if (bio != nullptr) BIO_free_all(bio);
+    if (ctx != nullptr) SSL_CTX_free(ctx);
+  }
+};
+
+class HostileConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    pki_ = testing::MakePki("hostile");
+    testing::WriteFileAtomic(dir_ / "tls.crt", pki_.cert_pem);
+    testing::WriteFileAtomic(dir_ / "tls.key", pki_.key_pem);
+    testing::WriteFileAtomic(dir_ / "ca.crt", pki_.ca_pem);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    fs::remove_all(dir_);
+  }
+
+  void StartServer(int max_connections) {
+    handler_ = std::make_unique<AdmissionHandler>(AdmissionOptions{}, nullptr);
+    ServerOptions o;
+    o.bind_address = "127.0.0.1";
+    o.port = 0;
+    o.metrics_port = -1;
+    o.cert_file = (dir_ / "tls.crt").string();
+    o.key_file = (dir_ / "tls.key").string();
+    o.shutdown_delay = std::chrono::milliseconds(0);
+    o.threads = 4;
+    o.max_connections = max_connections;
+    o.request_timeout = kRequestTimeout;
+    o.idle_timeout = std::chrono::milliseconds(3000);
+    Result<std::unique_ptr<Server>> s = Server::Create(o, handler_.get(), &metrics_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(*s);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  // One admission on a fresh connection: true when answered 200 with allowed=true.
+  bool Admit() {
+    httplib::SSLClient c("127.0.0.1", server_->port());
+    c.set_ca_cert_path((dir_ / "ca.crt").c_str());
+    c.enable_server_certificate_verification(true);
+    c.set_connection_timeout(5, 0);
+    c.set_read_timeout(5, 0);
+    c.set_keep_alive(false);
+    httplib::Result r = c.Post("/mutate-pods", ReviewBody(), "application/json");
+    return r && r->status == 200 && json::parse(r->body)["response"]["allowed"] == true;
+  }
+
+  static constexpr std::chrono::milliseconds kRequestTimeout{1000};
+  fs::path dir_;
+  testing::Pki pki_;
+  Metrics metrics_;
+  std::unique_ptr<AdmissionHandler> handler_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(HostileConnectionTest, MixedHostileConnectionsNeitherBlockAdmissionsNorOutliveTheDeadline) {
+  StartServer(/*max_connections=*/1000);
+  constexpr int kEach = 40;
+  std::vector<int> silent;
+  for (int i = 0; i < kEach; ++i) silent.push_back(TcpConnect(server_->port()));
+  std::vector<std::unique_ptr<TlsConn>> idle, headers, body;
+  for (auto* group : {&idle, &headers, &body}) {
+    for (int i = 0; i < kEach; ++i) {
+      group->push_back(std::make_unique<TlsConn>());
+      ASSERT_TRUE(group->back()->Open(server_->port()));
+    }
+  }
+  for (auto& c : body) {
+    ASSERT_TRUE(c->Write("POST /mutate-pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 100000\r\n\r\n{"));
+  }
+  // Trickle one byte per connection every 50 ms: every read the server does succeeds, so only a
+  // total deadline can end these requests. Record when the server cut each off.
+  const Clock::time_point trickle_start = Clock::now();
+  std::vector<Clock::time_point> cut(2 * kEach, Clock::time_point::max());
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    const std::string head = "POST /mutate-pods HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    size_t step = 0;
+    while (!stop.load()) {
+      for (int i = 0; i < 2 * kEach; ++i) {
+        TlsConn& c = i < kEach ? *headers[static_cast<size_t>(i)] : *body[static_cast<size_t>(i - kEach)];
+        if (cut[static_cast<size_t>(i)] != Clock::time_point::max()) continue;
+        if (PeerClosed(c.fd)) {
+          cut[static_cast<size_t>(i)] = Clock::now();
+          continue;
+        }
+        const char byte = i < kEach ? (step < head.size() ? head[step] : 'a') : ' ';
+        c.Write(std::string_view(&byte, 1));
+      }
+      ++step;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
+  // Admissions on fresh connections while all of that is open.
+  int failed = 0;
+  double worst_ms = 0;
+  for (int i = 0; i < 20; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    if (!Admit()) ++failed;
+    worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  EXPECT_EQ(failed, 0);
+  EXPECT_LT(worst_ms, 2000) << "an admission waited behind hostile connections";
+
+  // Every trickler is cut off by the total deadline: not before it, and not much after.
+  std::this_thread::sleep_for(kRequestTimeout + std::chrono::milliseconds(2000));
+  stop = true;
+  trickler.join();
+  for (size_t i = 0; i < cut.size(); ++i) {
+    ASSERT_NE(cut[i], Clock::time_point::max()) << "trickler " << i << " never cut off";
+    const double after_ms = std::chrono::duration<double, std::milli>(cut[i] - trickle_start).count();
+    EXPECT_GE(after_ms, 0.8 * kRequestTimeout.count()) << "trickler " << i;
+    EXPECT_LE(after_ms, kRequestTimeout.count() + 2000) << "trickler " << i;
+  }
+  EXPECT_GE(server_->transport_stats().timed_out, static_cast<uint64_t>(2 * kEach));
+  for (int fd : silent) ::close(fd);
+}
+
+TEST_F(HostileConnectionTest, ConnectionCapClosesTheSurplusAndFreesSlots) {
+  StartServer(/*max_connections=*/30);
+  std::vector<int> held;
+  for (int i = 0; i < 60; ++i) held.push_back(TcpConnect(server_->port()));
+  // Accepting is asynchronous: wait (bounded) until the server has seen all 60.
+  for (int i = 0; i < 200 && server_->transport_stats().refused_connections < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const HttpsTransportStats full = server_->transport_stats();
+  EXPECT_EQ(full.open_connections, 30);
+  EXPECT_EQ(full.refused_connections, 30u);
+  int closed_by_server = 0;
+  for (int fd : held) closed_by_server += PeerClosed(fd) ? 1 : 0;
+  EXPECT_EQ(closed_by_server, 30);
+  EXPECT_FALSE(Admit()) << "past the cap a connection is closed, not queued";
+  for (int fd : held) ::close(fd);
+  for (int i = 0; i < 200 && server_->transport_stats().open_connections > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->transport_stats().open_connections, 0);
+  EXPECT_TRUE(Admit());
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook

@@ -1,0 +1,84 @@
+// The admission port's transport: an event-driven HTTPS/1.1 server (Boost.Asio reactor, OpenSSL
+// driven directly on the non-blocking socket, Boost.Beast's HTTP parser) that bounds what each
+// connection may cost: a connection cap, a handshake deadline, an idle keep-alive deadline and one
+// total deadline per request (headers, then body) that slow clients cannot extend byte by byte.
+// Handlers that may block (they have a body: admissions, checks) run on a worker pool; bodiless
+// requests (health, readiness) are answered on the I/O threads. Thread-safe.
+#ifndef KVOFFLOAD_WEBHOOK_HTTPS_TRANSPORT_H_
+#define KVOFFLOAD_WEBHOOK_HTTPS_TRANSPORT_H_
+
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kvoffload/status.h"
+
+namespace kvoffload::webhook {
+
+struct HttpsRequest {
+  std::string method;
+  std::string target;
+  std::string content_type;
+  std::string body;
+};
+
+struct HttpsResponse {
+  int status = 200;
+  std::string content_type = "text/plain";
+  std::string body;
+};
+
+struct HttpsTransportOptions {
+  std::string bind_address = "0.0.0.0";
+  int port = 8443;  // 0: any free port
+  uint64_t max_body_bytes = 1024 * 1024;  // larger declared or sent bodies get 413
+  // Connections past this are closed as soon as they are accepted (before any TLS work).
+  int max_connections = 10000;
+  std::chrono::milliseconds handshake_timeout{5000};  // accept to TLS established
+  std::chrono::milliseconds idle_timeout{5000};       // keep-alive wait for a request's first byte
+  std::chrono::milliseconds request_timeout{10000};   // first byte to the body's last, in total
+  std::chrono::milliseconds write_timeout{10000};     // the whole response
+  int io_threads = 0;       // 0: one per core (at most 4)
+  int worker_threads = 64;  // handlers running at once (each may wait on API server lookups)
+};
+
+// Counts the transport keeps (for tests and metrics).
+struct HttpsTransportStats {
+  int64_t open_connections = 0;
+  uint64_t refused_connections = 0;  // over max_connections
+  uint64_t timed_out = 0;            // closed by a deadline (handshake, idle, request, write)
+};
+
+class HttpsTransport {
+ public:
+  // Called with a complete request; returns the answer. May run on any thread.
+  using Handler = std::function<HttpsResponse(const HttpsRequest&)>;
+  // Whether the next response must close its connection (graceful drain).
+  using Draining = std::function<bool()>;
+
+  // `ctx` is referenced (SSL_CTX_up_ref), configured by the caller.
+  static std::unique_ptr<HttpsTransport> Create(HttpsTransportOptions options, SSL_CTX* ctx,
+                                                Handler handler, Draining draining);
+  ~HttpsTransport();
+
+  // Binds (an error names the address) and serves on background threads.
+  Status Start();
+  int port() const;
+  // Stops accepting, closes idle keep-alive connections, lets every request already begun finish
+  // (bounded by the deadlines), then stops the threads. Idempotent.
+  void Stop();
+  HttpsTransportStats stats() const;
+
+  class Impl;
+
+ private:
+  explicit HttpsTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvoffload::webhook
+
+#endif  // KVOFFLOAD_WEBHOOK_HTTPS_TRANSPORT_H_

@@ -1,0 +1,492 @@
+#include "webhook/https_transport.h"
+
+#include <openssl/err.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cerrno>
+#include <csignal>
+#include <climits>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace kvoffload::webhook {
+namespace {
+
+namespace net = boost::asio;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+
+// Request headers beyond this are refused (431); the API server sends well under 1 KiB.
+constexpr uint32_t kHeaderLimit = 16 * 1024;
+// One TLS record: what a single SSL_read can return.
+constexpr int kReadChunk = 16 * 1024;
+// After an answer that closes the connection, how long unread input is drained so that the
+// client reads the answer instead of a reset (it may still be sending a refused body).
+constexpr std::chrono::milliseconds kLingerTimeout{1000};
+
+class Connection;
+
+}  // namespace
+
+class HttpsTransport::Impl {
+ public:
+  Impl(HttpsTransportOptions options, SSL_CTX* ctx, Handler handler, Draining draining)
+      : options_(std::move(options)),
+        ctx_(ctx),
+        handler_(std::move(handler)),
+        draining_(std::move(draining)),
+        workers_(static_cast<size_t>(std::max(1, options_.worker_threads))),
+        acceptor_(net::make_strand(io_)),
+        accept_retry_(acceptor_.get_executor()) {
+    SSL_CTX_up_ref(ctx_);
+  }
+  ~Impl() {
+    Stop();
+    SSL_CTX_free(ctx_);
+  }
+
+  Status Start();
+  void Stop();
+  HttpsTransportStats Stats() const;
+  int port() const { return port_; }
+
+  // Whether responses must close their connection: draining or stopping.
+  bool Closing() const { return stopping_.load() || draining_(); }
+  void Unregister(Connection* c);
+
+  const HttpsTransportOptions options_;
+  SSL_CTX* const ctx_;
+  const Handler handler_;
+  const Draining draining_;
+  net::io_context io_;
+  std::atomic<uint64_t> timed_out_{0};
+  net::thread_pool workers_;
+
+ private:
+  void Accept();
+
+  // Keeps the I/O threads running while no operation is pending (between a request's dispatch to
+  // a worker and its answer, once the acceptor is closed).
+  net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(io_);
+  tcp::acceptor acceptor_;
+  net::steady_timer accept_retry_;
+  std::vector<std::thread> io_threads_;
+  mutable std::mutex mu_;
+  std::condition_variable all_closed_;
+  // Every live connection, so Stop() can close the idle ones. Weak: a connection owns itself
+  // through its pending operations and unregisters in its destructor.
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;  // guarded by mu_
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<bool> stopping_{false};
+  bool started_ = false;
+  int port_ = 0;
+};
+
+namespace {
+
+// One client connection. Every member is touched only on the connection's strand (the socket's
+// executor); the worker pool hands its answer back through that strand. OpenSSL is driven on the
+// non-blocking socket directly (SSL_set_fd, retried on readiness) rather than through a buffered
+// stream adaptor, so an idle connection holds no buffers (SSL_MODE_RELEASE_BUFFERS, our own read
+// buffer dropped between requests): a few KiB per connection instead of some 70 KiB.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(HttpsTransport::Impl* server, tcp::socket socket)
+      : server_(server), socket_(std::move(socket)), deadline_(socket_.get_executor()) {}
+  ~Connection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    server_->Unregister(this);
+  }
+
+  net::any_io_executor executor() { return socket_.get_executor(); }
+
+  void Start() {
+    error_code ec;
+    socket_.non_blocking(true, ec);
+    if (!ec) socket_.set_option(tcp::no_delay(true), ec);  // header and body leave in one go
+    if (ec) return Close();
+    phase_ = Phase::kAccepted;
+    Arm(server_->options_.handshake_timeout);
+    // No TLS state until the client says something: a silent connection costs a socket.
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& e) {
+      if (e || self->phase_ == Phase::kClosed) return self->Close();
+      self->Handshake();
+    });
+  }
+
+  // Stop(): a connection between requests (or not yet spoken to) is closed now; one with a
+  // request under way finishes it and closes after its answer.
+  void CloseIfIdle() {
+    if (phase_ == Phase::kAccepted || phase_ == Phase::kIdle) Close();
+  }
+
+ private:
+  enum class Phase { kAccepted, kHandshake, kIdle, kReading, kHandling, kWriting, kLingering, kClosed };
+  enum class Then { kReadBody, kNextRequest, kLinger };
+
+  // Runs one OpenSSL call until it stops asking for readiness; `done` gets its positive result.
+  // Any other outcome (peer closed, protocol error, socket error) closes the connection.
+  template <class Op, class Done>
+  void Drive(Op op, Done done) {
+    ERR_clear_error();
+    const int r = op();
+    if (r > 0) return done(r);
+    const int err = SSL_get_error(ssl_, r);
+    ERR_clear_error();
+    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return Close();
+    socket_.async_wait(err == SSL_ERROR_WANT_READ ? tcp::socket::wait_read : tcp::socket::wait_write,
+                       [self = shared_from_this(), op, done](const error_code& ec) {
+                         if (ec || self->phase_ == Phase::kClosed) return self->Close();
+                         self->Drive(op, done);
+                       });
+  }
+
+  // One deadline at a time; re-arming replaces it. The generation makes a deadline whose
+  // completion was already queued when it was replaced a no-op.
+  void Arm(std::chrono::milliseconds d) {
+    const uint64_t gen = ++deadline_gen_;
+    deadline_.expires_after(d);
+    deadline_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
+      if (ec || gen != self->deadline_gen_ || self->phase_ == Phase::kClosed) return;
+      if (self->phase_ != Phase::kLingering) ++self->server_->timed_out_;
+      self->Close();
+    });
+  }
+  void Disarm() {
+    ++deadline_gen_;
+    deadline_.cancel();
+  }
+
+  void Handshake() {
+    ssl_ = SSL_new(server_->ctx_);
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, socket_.native_handle()) != 1) return Close();
+    SSL_set_accept_state(ssl_);
+    phase_ = Phase::kHandshake;
+    Drive([this] { return SSL_do_handshake(ssl_); }, [this](int) { WaitRequest(); });
+  }
+
+  // Between requests: nothing is buffered; the idle deadline runs until the next first byte.
+  void WaitRequest() {
+    phase_ = Phase::kIdle;
+    if (!in_.empty() || SSL_pending(ssl_) > 0) return ReadRequest();
+    if (server_->Closing() && served_ > 0) return Close();
+    in_ = std::string();
+    read_buf_.reset();
+    Arm(server_->options_.idle_timeout);
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+      if (ec || self->phase_ == Phase::kClosed) return self->Close();
+      self->ReadRequest();
+    });
+  }
+
+  // From the request's first byte one deadline covers headers and body: trickling bytes does
+  // not extend it.
+  void ReadRequest() {
+    phase_ = Phase::kReading;
+    Arm(server_->options_.request_timeout);
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(server_->options_.max_body_bytes);
+    parser_->eager(true);
+    sent_continue_ = false;
+    Parse();
+  }
+
+  void ReadMore() {
+    if (!read_buf_) read_buf_ = std::make_unique<char[]>(kReadChunk);
+    Drive([this] { return SSL_read(ssl_, read_buf_.get(), kReadChunk); },
+          [this](int n) {
+            in_.append(read_buf_.get(), static_cast<size_t>(n));
+            Parse();
+          });
+  }
+
+  void Parse() {
+    while (!in_.empty() && !parser_->is_done()) {
+      error_code ec;
+      const size_t used = parser_->put(net::buffer(in_.data(), in_.size()), ec);
+      in_.erase(0, used);
+      // need_more, or nothing taken: only more input can move the parser on.
+      if (ec == http::error::need_more || (!ec && used == 0)) break;
+      if (ec) return Refuse(ec);
+    }
+    if (parser_->is_done()) return Dispatch();
+    // curl and others wait (about a second) for this before sending a body.
+    if (parser_->is_header_done() && !sent_continue_ &&
+        boost::beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      sent_continue_ = true;
+      out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      return Write(Then::kReadBody);
+    }
+    ReadMore();
+  }
+
+  void Refuse(const error_code& ec) {
+    HttpsResponse r;
+    if (ec == http::error::body_limit) {
+      r.status = 413;
+      r.body = "request body over " + std::to_string(server_->options_.max_body_bytes) + " bytes\n";
+    } else if (ec == http::error::header_limit) {
+      r.status = 431;
+      r.body = "request headers over " + std::to_string(kHeaderLimit) + " bytes\n";
+    } else {
+      r.status = 400;
+      r.body = "malformed HTTP request: " + ec.message() + "\n";
+    }
+    parser_.reset();
+    Respond(std::move(r), /*close=*/true);
+  }
+
+  void Dispatch() {
+    Disarm();  // the handler's own time is bounded by its lookups, not by the client
+    auto& msg = parser_->get();
+    auto req = std::make_shared<HttpsRequest>();
+    req->method = std::string(msg.method_string());
+    req->target = std::string(msg.target());
+    req->content_type = std::string(msg[http::field::content_type]);
+    req->body = std::move(msg.body());
+    const bool keep_alive = msg.keep_alive();
+    parser_.reset();
+    read_buf_.reset();
+    ++served_;
+    phase_ = Phase::kHandling;
+    if (req->method == "GET" && req->body.empty()) return Respond(Call(*req), !keep_alive);
+    net::post(server_->workers_, [self = shared_from_this(), req, keep_alive] {
+      HttpsResponse res = self->Call(*req);
+      net::post(self->executor(), [self, res = std::move(res), keep_alive]() mutable {
+        self->Respond(std::move(res), !keep_alive);
+      });
+    });
+  }
+
+  HttpsResponse Call(const HttpsRequest& req) const {
+    try {
+      return server_->handler_(req);
+    } catch (const std::exception&) {
+      // Unreachable by design (every layer returns Status); kept so nothing can crash the server.
+      return HttpsResponse{500, "text/plain", "internal error\n"};
+    }
+  }
+
+  void Respond(HttpsResponse res, bool close) {
+    if (phase_ == Phase::kClosed) return;
+    close = close || server_->Closing();
+    const boost::beast::string_view reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(res.status)));
+    out_.clear();
+    out_.reserve(res.body.size() + 160);
+    out_.append("HTTP/1.1 ").append(std::to_string(res.status)).append(" ").append(reason.data(), reason.size());
+    out_.append("\r\nContent-Type: ").append(res.content_type);
+    out_.append("\r\nContent-Length: ").append(std::to_string(res.body.size()));
+    // While draining, the API server reconnects and reaches a replica that is still ready.
+    if (close) out_.append("\r\nConnection: close");
+    out_.append("\r\n\r\n").append(res.body);
+    phase_ = Phase::kWriting;
+    Arm(server_->options_.write_timeout);
+    Write(close ? Then::kLinger : Then::kNextRequest);
+  }
+
+  void Write(Then then) {
+    if (out_off_ == out_.size()) {
+      out_ = std::string();
+      out_off_ = 0;
+      switch (then) {
+        case Then::kReadBody:
+          return ReadMore();
+        case Then::kNextRequest:
+          return WaitRequest();
+        case Then::kLinger:
+          return Linger();
+      }
+    }
+    Drive(
+        [this] {
+          const size_t left = std::min<size_t>(out_.size() - out_off_, INT_MAX);
+          return SSL_write(ssl_, out_.data() + out_off_, static_cast<int>(left));
+        },
+        [this, then](int n) {
+          out_off_ += static_cast<size_t>(n);
+          Write(then);
+        });
+  }
+
+  void Linger() {
+    phase_ = Phase::kLingering;
+    SSL_shutdown(ssl_);  // our close_notify; the client's is not awaited
+    ERR_clear_error();
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    Arm(kLingerTimeout);
+    Discard();
+  }
+
+  void Discard() {
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+      if (ec || self->phase_ == Phase::kClosed) return self->Close();
+      char sink[4096];
+      const ssize_t n = ::recv(self->socket_.native_handle(), sink, sizeof(sink), 0);
+      if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return self->Discard();
+      self->Close();
+    });
+  }
+
+  void Close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    Disarm();
+    error_code ec;
+    socket_.close(ec);
+  }
+
+  HttpsTransport::Impl* const server_;
+  tcp::socket socket_;
+  net::steady_timer deadline_;
+  uint64_t deadline_gen_ = 0;
+  Phase phase_ = Phase::kAccepted;
+  SSL* ssl_ = nullptr;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string in_;  // received and not yet parsed (a pipelined next request, a partial header)
+  std::unique_ptr<char[]> read_buf_;  // only while a request is being read
+  std::string out_;
+  size_t out_off_ = 0;
+  bool sent_continue_ = false;
+  uint64_t served_ = 0;
+};
+
+}  // namespace
+
+Status HttpsTransport::Impl::Start() {
+  // OpenSSL writes with plain send(): a client that has gone away would raise SIGPIPE and kill
+  // the process. The error (EPIPE) closes that connection instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  error_code ec;
+  const net::ip::address address = net::ip::make_address(options_.bind_address, ec);
+  if (ec) {
+    return Status::InvalidArgument("--bind-address=" + options_.bind_address +
+                                   " is not an IP address");
+  }
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
+  const std::string where = options_.bind_address + ":" + std::to_string(options_.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return Status::Unavailable("cannot listen on " + where + " (" + ec.message() + ")");
+  port_ = acceptor_.local_endpoint(ec).port();
+  started_ = true;
+  Accept();
+  int n = options_.io_threads;
+  if (n <= 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4);
+  for (int i = 0; i < n; ++i) io_threads_.emplace_back([this] { io_.run(); });
+  return Status::Ok();
+}
+
+void HttpsTransport::Impl::Accept() {
+  acceptor_.async_accept(net::make_strand(io_), [this](const error_code& ec, tcp::socket socket) {
+    if (!acceptor_.is_open()) return;
+    if (ec) {
+      // Out of file descriptors (or a connection reset before accept): retry shortly rather
+      // than spin on an error that persists.
+      accept_retry_.expires_after(std::chrono::milliseconds(50));
+      accept_retry_.async_wait([this](const error_code& e) {
+        if (!e && acceptor_.is_open()) Accept();
+      });
+      return;
+    }
+    std::shared_ptr<Connection> c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (connections_.size() < static_cast<size_t>(options_.max_connections)) {
+        c = std::make_shared<Connection>(this, std::move(socket));
+        connections_.emplace(c.get(), c);
+      }
+    }
+    if (c) {
+      c->Start();
+    } else {
+      ++refused_;
+      error_code ignored;
+      socket.close(ignored);
+    }
+    Accept();
+  });
+}
+
+void HttpsTransport::Impl::Unregister(Connection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.erase(c);
+  if (connections_.empty()) all_closed_.notify_all();
+}
+
+void HttpsTransport::Impl::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (!started_) return;
+  net::post(acceptor_.get_executor(), [this] {
+    error_code ignored;
+    acceptor_.close(ignored);
+    accept_retry_.cancel();
+  });
+  std::vector<std::shared_ptr<Connection>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [raw, weak] : connections_) {
+      if (std::shared_ptr<Connection> c = weak.lock()) live.push_back(std::move(c));
+    }
+  }
+  // Released outside mu_: the last reference runs the destructor, which takes mu_.
+  for (std::shared_ptr<Connection>& c : live) {
+    net::any_io_executor strand = c->executor();
+    net::post(strand, [c = std::move(c)] { c->CloseIfIdle(); });
+  }
+  live.clear();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    all_closed_.wait(lock, [this] { return connections_.empty(); });
+  }
+  workers_.join();
+  work_.reset();
+  io_.stop();
+  for (std::thread& t : io_threads_) t.join();
+}
+
+HttpsTransportStats HttpsTransport::Impl::Stats() const {
+  HttpsTransportStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.open_connections = static_cast<int64_t>(connections_.size());
+  }
+  s.refused_connections = refused_.load();
+  s.timed_out = timed_out_.load();
+  return s;
+}
+
+HttpsTransport::HttpsTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpsTransport::~HttpsTransport() = default;
+
+std::unique_ptr<HttpsTransport> HttpsTransport::Create(HttpsTransportOptions options, SSL_CTX* ctx,
+                                                       Handler handler, Draining draining) {
+  return std::unique_ptr<HttpsTransport>(new HttpsTransport(
+      std::make_unique<Impl>(std::move(options), ctx, std::move(handler), std::move(draining))));
+}
+
+int HttpsTransport::port() const { return impl_->port(); }
+Status HttpsTransport::Start() { return impl_->Start(); }
+void HttpsTransport::Stop() { impl_->Stop(); }
+HttpsTransportStats HttpsTransport::stats() const { return impl_->Stats(); }
+
+}  // namespace kvoffload::webhook
