@@ -3,13 +3,17 @@ each configuration starts from nothing, as a pod does. test_real_engine.py calls
     python real_engine.py RUN.json RESULT.json
 RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
 "gpu_blocks", "corrupt_loads": bool, "phases": [["generate", [[doc, question], ...]] |
-["reset_connector"]]}. RESULT.json: per phase the generated token ids and the libkvoffload
-engine's stats after it; "startup_error" when the engine refused to start; "shutdown_s" and
-"closed" (the engine's stats when vLLM's shutdown closed it, and its write-back report).
+["reset_connector"]]}. RESULT.json: per phase the generated token ids, the libkvoffload
+engine stats of rank 0 ("stats") and of every rank ("rank_stats") after it;
+"startup_error" when the engine refused to start; "shutdown_s" and, with the worker in this
+process, "closed" (the engine's stats when vLLM's shutdown closed it, and its write-back
+report).
 
 vLLM's CPU platform replaces the "uni" executor by "mp" unless
 VLLM_ENABLE_V1_MULTIPROCESSING=0; "uni" here sets that, so the worker runs in this process
-and its engine's stats can be read."""
+and its engine's stats are read directly. With "mp" (the default of vLLM's CPU build) the
+engine core and the worker run in processes of their own, and the stats are asked from the
+worker's socket, as the scheduler asks it."""
 
 import json
 import os
@@ -20,7 +24,8 @@ import traceback
 
 def main(run_path: str, result_path: str) -> None:
     run = json.loads(open(run_path).read())
-    if run.get("executor", "uni") == "uni":
+    executor = run.get("executor", "uni")
+    if executor == "uni":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -35,9 +40,11 @@ def main(run_path: str, result_path: str) -> None:
     if run.get("corrupt_loads"):
         _corrupt_every_load(transfer, torch)
     kwargs = {}
+    engine_id = f"real-engine-{os.getpid()}"
     if run.get("connector") is not None:
         kwargs["kv_transfer_config"] = {
             "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+            "engine_id": engine_id,
             "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
                                           "spec_module_path": "kvoffload.vllm",
                                           **run["connector"]}}
@@ -51,11 +58,24 @@ def main(run_path: str, result_path: str) -> None:
                   kv_cache_memory_bytes=blocks * tiny_model.BLOCK_BYTES,
                   gpu_memory_utilization=0.05, max_model_len=512, max_num_seqs=4,
                   enable_prefix_caching=True,
-                  distributed_executor_backend=run.get("executor", "uni"), **kwargs)
+                  distributed_executor_backend=executor, **kwargs)
     except Exception as e:  # what a refused start says is the result
         result["startup_error"] = "".join(traceback.format_exception_only(e))
         open(result_path, "w").write(json.dumps(result))
         return
+    if run.get("connector") is None:
+        def stats():
+            return {"stats": None, "rank_stats": []}
+    elif executor == "uni":
+        def stats():
+            cores = list(adapter._cores.values())
+            assert len(cores) == 1, f"{len(cores)} worker engines in one process"
+            only = cores[0].stats()
+            return {"stats": only, "rank_stats": [only]}
+    else:
+        def stats():
+            per_rank = _settled_rank_stats(engine_id, 1)
+            return {"stats": per_rank[0], "rank_stats": per_rank}
     greedy = SamplingParams(max_tokens=4, temperature=0.0, detokenize=False)
     for phase in run["phases"]:
         if phase[0] == "generate":
@@ -66,10 +86,10 @@ def main(run_path: str, result_path: str) -> None:
                 out = llm.generate([{"prompt_token_ids": tiny_model.prompt(doc, question)}],
                                    greedy, use_tqdm=False)
                 tokens.append(list(out[0].outputs[0].token_ids))
-            result["phases"].append({"tokens": tokens, "stats": _stats(adapter)})
+            result["phases"].append({"tokens": tokens, **stats()})
         elif phase[0] == "reset_connector":
             assert llm.reset_prefix_cache(reset_connector=True), "vLLM refused the reset"
-            result["phases"].append({"stats": _stats(adapter)})
+            result["phases"].append(stats())
         else:
             raise ValueError(f"unknown phase {phase!r}")
     start = time.monotonic()
@@ -78,10 +98,25 @@ def main(run_path: str, result_path: str) -> None:
     open(result_path, "w").write(json.dumps(result))
 
 
-def _stats(adapter) -> dict | None:
-    cores = list(adapter._cores.values())
-    assert len(cores) <= 1, f"{len(cores)} worker engines in one process"
-    return cores[0].engine.stats() if cores else None
+def _settled_rank_stats(engine_id: str, ranks: int) -> list[dict]:
+    """Every rank's engine stats once they stop changing: with the engine core in another
+    process, its last steps (the deferred stores of the last request) may still be running
+    when generate() returns here."""
+    from kvoffload.ranks import RemoteRank
+
+    links = [RemoteRank(engine_id, r) for r in range(ranks)]
+    try:
+        last, same = None, 0
+        deadline = time.monotonic() + 30
+        while same < 3 and time.monotonic() < deadline:
+            now = [link.call("stats") for link in links]
+            same = same + 1 if now == last and all(s["queue_depth"] == 0 for s in now) else 0
+            last = now
+            time.sleep(0.1)
+        return last
+    finally:
+        for link in links:
+            link.close()
 
 
 def _record_close(transfer, result: dict) -> None:
