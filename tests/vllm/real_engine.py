@@ -2,18 +2,18 @@
 each configuration starts from nothing, as a pod does. test_real_engine.py calls it:
     python real_engine.py RUN.json RESULT.json
 RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
-"gpu_blocks", "corrupt_loads": bool, "phases": [["generate", [[doc, question], ...]] |
-["reset_connector"]]}. RESULT.json: per phase the generated token ids, the libkvoffload
-engine stats of rank 0 ("stats") and of every rank ("rank_stats") after it;
-"startup_error" when the engine refused to start; "shutdown_s" and, with the worker in this
-process, "closed" (the engine's stats when vLLM's shutdown closed it, and its write-back
-report).
+"tensor_parallel": ranks (default 1), "gpu_blocks", "corrupt_loads": bool, "phases":
+[["generate", [[doc, question], ...]] | ["reset_connector"] | ["stats"]]}. RESULT.json: per
+phase the generated token ids (none for "stats"), the libkvoffload engine stats of rank 0
+("stats") and of every rank ("rank_stats") after it; "startup_error" when the engine refused
+to start; "shutdown_s" and, with the worker in this process, "closed" (the engine's stats
+when vLLM's shutdown closed it, and its write-back report).
 
 vLLM's CPU platform replaces the "uni" executor by "mp" unless
 VLLM_ENABLE_V1_MULTIPROCESSING=0; "uni" here sets that, so the worker runs in this process
-and its engine's stats are read directly. With "mp" (the default of vLLM's CPU build) the
-engine core and the worker run in processes of their own, and the stats are asked from the
-worker's socket, as the scheduler asks it."""
+and its engine's stats are read directly. With "mp" (the default of vLLM's CPU build, and
+the only layout for more than one rank) the engine core and each worker run in processes
+of their own, and the stats are asked from each rank's socket, as the scheduler asks it."""
 
 import json
 import os
@@ -27,6 +27,12 @@ def main(run_path: str, result_path: str) -> None:
     executor = run.get("executor", "uni")
     if executor == "uni":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    tp = run.get("tensor_parallel", 1)
+    if tp > 1:
+        # vLLM's CPU build binds each rank's OpenMP threads to a NUMA node of its own and
+        # refuses to start when there are fewer nodes than ranks (one on a CI machine).
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["HF_HUB_OFFLINE"] = "1"
 
     import torch
@@ -58,7 +64,7 @@ def main(run_path: str, result_path: str) -> None:
                   kv_cache_memory_bytes=blocks * tiny_model.BLOCK_BYTES,
                   gpu_memory_utilization=0.05, max_model_len=512, max_num_seqs=4,
                   enable_prefix_caching=True,
-                  distributed_executor_backend=executor, **kwargs)
+                  tensor_parallel_size=tp, distributed_executor_backend=executor, **kwargs)
     except Exception as e:  # what a refused start says is the result
         result["startup_error"] = "".join(traceback.format_exception_only(e))
         open(result_path, "w").write(json.dumps(result))
@@ -74,7 +80,7 @@ def main(run_path: str, result_path: str) -> None:
             return {"stats": only, "rank_stats": [only]}
     else:
         def stats():
-            per_rank = _settled_rank_stats(engine_id, 1)
+            per_rank = _settled_rank_stats(engine_id, tp)
             return {"stats": per_rank[0], "rank_stats": per_rank}
     greedy = SamplingParams(max_tokens=4, temperature=0.0, detokenize=False)
     for phase in run["phases"]:
@@ -87,6 +93,8 @@ def main(run_path: str, result_path: str) -> None:
                                    greedy, use_tqdm=False)
                 tokens.append(list(out[0].outputs[0].token_ids))
             result["phases"].append({"tokens": tokens, **stats()})
+        elif phase[0] == "stats":
+            result["phases"].append(stats())
         elif phase[0] == "reset_connector":
             assert llm.reset_prefix_cache(reset_connector=True), "vLLM refused the reset"
             result["phases"].append(stats())
