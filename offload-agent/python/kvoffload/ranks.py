@@ -107,7 +107,8 @@ class RankServer:
                 return
 
     def close(self) -> None:
-        """Stops serving; the address is free again when this returns."""
+        """Stops serving; the address is free again when this returns (unless a stuck client
+        holds the accept thread, see below)."""
         with self._lock:
             self._closed = True
             conns, self._conns = self._conns, []
@@ -118,12 +119,17 @@ class RankServer:
                 wake.connect(self._address)
             except OSError:
                 pass
-        self._thread.join()
+        # Bounded: a client of the pod that connected and never answered the key challenge
+        # holds accept() up; the thread then closes the listener when that one gives up.
+        self._thread.join(timeout=5)
         for conn in conns:
             # Likewise a recv() blocked on another thread: shut the socket down (EOF on both
             # ends: the manager learns that this rank is gone) before closing it.
             with socket.socket(fileno=os.dup(conn.fileno())) as s:
-                s.shutdown(socket.SHUT_RDWR)
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the manager hung up first
+                    pass
             conn.close()
 
 
