@@ -5,6 +5,7 @@ workers are driven the way vLLM's OffloadingConnectorWorker drives them, with th
 manager made (pickled, as vLLM's connector metadata carries them)."""
 
 import dataclasses
+import json
 import multiprocessing
 import uuid
 
@@ -13,7 +14,8 @@ import torch
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, LookupResult, ReqContext
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-from kvoffload import ranks
+from kvoffload import ranks, settings
+from kvoffload.vllm import rank_share
 from test_vllm_spec import (END_OF_STEP, PAGE, TENSORS, agent_extra, kv_caches,
                             offload_keys, offloading_config, scaled_env)
 
@@ -162,3 +164,16 @@ def test_a_client_without_the_engines_key_is_turned_away(tmp_path, monkeypatch):
         assert held(engine_id, 0) == 0
     finally:
         worker.shutdown()
+
+
+def test_each_rank_gets_its_share_of_the_pods_tiers():
+    """Every rank is started with the pod's KVOFFLOAD_* env; each stores half of every block,
+    so it gets half of each capacity and a directory of its own in each disk tier."""
+    pod = settings.from_env({
+        "KVOFFLOAD_CPU_BYTES": "1000", "KVOFFLOAD_TIERS": json.dumps([
+            {"path": "/mnt/kv-cache-0", "kind": "emptyDir", "capacityBytes": 4000}])})
+    assert rank_share(pod, 0, 1) == pod
+    share = rank_share(pod, 1, 2)
+    assert share.cpu_bytes == 500
+    assert [(t.path, t.capacity_bytes, t.kind) for t in share.tiers] == [
+        ("/mnt/kv-cache-0/rank1", 2000, "emptyDir")]

@@ -11,6 +11,7 @@ executor), over a local socket otherwise (the 'mp' executor, tensor and pipeline
 A block is a hit only when every rank has its shard, and it is held on every rank from the
 lookup until its load is done."""
 
+import dataclasses
 import logging
 import os
 import threading
@@ -88,6 +89,23 @@ def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
     if "KVOFFLOAD_TIERS" not in merged and "kvoffload_tiers" in extra_config:
         merged["KVOFFLOAD_TIERS"] = str(extra_config["kvoffload_tiers"])
     return settings_mod.from_env(merged)
+
+
+def rank_share(settings: settings_mod.Settings, rank: int,
+               world_size: int) -> settings_mod.Settings:
+    """What one rank of `world_size` gets of the pod's tiers. The webhook sizes pinned RAM and
+    each disk tier for the pod, and every rank is started with the same KVOFFLOAD_* env: each
+    rank stores 1/world_size of every block, so it gets that share of every capacity (the
+    pod's memory request holds), and a directory of its own in each disk tier, so that
+    opening a rank's engine, which empties a non-persistent tier, never removes another
+    rank's blocks, and each rank's capacity counts only its own files."""
+    if world_size == 1:
+        return settings
+    tiers = tuple(dataclasses.replace(t, path=os.path.join(t.path, f"rank{rank}"),
+                                      capacity_bytes=t.capacity_bytes // world_size)
+                  for t in settings.tiers)
+    return dataclasses.replace(settings, cpu_bytes=settings.cpu_bytes // world_size,
+                               tiers=tiers)
 
 
 def fingerprint(config: OffloadingConfig, extra_config) -> Fingerprint:
@@ -418,7 +436,8 @@ class KVOffloadAgentSpec(OffloadingSpec):
                 raise ValueError(f"KVOffloadAgentSpec: KV tensors with page sizes "
                                  f"{sorted(pages)}; one engine needs one block size")
             write_back_s = self._write_back_s()
-            s = self.settings
+            p = self.config.parallel
+            s = rank_share(self.settings, p.rank, p.world_size)
             core = TransferCore([t.tensor for t in kv_caches.tensors], self.fingerprint,
                                 cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
                                 tiers_json=s.tiers_json(),
