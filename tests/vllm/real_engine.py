@@ -2,15 +2,19 @@
 each configuration starts from nothing, as a pod does. test_real_engine.py calls it:
     python real_engine.py RUN.json RESULT.json
 RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
-"gpu_blocks", "max_model_len" (optional, 512), "corrupt_loads": bool, "phases":
-[["generate", [[doc, question], ...]] | ["reset_connector"]]}. RESULT.json: per phase the
-generated token ids and the libkvoffload engine's stats after it; "startup_error" when the
-engine refused to start; "shutdown_s" and "closed" (the engine's stats when vLLM's shutdown
-closed it, and its write-back report).
+"tensor_parallel": ranks (default 1), "gpu_blocks", "max_model_len" (optional, 512),
+"corrupt_loads": bool, "phases":
+[["generate", [[doc, question], ...]] | ["reset_connector"] | ["stats"]]}. RESULT.json: per
+phase the generated token ids (none for "stats"), the libkvoffload engine stats of rank 0
+("stats") and of every rank ("rank_stats") after it; "startup_error" when the engine refused
+to start; "shutdown_s" and, with the worker in this process, "closed" (the engine's stats
+when vLLM's shutdown closed it, and its write-back report).
 
 vLLM's CPU platform replaces the "uni" executor by "mp" unless
 VLLM_ENABLE_V1_MULTIPROCESSING=0; "uni" here sets that, so the worker runs in this process
-and its engine's stats can be read."""
+and its engine's stats are read directly. With "mp" (the default of vLLM's CPU build, and
+the only layout for more than one rank) the engine core and each worker run in processes
+of their own, and the stats are asked from each rank's socket, as the scheduler asks it."""
 
 import json
 import os
@@ -21,8 +25,15 @@ import traceback
 
 def main(run_path: str, result_path: str) -> None:
     run = json.loads(open(run_path).read())
-    if run.get("executor", "uni") == "uni":
+    executor = run.get("executor", "uni")
+    if executor == "uni":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    tp = run.get("tensor_parallel", 1)
+    if tp > 1:
+        # vLLM's CPU build binds each rank's OpenMP threads to a NUMA node of its own and
+        # refuses to start when there are fewer nodes than ranks (one on a CI machine).
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["HF_HUB_OFFLINE"] = "1"
 
     import torch
@@ -35,12 +46,24 @@ def main(run_path: str, result_path: str) -> None:
     _record_close(transfer, result)
     if run.get("corrupt_loads"):
         _corrupt_every_load(transfer, torch)
+    engine_id = f"real-engine-{os.getpid()}"
     try:
-        llm = build_llm(run)
+        llm = build_llm(run, engine_id)
     except Exception as e:  # what a refused start says is the result
         result["startup_error"] = "".join(traceback.format_exception_only(e))
         open(result_path, "w").write(json.dumps(result))
         return
+    if run.get("connector") is None:
+        def stats():
+            return {"stats": None, "rank_stats": []}
+    elif executor == "uni":
+        def stats():
+            only = engine_stats(adapter)
+            return {"stats": only, "rank_stats": [only]}
+    else:
+        def stats():
+            per_rank = _settled_rank_stats(engine_id, tp)
+            return {"stats": per_rank[0], "rank_stats": per_rank}
     greedy = SamplingParams(max_tokens=4, temperature=0.0, detokenize=False)
     for phase in run["phases"]:
         if phase[0] == "generate":
@@ -51,10 +74,12 @@ def main(run_path: str, result_path: str) -> None:
                 out = llm.generate([{"prompt_token_ids": tiny_model.prompt(doc, question)}],
                                    greedy, use_tqdm=False)
                 tokens.append(list(out[0].outputs[0].token_ids))
-            result["phases"].append({"tokens": tokens, "stats": engine_stats(adapter)})
+            result["phases"].append({"tokens": tokens, **stats()})
+        elif phase[0] == "stats":
+            result["phases"].append(stats())
         elif phase[0] == "reset_connector":
             assert llm.reset_prefix_cache(reset_connector=True), "vLLM refused the reset"
-            result["phases"].append({"stats": engine_stats(adapter)})
+            result["phases"].append(stats())
         else:
             raise ValueError(f"unknown phase {phase!r}")
     start = time.monotonic()
@@ -63,9 +88,10 @@ def main(run_path: str, result_path: str) -> None:
     open(result_path, "w").write(json.dumps(result))
 
 
-def build_llm(run: dict):
+def build_llm(run: dict, engine_id: str | None = None):
     """vllm.LLM as RUN.json describes it; also the TTFT benchmark's engine (bench/ttft).
-    vLLM's own KV cache gets exactly "gpu_blocks" blocks of the model at run["model"]."""
+    vLLM's own KV cache gets exactly "gpu_blocks" blocks of the model at run["model"]. The
+    engine id names the ranks' sockets, which the stats of an "mp" run are read from."""
     from vllm import LLM
 
     import tiny_model
@@ -74,26 +100,49 @@ def build_llm(run: dict):
     if run.get("connector") is not None:
         kwargs["kv_transfer_config"] = {
             "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+            **({"engine_id": engine_id} if engine_id else {}),
             "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
                                           "spec_module_path": "kvoffload.vllm",
                                           **run["connector"]}}
     blocks = run["gpu_blocks"]
-    max_len = run.get("max_model_len", 512)
     return LLM(model=run["model"], skip_tokenizer_init=True, enforce_eager=True,
                dtype="float32", seed=0, block_size=tiny_model.TOKENS_PER_BLOCK,
                # vLLM's own KV cache: so few blocks that a prefix is evicted before it
                # comes back (the CPU backend sizes it in bytes, the scheduler in blocks).
                num_gpu_blocks_override=blocks,
                kv_cache_memory_bytes=blocks * tiny_model.block_bytes(run["model"]),
-               gpu_memory_utilization=0.05, max_model_len=max_len, max_num_seqs=4,
-               enable_prefix_caching=True,
+               gpu_memory_utilization=0.05, max_model_len=run.get("max_model_len", 512),
+               max_num_seqs=4, enable_prefix_caching=True,
+               tensor_parallel_size=run.get("tensor_parallel", 1),
                distributed_executor_backend=run.get("executor", "uni"), **kwargs)
 
 
 def engine_stats(adapter) -> dict | None:
+    """The stats of the worker engine in this process (the "uni" executor)."""
     cores = list(adapter._cores.values())
     assert len(cores) <= 1, f"{len(cores)} worker engines in one process"
-    return cores[0].engine.stats() if cores else None
+    return cores[0].stats() if cores else None
+
+
+def _settled_rank_stats(engine_id: str, ranks: int) -> list[dict]:
+    """Every rank's engine stats once they stop changing: with the engine core in another
+    process, its last steps (the deferred stores of the last request) may still be running
+    when generate() returns here."""
+    from kvoffload.ranks import RemoteRank
+
+    links = [RemoteRank(engine_id, r) for r in range(ranks)]
+    try:
+        last, same = None, 0
+        deadline = time.monotonic() + 30
+        while same < 3 and time.monotonic() < deadline:
+            now = [link.call("stats") for link in links]
+            same = same + 1 if now == last and all(s["queue_depth"] == 0 for s in now) else 0
+            last = now
+            time.sleep(0.1)
+        return last
+    finally:
+        for link in links:
+            link.close()
 
 
 def _record_close(transfer, result: dict) -> None:

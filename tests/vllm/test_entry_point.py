@@ -8,9 +8,9 @@ What the runner changes, and why: each volumeMount path (/mnt/models, /opt/kvoff
 /mnt/kv-cache-<i>) becomes a host directory; the tier sizes shrink to a few blocks (10 GiB of
 pinned RAM does not fit a CI machine; kinds and flags stay); arguments appended after the
 pod's own (argparse takes the last) fit vLLM to a tiny model on a CPU, and give it a
---shutdown-timeout (see docs/decisions.md: the pod needs one for the write-back); and
-VLLM_ENABLE_V1_MULTIPROCESSING=0, without which vLLM's CPU build replaces the single-process
-executor that the adapter needs (on a GPU world size 1 gets it by default).
+--shutdown-timeout (see docs/decisions.md: the pod needs one for the write-back). vLLM picks
+its process layout as in a pod: its CPU build runs the worker in a process of its own (the
+'mp' executor), apart from the scheduler.
 
 Server A answers one question about each of eight documents (32 blocks offloaded) and is
 stopped with SIGTERM, as the kubelet stops a pod: its graceful shutdown writes the 8 blocks
@@ -48,7 +48,7 @@ def launch(pod, volumes, port, log):
     env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
     env["KVOFFLOAD_CPU_BYTES"] = str(CPU_SLOTS * SLOT)
     env.update(PATH=f"{pathlib.Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(log.parent),
-               HF_HUB_OFFLINE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
+               HF_HUB_OFFLINE="1")
     argv += ["--port", str(port), "--host", "127.0.0.1", "--max-model-len", "512",
              "--dtype", "float32", "--enforce-eager", "--block-size",
              str(tiny_model.TOKENS_PER_BLOCK), "--num-gpu-blocks-override", str(GPU_BLOCKS),

@@ -28,6 +28,8 @@ STORED = DOCS * tiny_model.PREFIX_BLOCKS
 LOADED = len(AGAIN) * tiny_model.PREFIX_BLOCKS
 # A pinned slot and a block file: the block plus its 64-byte trailer, 4 KiB aligned.
 SLOT = -(-(tiny_model.BLOCK_BYTES + 64) // 4096) * 4096
+# With two tensor-parallel ranks each rank holds half the KV heads: half a block per slot.
+SHARD_SLOT = -(-(tiny_model.BLOCK_BYTES // 2 + 64) // 4096) * 4096
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +38,19 @@ def model(tmp_path_factory):
 
 
 def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor="uni",
-               corrupt_loads=False, extra=None):
+               corrupt_loads=False, extra=None, tensor_parallel=1):
     """One vLLM engine in a fresh process; cpu_slots None = no connector. Tier settings reach
-    the adapter as the webhook passes them, through KVOFFLOAD_* env."""
+    the adapter as the webhook passes them, through KVOFFLOAD_* env. With two ranks the pod's
+    pinned RAM is cpu_slots shard slots per rank: each rank gets its share."""
+    slot = SHARD_SLOT if tensor_parallel == 2 else SLOT
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("KVOFFLOAD_") or k == "KVOFFLOAD_LIBRARY"}
     env["PYTHONPATH"] = f"{HERE}{os.pathsep}{env.get('PYTHONPATH', '')}"
     if cpu_slots is not None:
-        env["KVOFFLOAD_CPU_BYTES"] = str(cpu_slots * SLOT)
+        env["KVOFFLOAD_CPU_BYTES"] = str(cpu_slots * slot * tensor_parallel)
         env["KVOFFLOAD_TIERS"] = json.dumps(list(tiers))
     spec = {"model": model, "connector": None if cpu_slots is None else (extra or {}),
-            "executor": executor, "gpu_blocks": GPU_BLOCKS, "corrupt_loads": corrupt_loads,
+            "executor": executor, "tensor_parallel": tensor_parallel, "gpu_blocks": GPU_BLOCKS, "corrupt_loads": corrupt_loads,
             "phases": phases}
     run_file, result_file = tmp_path / f"{name}.run.json", tmp_path / f"{name}.result.json"
     run_file.write_text(json.dumps(spec))
@@ -61,10 +65,10 @@ def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor
     return result
 
 
-def disk_tier(tmp_path, name, blocks, kind="emptyDir"):
+def disk_tier(tmp_path, name, blocks, kind="emptyDir", slot=SLOT):
     path = tmp_path / name
     path.mkdir(exist_ok=True)
-    return {"path": str(path), "kind": kind, "capacityBytes": blocks * SLOT,
+    return {"path": str(path), "kind": kind, "capacityBytes": blocks * slot,
             "persistent": kind == "pvcRef", "shared": False}
 
 
@@ -140,12 +144,60 @@ def test_restart_on_a_persistent_tier_hits_every_block(model, baseline, tmp_path
     assert after["phases"][0]["tokens"][:len(AGAIN)] == baseline[1]
 
 
-def test_mp_executor_is_refused_at_start(model, tmp_path):
-    """vLLM's default layout on its CPU build puts the worker in another process: the engine
-    must not start (and then die at the first request); the error names the setting."""
-    r = run_engine(tmp_path, "mp", model, [["generate", FIRST[:1]]], cpu_slots=8,
-                   executor="mp")
-    assert "startup_error" in r, f"the mp layout started: {r['phases']}"
-    # The engine core runs in its own process here: its error reaches the log, and the
-    # LLM constructor reports that the engine core failed to start.
-    assert "--distributed-executor-backend=uni" in r["stderr"], r["stderr"][-4000:]
+def test_mp_executor_loads_from_the_pinned_tier(model, baseline, tmp_path):
+    """vLLM's default layout on its CPU build: the worker in a process of its own, apart from
+    the scheduler, whose manager reaches the worker's engine over its socket."""
+    r = run_engine(tmp_path, "mp", model, [["generate", FIRST], ["generate", AGAIN]],
+                   cpu_slots=64, executor="mp")
+    assert "startup_error" not in r, r["startup_error"]
+    first, again = r["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["tokens"] == baseline[1], "tokens differ from the run without a connector"
+    assert first["stats"]["stored_blocks"] == STORED
+    assert again["stats"]["loaded_blocks"] == LOADED
+    assert again["stats"]["tiers"][0]["blocks"] == STORED
+    assert again["stats"]["failed_loads"] == 0
+    assert again["stats"]["held_blocks"] == 0
+
+
+def test_tensor_parallel_ranks_agree_on_every_hit(model, baseline, tmp_path):
+    """Two ranks (tensor_parallel_size=2, a worker process each), each offloading its own
+    shard of every block to a persistent tier of its own fingerprint. Then a restart after
+    one rank's shard files are gone: the other rank still has every block, but none is a hit
+    anywhere, so no rank loads a block the other cannot; blocks stored again on both are."""
+    # The pod's tier, 64 shard slots for each rank.
+    tiers = [disk_tier(tmp_path, "kv-cache-0", 64, kind="pvcRef", slot=2 * SHARD_SLOT)]
+    r = run_engine(tmp_path, "tp", model, [["generate", FIRST], ["generate", AGAIN]],
+                   cpu_slots=8, tiers=tiers, executor="mp", tensor_parallel=2)
+    assert "startup_error" not in r, r["startup_error"]
+    first, again = r["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["tokens"] == baseline[1], "tokens differ from the run without a connector"
+    for rank, (before, after) in enumerate(zip(first["rank_stats"], again["rank_stats"])):
+        assert before["stored_blocks"] == STORED, f"rank {rank}"
+        assert before["tiers"][1]["blocks"] == STORED - 8, f"rank {rank}"
+        assert after["loaded_blocks"] == LOADED, f"rank {rank}"
+        assert after["failed_loads"] == 0 and after["held_blocks"] == 0, f"rank {rank}"
+
+    # A directory per rank (and fingerprint); the shutdown wrote each rank's pinned-only
+    # blocks there. Remove rank 1's shards.
+    shards = sorted({f.parent for f in pathlib.Path(tiers[0]["path"]).rglob("*.blk")})
+    assert [s.relative_to(tiers[0]["path"]).parts[0] for s in shards] == ["rank0", "rank1"]
+    gone = list(shards[1].glob("*.blk"))
+    assert len(gone) == STORED, f"{len(gone)} files for {STORED} blocks in {shards[1]}"
+    for f in gone:
+        f.unlink()
+    again_all = [[d, 1] for d in range(DOCS)]
+    r = run_engine(tmp_path, "tp-restart", model,
+                   [["stats"], ["generate", again_all], ["generate", AGAIN]],
+                   cpu_slots=8, tiers=tiers, executor="mp", tensor_parallel=2)
+    started, restart, stored_again = r["phases"]
+    # Rank 0 recovered every block from its shard files, rank 1 none ...
+    assert [s["tiers"][1]["blocks"] for s in started["rank_stats"]] == [STORED, 0]
+    assert restart["tokens"][:len(AGAIN)] == baseline[1]
+    assert stored_again["tokens"] == baseline[1]
+    for rank, (s, s2) in enumerate(zip(restart["rank_stats"], stored_again["rank_stats"])):
+        # ... and no rank loaded any, until both had them again.
+        assert s["loaded_blocks"] == 0, f"rank {rank} loaded a block the other rank lacks"
+        assert s2["loaded_blocks"] == LOADED, f"rank {rank}"
+        assert s2["failed_loads"] == 0, f"rank {rank}"

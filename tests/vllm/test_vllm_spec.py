@@ -247,25 +247,6 @@ def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, mo
             worker.shutdown()
 
 
-def test_more_than_one_worker_is_refused(tmp_path, monkeypatch):
-    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
-    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra(), world_size=2))
-    with pytest.raises(ValueError, match="world size 2 .* not supported yet"):
-        spec.get_manager()
-
-
-def test_worker_in_another_process_is_refused_at_start(tmp_path, monkeypatch):
-    """vLLM builds the scheduler's manager after its workers registered their KV caches; with
-    no worker engine in this process (the 'mp' executor) the manager refuses there, naming
-    the setting, instead of failing the first request."""
-    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
-    spec = OffloadingSpecFactory.create_spec(
-        offloading_config(agent_extra(), engine_id="engine-without-worker"))
-    with pytest.raises(ValueError, match="--distributed-executor-backend=uni.*"
-                                         "VLLM_ENABLE_V1_MULTIPROCESSING=0"):
-        spec.get_manager()
-
-
 def test_write_back_seconds_must_be_a_duration(tmp_path, monkeypatch):
     scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec = OffloadingSpecFactory.create_spec(

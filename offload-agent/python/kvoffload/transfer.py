@@ -118,6 +118,10 @@ class TransferCore:
         """How many leading blocks are stored."""
         return len(self.engine.lookup(self._keys(block_keys, generation)))
 
+    def stored(self, block_keys: Sequence[bytes], generation: int = 0) -> list[bool]:
+        """Per block: is it stored (each on its own, not as a prefix)."""
+        return [len(self.engine.lookup([k])) == 1 for k in self._keys(block_keys, generation)]
+
     def hold(self, block_keys: Sequence[bytes], generation: int = 0) -> int:
         """Holds the longest stored prefix of blocks so that no eviction takes them until
         release(); returns its length."""
@@ -129,6 +133,9 @@ class TransferCore:
     def take_events(self) -> list[TierEvent]:
         """The engine's residency changes since the last call, keyed by engine_key()."""
         return self.engine.take_events()
+
+    def stats(self) -> dict:
+        return self.engine.stats()
 
     def poll(self, job: int) -> bool:
         return self.engine.poll(job)

@@ -3,13 +3,15 @@
 Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py); other releases are not supported.
 
 vLLM splits offloading in two: a scheduler-side OffloadingManager that answers lookups and
-hands out load/store specs, and a worker-side OffloadingWorker that moves the bytes. Here the
-bytes and the index both live in one libkvoffload engine per worker (the C++ engine owns the
-pinned tier, the disk tiers and eviction), so the manager asks the worker's engine directly.
-That needs the worker in the scheduler's process: one worker (world size 1, vLLM's
-single-process executor). Larger worlds, and a worker in another process (the 'mp' executor),
-are refused when vLLM starts, with a message naming the setting to change."""
+hands out load/store specs, and a worker-side OffloadingWorker that moves the bytes. Here each
+worker (rank) owns one libkvoffload engine for its shard of the KV cache (the C++ engine owns
+the pinned tier, the disk tiers and eviction), and the manager asks every rank's engine
+(ranks.py): directly when the only worker runs in the scheduler's process (the 'uni'
+executor), over a local socket otherwise (the 'mp' executor, tensor and pipeline parallelism).
+A block is a hit only when every rank has its shard, and it is held on every rank from the
+lookup until its load is done."""
 
+import dataclasses
 import logging
 import os
 import threading
@@ -37,6 +39,7 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.config import OffloadingConfig
 
+from kvoffload import ranks as ranks_mod
 from kvoffload import settings as settings_mod
 from kvoffload.engine import Fingerprint, KvoError
 from kvoffload.transfer import TransferCore, engine_key
@@ -56,7 +59,7 @@ EVENT_CAPACITY = 1 << 20
 DEFAULT_WRITE_BACK_SECONDS = 10.0
 
 # engine_id -> the transfer core of that engine's worker, so the scheduler-side manager of
-# the same vLLM engine (same process) reads the index the worker writes.
+# the same vLLM engine calls it directly when both run in one process.
 _cores: dict[str, TransferCore] = {}
 _cores_lock = threading.Lock()
 
@@ -88,6 +91,23 @@ def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
     return settings_mod.from_env(merged)
 
 
+def rank_share(settings: settings_mod.Settings, rank: int,
+               world_size: int) -> settings_mod.Settings:
+    """What one rank of `world_size` gets of the pod's tiers. The webhook sizes pinned RAM and
+    each disk tier for the pod, and every rank is started with the same KVOFFLOAD_* env: each
+    rank stores 1/world_size of every block, so it gets that share of every capacity (the
+    pod's memory request holds), and a directory of its own in each disk tier, so that
+    opening a rank's engine, which empties a non-persistent tier, never removes another
+    rank's blocks, and each rank's capacity counts only its own files."""
+    if world_size == 1:
+        return settings
+    tiers = tuple(dataclasses.replace(t, path=os.path.join(t.path, f"rank{rank}"),
+                                      capacity_bytes=t.capacity_bytes // world_size)
+                  for t in settings.tiers)
+    return dataclasses.replace(settings, cpu_bytes=settings.cpu_bytes // world_size,
+                               tiers=tiers)
+
+
 def fingerprint(config: OffloadingConfig, extra_config) -> Fingerprint:
     """The model fingerprint: blocks of another model, revision, dtype, block size, layout or
     rank never hit. OffloadingConfig carries no model revision, so it comes from the extra
@@ -101,30 +121,23 @@ def fingerprint(config: OffloadingConfig, extra_config) -> Fingerprint:
                        dtype=str(config.model.dtype), layout=layout, rank=p.rank)
 
 
-def _require_single_worker(config: OffloadingConfig) -> None:
-    if config.parallel.world_size != 1:
-        raise ValueError(
-            f"KVOffloadAgentSpec: world size {config.parallel.world_size} (tp={config.parallel.tp_size}, "
-            f"pp={config.parallel.pp_size}) is not supported yet: the scheduler reads the "
-            "worker's engine in-process, which needs exactly one worker")
-
-
 class KVOffloadManager(OffloadingManager):
-    """Scheduler side, answered from the engine of this process's worker.
+    """Scheduler side, answered from the engines of every rank (a RankGroup).
 
-    Protection: the engine evicts on its own store threads, outside vLLM's manager lock, so a
-    lookup HIT holds the block in the engine right away (kvo_hold); nothing evicts it until
-    released. prepare_load turns one of this step's lookup holds into a load hold, which
-    complete_load releases; lookup holds no load took are released at on_schedule_end, vLLM's
-    last manager call of a step.
+    Protection: each engine evicts on its own store threads, outside vLLM's manager lock, so a
+    lookup HIT holds the block in every rank's engine right away (kvo_hold); nothing evicts it
+    until released. A block some rank lacks is a miss, and the holds taken on the other ranks
+    are given back at once. prepare_load turns one of this step's lookup holds into a load
+    hold, which complete_load releases; lookup holds no load took are released at
+    on_schedule_end, vLLM's last manager call of a step.
 
-    Events: the engine's residency feed says which block entered or left which tier; they are
+    Events: rank 0's residency feed says which block entered or left which tier; they are
     reported as vLLM OffloadingEvents, the pinned host tier as Medium.CPU and disk tier i as
     Medium.STORAGE owned by "disk<i>". A block is named by the OffloadKey it was stored under
     in this process; blocks recovered from a persistent tier at start are not announced."""
 
-    def __init__(self, engine_id: str, enable_events: bool):
-        self._engine_id = engine_id
+    def __init__(self, ranks: ranks_mod.RankGroup, enable_events: bool):
+        self._ranks = ranks
         self._enable_events = enable_events
         self._storing: set[OffloadKey] = set()
         self._step_holds: Counter[OffloadKey] = Counter()
@@ -138,30 +151,20 @@ class KVOffloadManager(OffloadingManager):
         self._residency: dict[tuple[int, int], set[int]] = {}
         self._events: list[OffloadingEvent] = []
 
-    def _core(self) -> TransferCore:
-        with _cores_lock:
-            core = _cores.get(self._engine_id)
-        if core is None:
-            raise RuntimeError(
-                f"KVOffloadAgentSpec: no worker engine for vLLM engine {self._engine_id!r} in "
-                "this process; the worker registers it when vLLM registers its KV caches")
-        return core
-
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if key in self._storing:
             return LookupResult.HIT_PENDING
-        if self._core().hold([key], self._generation) == 1:
+        if self._ranks.hold(key, self._generation):
             self._step_holds[key] += 1
             return LookupResult.HIT
         return LookupResult.MISS
 
     def prepare_load(self, keys: Collection[OffloadKey],
                      req_context: ReqContext) -> LoadStoreSpec:
-        core = self._core()
         for key in keys:
             if self._step_holds[key] > 0:
                 self._step_holds[key] -= 1
-            elif core.hold([key], self._generation) != 1:
+            elif not self._ranks.hold(key, self._generation):
                 # vLLM loads only what a lookup reported; this block was not looked up this
                 # step and is gone now. Its load fails and vLLM reports it.
                 logger.error("kvoffload: block %s is loaded without a lookup hit and is not "
@@ -176,11 +179,11 @@ class KVOffloadManager(OffloadingManager):
         self._load_holds.subtract(held)
         self._load_holds = +self._load_holds
         if held:
-            self._core().release(held, self._generation)
+            self._ranks.release(held, self._generation)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         if self._step_holds:
-            self._core().release(list(self._step_holds.elements()), self._generation)
+            self._ranks.release(list(self._step_holds.elements()), self._generation)
             self._step_holds.clear()
 
     def reset_cache(self) -> None:
@@ -191,9 +194,8 @@ class KVOffloadManager(OffloadingManager):
         generation starts from 0 again: a persistent tier then serves what was stored before
         the first reset, with the weights a restart loads. Holds of this step's lookups end
         now; those of loads in flight end at on_reset_flushed, once vLLM's workers are done."""
-        core = self._core()
         if self._step_holds:
-            core.release(list(self._step_holds.elements()), self._generation)
+            self._ranks.release(list(self._step_holds.elements()), self._generation)
         if self._load_holds:
             self._flushing.append((self._generation, list(self._load_holds.elements())))
         self._step_holds = Counter()
@@ -207,19 +209,20 @@ class KVOffloadManager(OffloadingManager):
         self._generation += 1
 
     def on_reset_flushed(self) -> None:
-        core = self._core()
         for generation, keys in self._flushing:
-            core.release(keys, generation)
+            self._ranks.release(keys, generation)
         self._flushing.clear()
 
     def prepare_store(self, keys: Collection[OffloadKey],
                       req_context: ReqContext) -> PrepareStoreOutput | None:
-        core = self._core()
         # Order matters: the scheduler pairs these keys with GPU block ids in its own order,
-        # which is the order it passed them in. Evictions happen in the engine when the store
-        # runs; they reach vLLM as events, so none are returned here.
+        # which is the order it passed them in. Evictions happen in the engines when the
+        # store runs; they reach vLLM as events, so none are returned here. A block some rank
+        # lacks is stored again: the ranks that have it skip it.
         gen = self._generation
-        todo = [k for k in keys if k not in self._storing and core.stored_prefix([k], gen) == 0]
+        candidates = [k for k in keys if k not in self._storing]
+        todo = [k for k, everywhere in zip(candidates, self._ranks.stored(candidates, gen))
+                if not everywhere]
         self._storing.update(todo)
         if self._enable_events:
             for key in todo:
@@ -251,7 +254,7 @@ class KVOffloadManager(OffloadingManager):
     def _drain_events(self) -> None:
         run: OffloadingEvent | None = None
         run_tier = -1
-        for ev in self._core().take_events():
+        for ev in self._ranks.take_events():
             name = self._names.get(ev.key)
             if name is None:
                 continue
@@ -284,9 +287,11 @@ class KVOffloadWorker(OffloadingWorker):
     miss it, the engine counts the failure); a failed load is reported as failed, because the
     GPU blocks would otherwise hold stale KV."""
 
-    def __init__(self, core: TransferCore, engine_id: str, write_back_s: float):
+    def __init__(self, core: TransferCore, engine_id: str, rank: int, write_back_s: float):
         self._core = core
         self._engine_id = engine_id
+        # The manager reaches this rank's index here when it runs in another process.
+        self._server = ranks_mod.RankServer(core, engine_id, rank)
         self._write_back_s = write_back_s
         # vLLM job id -> (engine job, is_store, bytes, start time)
         self._jobs: dict[int, tuple[int, bool, int, float]] = {}
@@ -356,6 +361,7 @@ class KVOffloadWorker(OffloadingWorker):
         with _cores_lock:
             if _cores.get(self._engine_id) is self._core:
                 del _cores[self._engine_id]
+        self._server.close()
         # vLLM shuts the connector down after its last step; jobs still running are waited
         # by the engine's close, and write-back covers what only pinned RAM holds.
         start = time.monotonic()
@@ -398,32 +404,40 @@ class KVOffloadAgentSpec(OffloadingSpec):
         return bool(self.kv_events_config.enable_kv_cache_events)
 
     def get_manager(self) -> OffloadingManager:
-        _require_single_worker(self.config)
-        # vLLM's engine core creates its executor and registers the workers' KV caches
-        # (get_worker) before it builds the scheduler (get_manager). A worker in this process
-        # has registered its engine by now; none means it runs in another process, where
-        # the manager cannot reach its engine: refuse at start, not at the first request.
-        with _cores_lock:
-            in_process = self.config.engine_id in _cores
-        if not in_process:
-            raise ValueError(
-                "KVOffloadAgentSpec: vLLM's worker runs in another process than its scheduler "
-                "(distributed_executor_backend 'mp' or 'ray'); the adapter needs both in one "
-                "process: start vLLM with --distributed-executor-backend=uni (vLLM's CPU "
-                "build also needs VLLM_ENABLE_V1_MULTIPROCESSING=0, else it turns 'uni' into "
-                "'mp')")
         if self._manager is None:
-            self._manager = KVOffloadManager(self.config.engine_id, self._events_enabled())
+            self._manager = KVOffloadManager(self._connect_ranks(), self._events_enabled())
         return self._manager
 
+    def _connect_ranks(self) -> ranks_mod.RankGroup:
+        """vLLM's engine core creates its executor and registers the workers' KV caches
+        (get_worker) before it builds the scheduler (get_manager), so every rank serves its
+        engine by now: a worker in this process is called directly, the others are
+        connected to; one that cannot be reached refuses the start, not the first request."""
+        p = self.config.parallel
+        with _cores_lock:
+            local = _cores.get(self.config.engine_id)
+        if p.world_size == 1 and local is not None:
+            return ranks_mod.RankGroup([local])
+        try:
+            return ranks_mod.RankGroup([ranks_mod.RemoteRank(self.config.engine_id, rank)
+                                        for rank in range(p.world_size)])
+        except ConnectionError as e:
+            raise ValueError(
+                f"KVOffloadAgentSpec: {e}: the scheduler asks every worker's engine over a "
+                f"socket of this node, so vLLM's {p.world_size} worker(s) (tp={p.tp_size}, "
+                f"pp={p.pp_size}) must run on the scheduler's node: use "
+                "--distributed-executor-backend=mp (or uni at world size 1), not ray across "
+                "nodes") from None
+
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
-        _require_single_worker(self.config)
         if self._worker is None:
             pages = {t.page_size_bytes for t in kv_caches.tensors}
             if len(pages) != 1:
                 raise ValueError(f"KVOffloadAgentSpec: KV tensors with page sizes "
                                  f"{sorted(pages)}; one engine needs one block size")
-            s = self.settings
+            write_back_s = self._write_back_s()
+            p = self.config.parallel
+            s = rank_share(self.settings, p.rank, p.world_size)
             core = TransferCore([t.tensor for t in kv_caches.tensors], self.fingerprint,
                                 cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
                                 tiers_json=s.tiers_json(),
@@ -431,7 +445,13 @@ class KVOffloadAgentSpec(OffloadingSpec):
                                 page_bytes=pages.pop(),
                                 event_capacity=EVENT_CAPACITY if self._events_enabled() else 0)
             logger.info("kvoffload: %s", core.engine.describe())
+            try:
+                worker = KVOffloadWorker(core, self.config.engine_id, self.config.parallel.rank,
+                                         write_back_s)
+            except BaseException:  # e.g. the rank's address is taken: free the pinned tier
+                core.close()
+                raise
             with _cores_lock:
                 _cores[self.config.engine_id] = core
-            self._worker = KVOffloadWorker(core, self.config.engine_id, self._write_back_s())
+            self._worker = worker
         return self._worker

@@ -1,0 +1,227 @@
+"""The link between vLLM's scheduler-side manager and the engines of its workers (ranks).
+
+Each worker owns one libkvoffload engine for its shard of the KV cache and serves the index
+calls of that engine (hold, release, stored, take_events, stats) on a local socket; the manager
+answers vLLM's lookups by asking every rank, so that a block is a hit only when every rank
+has its shard, and it holds the block on every rank from the lookup until the load is done.
+The bytes never travel here: loads and stores run in each worker, ordered by the specs vLLM
+sends in its connector metadata.
+
+Sockets are Linux abstract Unix sockets named after the vLLM engine id and the rank: nothing
+on a file system to create or clean up, reachable by the processes of the pod's network
+namespace (vLLM's 'uni' and 'mp' executors keep the scheduler and its workers there). A worker
+in the scheduler's own process is called directly. Never imports vLLM or torch."""
+
+import errno
+import hashlib
+import os
+import socket
+import threading
+import time
+from multiprocessing.connection import Client, Connection, Listener
+
+# How long the manager waits for a rank's socket: vLLM registers the workers' KV caches (which
+# starts the servers) before it builds the scheduler, so this only covers a slow start.
+CONNECT_TIMEOUT_S = 60.0
+
+# Calls a rank serves: the index side of its engine, never a transfer.
+_METHODS = ("hold", "release", "stored", "take_events", "stats")
+
+
+def address(engine_id: str, rank: int) -> str:
+    """The abstract socket of a rank (a leading NUL: no file). Hashed, because an address is
+    at most 107 bytes and engine ids are the user's to choose."""
+    digest = hashlib.blake2b(engine_id.encode(), digest_size=12).hexdigest()
+    return f"\0kvoffload-{digest}-rank{rank}"
+
+
+def _authkey(engine_id: str) -> bytes:
+    # Keeps another vLLM engine of the pod (another engine id) off this engine's ranks.
+    return hashlib.blake2b(b"kvoffload-rank-link" + engine_id.encode()).digest()
+
+
+class RankServer:
+    """Serves one rank's engine index to the manager, on threads of the worker's process.
+    `core` is the rank's TransferCore; its engine is thread-safe, so calls from here run next
+    to the worker's own transfers. close() must come before the core is closed."""
+
+    def __init__(self, core, engine_id: str, rank: int):
+        self._core = core
+        self._rank = rank
+        # Held while a call runs, and by close(): no call reaches an engine being closed.
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conns: list[Connection] = []
+        self._address = address(engine_id, rank)
+        try:
+            self._listener = Listener(self._address, family="AF_UNIX",
+                                      authkey=_authkey(engine_id))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            raise ValueError(
+                f"KVOffloadAgentSpec: another worker engine of vLLM engine {engine_id!r} "
+                f"rank {rank} runs on this node; each vLLM engine needs its own "
+                "kv_transfer_config.engine_id") from None
+        self._thread = threading.Thread(target=self._accept, name=f"kvoffload-rank{rank}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self._listener.accept()
+            except Exception:  # a client with a wrong key, or close()'s wake-up call
+                conn = None
+            with self._lock:
+                if self._closed:
+                    if conn is not None:
+                        conn.close()
+                    self._listener.close()
+                    return
+                if conn is None:
+                    continue
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                             name=f"kvoffload-rank{self._rank}-conn").start()
+
+    def _serve(self, conn: Connection) -> None:
+        while True:
+            try:
+                method, args = conn.recv()
+            except (EOFError, OSError):
+                return
+            with self._lock:
+                if self._closed:
+                    reply = ("error", f"rank {self._rank}: the worker's engine is closed")
+                elif method not in _METHODS:
+                    reply = ("error", f"rank {self._rank}: unknown call {method!r}")
+                else:
+                    try:
+                        reply = ("ok", getattr(self._core, method)(*args))
+                    except Exception as e:  # travels back and is raised by the caller
+                        reply = ("error", f"rank {self._rank}: {method}: {e}")
+            try:
+                conn.send(reply)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        """Stops serving; the address is free again when this returns (unless a stuck client
+        holds the accept thread, see below)."""
+        with self._lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        # accept() does not return when its socket is closed by another thread: connect to
+        # wake it up; it then sees _closed and closes the listener itself.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
+            try:
+                wake.connect(self._address)
+            except OSError:
+                pass
+        # Bounded: a client of the pod that connected and never answered the key challenge
+        # holds accept() up; the thread then closes the listener when that one gives up.
+        self._thread.join(timeout=5)
+        for conn in conns:
+            # Likewise a recv() blocked on another thread: shut the socket down (EOF on both
+            # ends: the manager learns that this rank is gone) before closing it.
+            with socket.socket(fileno=os.dup(conn.fileno())) as s:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the manager hung up first
+                    pass
+            conn.close()
+
+
+class RemoteRank:
+    """The manager's end of one rank's socket; its calls mirror TransferCore's."""
+
+    def __init__(self, engine_id: str, rank: int):
+        self.rank = rank
+        timeout_s = CONNECT_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._conn = Client(address(engine_id, rank), family="AF_UNIX",
+                                    authkey=_authkey(engine_id))
+                return
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"no worker engine of rank {rank} answers on this node after "
+                        f"{timeout_s:.0f} s") from None
+                time.sleep(0.05)
+
+    def send(self, method: str, *args) -> None:
+        try:
+            self._conn.send((method, args))
+        except OSError as e:
+            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} is gone: {e}") from e
+
+    def result(self):
+        try:
+            status, value = self._conn.recv()
+        except (EOFError, OSError) as e:
+            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} is gone: "
+                               f"{e or 'connection closed'}") from e
+        if status != "ok":
+            raise RuntimeError(f"kvoffload: {value}")
+        return value
+
+    def call(self, method: str, *args):
+        self.send(method, *args)
+        return self.result()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class RankGroup:
+    """Every rank of one vLLM engine, as the manager sees them: either the one worker engine
+    of this process (a TransferCore, called directly) or a RemoteRank per rank. Calls go to
+    all ranks at once and then wait for all answers."""
+
+    def __init__(self, ranks: list):
+        self._ranks = ranks
+
+    def _all(self, method: str, *args) -> list:
+        remote = [r for r in self._ranks if isinstance(r, RemoteRank)]
+        for r in remote:
+            r.send(method, *args)
+        # Local ranks run while the remote ones work; then the answers, in rank order.
+        local = {id(r): getattr(r, method)(*args) for r in self._ranks
+                 if not isinstance(r, RemoteRank)}
+        return [r.result() if isinstance(r, RemoteRank) else local[id(r)]
+                for r in self._ranks]
+
+    def hold(self, key: bytes, generation: int) -> bool:
+        """Holds one block on every rank; True when every rank has it. When some rank lacks
+        it (its store failed, it evicted it, its shard file is gone after a restart), the
+        holds taken are given back and the block is a miss everywhere."""
+        held = self._all("hold", [key], generation)
+        if all(n == 1 for n in held):
+            return True
+        partial = [r for r, n in zip(self._ranks, held) if n == 1]
+        if partial:
+            RankGroup(partial).release([key], generation)
+        return False
+
+    def release(self, keys: list[bytes], generation: int) -> None:
+        self._all("release", keys, generation)
+
+    def stored(self, keys: list[bytes], generation: int) -> list[bool]:
+        """Per key: does every rank have it."""
+        per_rank = self._all("stored", keys, generation)
+        return [all(column) for column in zip(*per_rank)] if per_rank else []
+
+    def take_events(self) -> list:
+        """Rank 0's residency events: every rank is ordered the same stores, so rank 0
+        stands for the others (a block lost on one rank only is still reported here)."""
+        first = self._ranks[0]
+        return first.call("take_events") if isinstance(first, RemoteRank) \
+            else first.take_events()
+
+    def close(self) -> None:
+        for r in self._ranks:
+            if isinstance(r, RemoteRank):
+                r.close()

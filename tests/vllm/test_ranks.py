@@ -1,0 +1,179 @@
+"""KVOffloadAgentSpec with its ranks in other processes than the scheduler (vLLM's 'mp'
+executor, tensor parallelism): two worker processes, each with its own engine for its shard,
+and this process as the scheduler, whose manager reaches the ranks over their sockets. The
+workers are driven the way vLLM's OffloadingConnectorWorker drives them, with the specs the
+manager made (pickled, as vLLM's connector metadata carries them)."""
+
+import dataclasses
+import json
+import multiprocessing
+import uuid
+
+import pytest
+import torch
+from vllm.v1.kv_offload.base import GPULoadStoreSpec, LookupResult, ReqContext
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+from kvoffload import ranks, settings
+from kvoffload.vllm import rank_share
+from test_vllm_spec import (END_OF_STEP, PAGE, TENSORS, agent_extra, kv_caches,
+                            offload_keys, offloading_config, scaled_env)
+
+RANKS = 2
+
+
+def rank_config(engine_id: str, rank: int):
+    config = offloading_config(agent_extra(), world_size=RANKS, engine_id=engine_id)
+    return dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, rank=rank))
+
+
+def rank_main(engine_id: str, rank: int, conn) -> None:
+    """One worker process: its spec, worker and KV tensors; runs the parent's orders."""
+    spec = OffloadingSpecFactory.create_spec(rank_config(engine_id, rank))
+    caches = kv_caches()
+    tensors = [t.tensor for t in caches.tensors]
+    worker = spec.get_worker(caches)
+    conn.send("ready")
+    while True:
+        order = conn.recv()
+        if order[0] == "shutdown":
+            worker.shutdown()
+            conn.send("closed")
+            return
+        kind, job_id, block_spec, rows, fill = order
+        gpu = GPULoadStoreSpec(list(rows), group_sizes=[len(rows)], block_indices=[0])
+        if kind == "store":
+            for t in tensors:  # this rank's shard of each block: its own bytes
+                t[rows] = fill + rank
+            assert worker.submit_store(job_id, gpu, block_spec)
+        else:
+            for t in tensors:
+                t[rows] = 0
+            assert worker.submit_load(job_id, block_spec, gpu)
+        worker.wait({job_id})
+        results = [(r.job_id, r.success) for r in worker.get_finished()]
+        conn.send((results, [[int(t[row, 0]) for t in tensors] for row in rows]))
+
+
+@pytest.fixture
+def two_ranks(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    engine_id = f"ranks-{uuid.uuid4().hex}"
+    ctx = multiprocessing.get_context("spawn")
+    procs, conns = [], []
+    for rank in range(RANKS):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=rank_main, args=(engine_id, rank, child), daemon=True)
+        p.start()
+        procs.append(p)
+        conns.append(parent)
+    try:
+        for c in conns:
+            assert c.poll(120), "a rank process did not start"
+            assert c.recv() == "ready"
+        yield engine_id, conns
+    finally:
+        for p in procs:
+            p.kill()
+            p.join()
+
+
+def order(conn, *message):
+    conn.send(message)
+    assert conn.poll(60), f"rank did not answer {message[:2]}"
+    return conn.recv()
+
+
+def held(engine_id: str, rank: int) -> int:
+    r = ranks.RemoteRank(engine_id, rank)
+    try:
+        return r.call("stats")["held_blocks"]
+    finally:
+        r.close()
+
+
+def test_a_block_is_a_hit_only_where_every_rank_has_it(two_ranks):
+    engine_id, conns = two_ranks
+    manager = OffloadingSpecFactory.create_spec(rank_config(engine_id, 0)).get_manager()
+    keys = offload_keys(4, salt=b"ranks")
+    ctx = ReqContext(req_id="r")
+    out = manager.prepare_store(keys, ctx)
+    assert out.keys_to_store == keys
+    # Rank 1 keeps only the first two blocks: as if its store of the others had failed.
+    results, _ = order(conns[0], "store", 1, out.store_spec, [0, 1, 2, 3], 10)
+    assert results == [(1, True)]
+    partial = type(out.store_spec)(keys[:2], out.store_spec.generation)
+    results, _ = order(conns[1], "store", 1, partial, [0, 1], 10)
+    assert results == [(1, True)]
+    manager.complete_store(keys, ctx)
+
+    assert [manager.lookup(k, ctx) for k in keys[:3]] == [
+        LookupResult.HIT, LookupResult.HIT, LookupResult.MISS]
+    # The miss gave back the hold rank 0 took: each rank holds exactly the two hits.
+    assert [held(engine_id, r) for r in range(RANKS)] == [2, 2]
+    load_spec = manager.prepare_load(keys[:2], ctx)
+    for rank, conn in enumerate(conns):
+        results, rows = order(conn, "load", 2, load_spec, [5, 6], 0)
+        assert results == [(2, True)]
+        assert rows == [[10 + rank] * TENSORS] * 2, f"rank {rank} loaded another shard"
+    manager.complete_load(keys[:2], ctx)
+    manager.on_schedule_end(END_OF_STEP)
+    assert [held(engine_id, r) for r in range(RANKS)] == [0, 0]
+
+    # A block not on every rank is offered for storing again (the ranks that have it skip it).
+    assert manager.prepare_store(keys, ctx).keys_to_store == keys[2:]
+
+    # A rank that is gone fails the manager's next call loudly, naming the rank.
+    assert order(conns[1], "shutdown") == "closed"
+    with pytest.raises(RuntimeError, match="rank 1"):
+        manager.lookup(keys[0], ctx)
+
+
+def test_ranks_out_of_reach_refuse_the_start(tmp_path, monkeypatch):
+    """No worker answers (vLLM's 'ray' executor with workers on other nodes): the scheduler
+    refuses to start, naming the setting, instead of failing the first request."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    monkeypatch.setattr(ranks, "CONNECT_TIMEOUT_S", 0.2)
+    spec = OffloadingSpecFactory.create_spec(rank_config(f"nowhere-{uuid.uuid4().hex}", 0))
+    with pytest.raises(ValueError, match="rank 0 answers.*--distributed-executor-backend=mp"):
+        spec.get_manager()
+
+
+def test_a_second_worker_of_one_engine_and_rank_is_refused(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    config = rank_config(f"twice-{uuid.uuid4().hex}", 1)
+    first = OffloadingSpecFactory.create_spec(config).get_worker(kv_caches())
+    try:
+        with pytest.raises(ValueError, match="needs its own kv_transfer_config.engine_id"):
+            OffloadingSpecFactory.create_spec(config).get_worker(kv_caches())
+    finally:
+        first.shutdown()
+    # Shut down, the rank's address is free again.
+    OffloadingSpecFactory.create_spec(config).get_worker(kv_caches()).shutdown()
+
+
+def test_a_client_without_the_engines_key_is_turned_away(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    engine_id = f"key-{uuid.uuid4().hex}"
+    worker = OffloadingSpecFactory.create_spec(rank_config(engine_id, 0)).get_worker(kv_caches())
+    try:
+        from multiprocessing.connection import Client
+        with pytest.raises(multiprocessing.AuthenticationError):
+            Client(ranks.address(engine_id, 0), family="AF_UNIX", authkey=b"another engine")
+        # The server still serves its own manager afterwards.
+        assert held(engine_id, 0) == 0
+    finally:
+        worker.shutdown()
+
+
+def test_each_rank_gets_its_share_of_the_pods_tiers():
+    """Every rank is started with the pod's KVOFFLOAD_* env; each stores half of every block,
+    so it gets half of each capacity and a directory of its own in each disk tier."""
+    pod = settings.from_env({
+        "KVOFFLOAD_CPU_BYTES": "1000", "KVOFFLOAD_TIERS": json.dumps([
+            {"path": "/mnt/kv-cache-0", "kind": "emptyDir", "capacityBytes": 4000}])})
+    assert rank_share(pod, 0, 1) == pod
+    share = rank_share(pod, 1, 2)
+    assert share.cpu_bytes == 500
+    assert [(t.path, t.capacity_bytes, t.kind) for t in share.tiers] == [
+        ("/mnt/kv-cache-0/rank1", 2000, "emptyDir")]
