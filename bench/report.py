@@ -160,12 +160,14 @@ def cpu(c):
         rows.append([r["block_size"], f"{x['store_gibps']:.2f} / {x['load_gibps']:.2f} GiB/s",
                      f"{x['store_load_gibps']:.2f} GiB/s", f"memcpy {x['memcpy_gibps']:.2f} GiB/s",
                      f"{x['ratio']:.3f}", ">= 0.80", met(x["ratio"] >= 0.8)])
-    lines += ["Host device (copies on the device's worker thread), best of "
+    lines += ["Host device (copies on the device's pool of worker threads and the waiter; the "
+              "memcpy limit runs on as many threads, "
+              f"{c['rows'][0]['result'].get('memcpy_threads', 1)} here), best of "
               f"{c['rows'][0]['result']['reps']} alternating rounds after a warm round.", "",
               table(["block", "store / load", "store+load", "limit", "ratio", "target", ""], rows), "",
               "Command: " + " ; ".join(f"`{r['command']}`" for r in c["rows"]), ""]
     if misses:
-        lines += ["Why the miss: the host device copies on one worker thread while the "
+        lines += ["Why the miss: the host device copies on its worker threads while the "
                   "engine's job threads do their bookkeeping on the same two cores the "
                   "memcpy baseline has to itself between rounds; on this shared machine "
                   "single rounds varied by 2x, so the ratio is within the noise of the run.", ""]
@@ -346,7 +348,8 @@ def ttft(t):
               "the KV bytes delivered over that span (in brackets: the engine's own span from its "
               "first host-to-device copy to the last, which for a disk hit covers the reads, as "
               "each copy starts when its read completes), against memcpy of the same block size "
-              f"(`kvoffload-bench cpu`, {t['memcpy_gibps']:.2f} GiB/s) and fio O_DIRECT reads of "
+              f"on the host device's thread count (`kvoffload-bench cpu`, "
+              f"{t['memcpy_gibps']:.2f} GiB/s) and fio O_DIRECT reads of "
               f"the block file size in the disk tier's file system ({t['fio_read_gibps']:.2f} "
               "GiB/s), each best of a run before and one after the rounds. Targets at 4k tokens: "
               "pinned >= 10x faster than recompute, disk >= 5x, loads >= 0.70 of the tier's "
