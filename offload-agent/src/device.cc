@@ -10,7 +10,7 @@ Result<std::unique_ptr<DeviceBackend>> NewCudaDevice() {
 #endif
 
 Result<std::unique_ptr<DeviceBackend>> NewDeviceBackend(std::string_view name) {
-  if (name == "host") return NewHostDevice();
+  if (name == "host") return NewHostDevice(DefaultHostCopyThreads());
   if (name == "cuda") return NewCudaDevice();
   return Status::InvalidArgument("device backend \"" + std::string(name) +
                                  "\" is not known; use host or cuda");

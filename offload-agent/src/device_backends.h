@@ -2,13 +2,18 @@
 #ifndef KVOFFLOAD_SRC_DEVICE_BACKENDS_H_
 #define KVOFFLOAD_SRC_DEVICE_BACKENDS_H_
 
+#include <cstddef>
 #include <memory>
 
 #include "kvoffload/device.h"
 
 namespace kvoffload {
 
-std::unique_ptr<DeviceBackend> NewHostDevice();
+// copy_threads: workers of the host device's copy pool (at least 1; a waiter copies too).
+std::unique_ptr<DeviceBackend> NewHostDevice(size_t copy_threads);
+// min(4, hardware threads): the copies are memory-bound, and a few threads reach the host's copy
+// bandwidth where one thread reached a fraction of it.
+size_t DefaultHostCopyThreads();
 // Unavailable when built without CUDA or when no device can be used.
 Result<std::unique_ptr<DeviceBackend>> NewCudaDevice();
 

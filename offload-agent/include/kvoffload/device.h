@@ -1,7 +1,11 @@
 // Device backends: where KV blocks live before the host tiers, and the copies to and from the
 // pinned host pool. "cuda" (streams + events, batched copies) and "host" (device memory emulated
-// by host memory, copies on a worker thread with the same asynchronous semantics).
-// Thread-safe: CopyAsync may be called from several threads.
+// by host memory, copies on a small pool of worker threads with the same asynchronous semantics).
+// Thread-safe: CopyAsync may be called from several threads, and each ticket waited or polled
+// from any one thread at a time. Batches have no order among themselves: the copies of a later
+// batch may run before or alongside an earlier one's (host: several workers; cuda: several
+// streams), so a caller that needs one batch's bytes in place before another's copies start
+// waits for the first ticket.
 #ifndef KVOFFLOAD_DEVICE_H_
 #define KVOFFLOAD_DEVICE_H_
 
@@ -32,7 +36,8 @@ struct CopyOp {
 
 enum class CopyDirection { kDeviceToHost, kHostToDevice };
 
-// A batch of copies in flight. Destroying it waits for the copies.
+// A batch of copies in flight. Destroying it waits for the copies. Ready() turns true once, when
+// every copy of the batch finished, and stays true.
 class KVOFFLOAD_EXPORT CopyTicket {
  public:
   virtual ~CopyTicket() = default;
