@@ -66,7 +66,7 @@ TEST_F(AdmissionTest, InjectsAndEchoesUid) {
   const json pod = PodWithSpec(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"5Gi"}}}]})");
   HttpAnswer a = handler_.Handle("application/json", Review(pod).dump());
   json r = Response(a);
-  EXPECT_EQ(a.outcome, Outcome::kInjected);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kInjected);
   EXPECT_EQ(r["uid"], "uid-1");
   EXPECT_EQ(r["allowed"], true);
   EXPECT_EQ(r["patchType"], "JSONPatch");
@@ -128,13 +128,13 @@ TEST_F(AdmissionTest, DenialsNameFieldAndSource) {
 TEST_F(AdmissionTest, SkipsWhatIsNotOurs) {
   json update = Review(PodWithSpec(R"({"cpu":"1Gi"})"), "UPDATE");
   HttpAnswer a = handler_.Handle("application/json", update.dump());
-  EXPECT_EQ(a.outcome, Outcome::kSkipped);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kSkipped);
   EXPECT_FALSE(Response(a).contains("patch"));
 
   json opted_out = PodWithSpec(R"({"cpu":"1Gi"})");
   opted_out["metadata"]["labels"][kLabelInject] = "false";
   a = handler_.Handle("application/json", Review(opted_out).dump());
-  EXPECT_EQ(a.outcome, Outcome::kSkipped);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kSkipped);
   EXPECT_FALSE(Response(a).contains("patch"));
 
   json asked = {{"metadata", {{"labels", {{kLabelInject, "true"}}}}},
@@ -154,7 +154,7 @@ TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {
               {"spec", {{"containers", {{{"name", "main"}}}}}}};
   HttpAnswer a = handler.Handle("application/json", Review(pod).dump());
   json r = Response(a);
-  EXPECT_EQ(a.outcome, Outcome::kError);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kError);
   EXPECT_EQ(r["status"]["code"], 500);
   EXPECT_NE(r["status"]["message"].get<std::string>().find("LLMInferenceService team-a/llama"),
             std::string::npos);
