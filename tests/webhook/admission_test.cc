@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <map>
 #include <string>
 
 #include "webhook/cluster_reader.h"
@@ -144,6 +145,60 @@ TEST_F(AdmissionTest, SkipsWhatIsNotOurs) {
   EXPECT_EQ(r["allowed"], true);
   ASSERT_TRUE(r.contains("warnings"));
   EXPECT_NE(r["warnings"][0].get<std::string>().find("no kvCacheOffloading spec"), std::string::npos);
+}
+
+// The kvoffload.io/status annotation the handler's patch writes on `container`'s pod.
+json StatusAfterAdmission(const AdmissionHandler& handler, json container,
+                          const std::map<std::string, std::string>& annotations) {
+  json pod = PodWithSpec(R"({"cpu":"1Gi"})");
+  for (const auto& [k, v] : annotations) pod["metadata"]["annotations"][k] = v;
+  container["name"] = "main";
+  pod["spec"]["containers"] = json::array({container});
+  HttpAnswer a = handler.Handle("application/json", Review(pod).dump());
+  EXPECT_EQ(a.admission.outcome(), Outcome::kInjected) << a.body;
+  json r = Response(a);
+  if (!r.contains("patch")) return json();
+  json patched = pod.patch(json::parse(Unbase64(r["patch"].get<std::string>())));
+  return json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+}
+
+TEST_F(AdmissionTest, StatusSaysWhetherTheVllmFlagWasInjectedAndWhyNot) {
+  const std::map<std::string, std::string> vllm = {{kAnnotationVllm, "true"}};
+  const json exec = {{"command", {"vllm", "serve", "/mnt/models"}}};
+
+  json s = StatusAfterAdmission(handler_, exec, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], true) << s;
+  EXPECT_EQ(s["vllmFlag"], "args") << s;
+  EXPECT_FALSE(s.contains("vllmFlagReason")) << s;
+  EXPECT_EQ(s["mode"], "vllm-native");
+  EXPECT_EQ(s["tiers"], json::array());
+
+  // Not marked as vLLM: the tiers and env are injected, the flag is not.
+  s = StatusAfterAdmission(handler_, exec, {});
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonNotVllm) << s;
+  EXPECT_FALSE(s.contains("vllmFlag")) << s;
+
+  json theirs = exec;
+  theirs["args"] = {"--kv-transfer-config",
+                    R"({"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"})"};
+  s = StatusAfterAdmission(handler_, theirs, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlag"], "user") << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonUserFlag) << s;
+
+  json broken = exec;
+  broken["args"] = {"--kv-transfer-config={kv_connector:"};
+  s = StatusAfterAdmission(handler_, broken, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonUserFlagInvalid) << s;
+
+  // A script that forwards no arguments and reads no VLLM_ADDITIONAL_ARGS.
+  const json closed = {{"command", {"/bin/sh", "-c", "exec vllm serve /mnt/models --port 8000"}}};
+  s = StatusAfterAdmission(handler_, closed, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlag"], "not-injected") << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonLaunchDropsArgs) << s;
 }
 
 TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {
