@@ -165,6 +165,13 @@ assert_injected_once() {
   # Run the launch: a pod whose flag we placed (or kept) hands vLLM exactly one, valid JSON.
   local how got
   how="$(jqv "${status}" '.vllmFlag')"
+  # vllmFlagInjected is true exactly when the flag vLLM gets is ours; else a reason says why.
+  if [[ "${how}" == args || "${how}" == VLLM_ADDITIONAL_ARGS ]]; then
+    assert_eq true "$(jq -c .vllmFlagInjected <<<"${status}")" "status vllmFlagInjected"
+  else
+    assert_eq false "$(jq -c .vllmFlagInjected <<<"${status}")" "status vllmFlagInjected"
+    [[ -n "$(jqv "${status}" '.vllmFlagReason')" ]] || fail "status has no vllmFlagReason: ${status}"
+  fi
   if [[ "${how}" == args || "${how}" == VLLM_ADDITIONAL_ARGS || "${how}" == user ]]; then
     got="$(vllm_receives "${pod}")"
     assert_eq 1 "$(jq length <<<"${got}")" "--kv-transfer-config values vLLM receives"

@@ -89,8 +89,8 @@ pvc_made() { k -n kv-offload-demo get pvc qwen3-kserve-demo-kv-cache-secondary-1
 wait_until 60 "the ephemeral PVC" pvc_made
 k -n kv-offload-demo get pvc -o custom-columns='NAME:.metadata.name,OWNER:.metadata.ownerReferences[0].kind,OWNER-NAME:.metadata.ownerReferences[0].name,SIZE:.spec.resources.requests.storage,MODES:.spec.accessModes'
 echo
-bold "== Webhook admission requests (metrics)"
-webhook_metrics | grep '^kvoffload_admission_requests_total' || true
+bold "== Webhook admission requests (metrics; every name in docs/metrics.md)"
+webhook_metrics | grep -E '^kvoffload_(admission_requests|injection_[a-z]+)_total' || true
 
 if [[ "${DEMO_ONCE:-0}" == 1 ]]; then
   e2e_log "DEMO_ONCE=1: done"

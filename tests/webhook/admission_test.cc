@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <map>
 #include <string>
 
 #include "webhook/cluster_reader.h"
@@ -66,7 +67,7 @@ TEST_F(AdmissionTest, InjectsAndEchoesUid) {
   const json pod = PodWithSpec(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"5Gi"}}}]})");
   HttpAnswer a = handler_.Handle("application/json", Review(pod).dump());
   json r = Response(a);
-  EXPECT_EQ(a.outcome, Outcome::kInjected);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kInjected);
   EXPECT_EQ(r["uid"], "uid-1");
   EXPECT_EQ(r["allowed"], true);
   EXPECT_EQ(r["patchType"], "JSONPatch");
@@ -128,13 +129,13 @@ TEST_F(AdmissionTest, DenialsNameFieldAndSource) {
 TEST_F(AdmissionTest, SkipsWhatIsNotOurs) {
   json update = Review(PodWithSpec(R"({"cpu":"1Gi"})"), "UPDATE");
   HttpAnswer a = handler_.Handle("application/json", update.dump());
-  EXPECT_EQ(a.outcome, Outcome::kSkipped);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kSkipped);
   EXPECT_FALSE(Response(a).contains("patch"));
 
   json opted_out = PodWithSpec(R"({"cpu":"1Gi"})");
   opted_out["metadata"]["labels"][kLabelInject] = "false";
   a = handler_.Handle("application/json", Review(opted_out).dump());
-  EXPECT_EQ(a.outcome, Outcome::kSkipped);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kSkipped);
   EXPECT_FALSE(Response(a).contains("patch"));
 
   json asked = {{"metadata", {{"labels", {{kLabelInject, "true"}}}}},
@@ -146,6 +147,60 @@ TEST_F(AdmissionTest, SkipsWhatIsNotOurs) {
   EXPECT_NE(r["warnings"][0].get<std::string>().find("no kvCacheOffloading spec"), std::string::npos);
 }
 
+// The kvoffload.io/status annotation the handler's patch writes on `container`'s pod.
+json StatusAfterAdmission(const AdmissionHandler& handler, json container,
+                          const std::map<std::string, std::string>& annotations) {
+  json pod = PodWithSpec(R"({"cpu":"1Gi"})");
+  for (const auto& [k, v] : annotations) pod["metadata"]["annotations"][k] = v;
+  container["name"] = "main";
+  pod["spec"]["containers"] = json::array({container});
+  HttpAnswer a = handler.Handle("application/json", Review(pod).dump());
+  EXPECT_EQ(a.admission.outcome(), Outcome::kInjected) << a.body;
+  json r = Response(a);
+  if (!r.contains("patch")) return json();
+  json patched = pod.patch(json::parse(Unbase64(r["patch"].get<std::string>())));
+  return json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+}
+
+TEST_F(AdmissionTest, StatusSaysWhetherTheVllmFlagWasInjectedAndWhyNot) {
+  const std::map<std::string, std::string> vllm = {{kAnnotationVllm, "true"}};
+  const json exec = {{"command", {"vllm", "serve", "/mnt/models"}}};
+
+  json s = StatusAfterAdmission(handler_, exec, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], true) << s;
+  EXPECT_EQ(s["vllmFlag"], "args") << s;
+  EXPECT_FALSE(s.contains("vllmFlagReason")) << s;
+  EXPECT_EQ(s["mode"], "vllm-native");
+  EXPECT_EQ(s["tiers"], json::array());
+
+  // Not marked as vLLM: the tiers and env are injected, the flag is not.
+  s = StatusAfterAdmission(handler_, exec, {});
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonNotVllm) << s;
+  EXPECT_FALSE(s.contains("vllmFlag")) << s;
+
+  json theirs = exec;
+  theirs["args"] = {"--kv-transfer-config",
+                    R"({"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"})"};
+  s = StatusAfterAdmission(handler_, theirs, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlag"], "user") << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonUserFlag) << s;
+
+  json broken = exec;
+  broken["args"] = {"--kv-transfer-config={kv_connector:"};
+  s = StatusAfterAdmission(handler_, broken, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonUserFlagInvalid) << s;
+
+  // A script that forwards no arguments and reads no VLLM_ADDITIONAL_ARGS.
+  const json closed = {{"command", {"/bin/sh", "-c", "exec vllm serve /mnt/models --port 8000"}}};
+  s = StatusAfterAdmission(handler_, closed, vllm);
+  EXPECT_EQ(s["vllmFlagInjected"], false) << s;
+  EXPECT_EQ(s["vllmFlag"], "not-injected") << s;
+  EXPECT_EQ(s["vllmFlagReason"], kFlagReasonLaunchDropsArgs) << s;
+}
+
 TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {
   DownReader down;
   AdmissionHandler handler(AdmissionOptions{}, &down);
@@ -154,7 +209,7 @@ TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {
               {"spec", {{"containers", {{{"name", "main"}}}}}}};
   HttpAnswer a = handler.Handle("application/json", Review(pod).dump());
   json r = Response(a);
-  EXPECT_EQ(a.outcome, Outcome::kError);
+  EXPECT_EQ(a.admission.outcome(), Outcome::kError);
   EXPECT_EQ(r["status"]["code"], 500);
   EXPECT_NE(r["status"]["message"].get<std::string>().find("LLMInferenceService team-a/llama"),
             std::string::npos);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "exposition.h"
 #include "test_pki.h"
 #include "webhook/admission.h"
 #include "webhook/cluster_reader.h"
@@ -131,7 +132,10 @@ TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
   EXPECT_NE(m->body.find("kvoffload_admission_requests_total{outcome=\"injected\"} 1"),
             std::string::npos)
       << m->body;
-  EXPECT_NE(m->body.find("kvoffload_admission_duration_seconds_count 1"), std::string::npos);
+  const testing::Exposition e = testing::ParseExposition(m->body);
+  EXPECT_EQ(e.Sum("kvoffload_admission_duration_seconds_count", {{"outcome", "injected"}}), 1);
+  EXPECT_EQ(e.Sum("kvoffload_admission_duration_seconds_count"), 1);
+  EXPECT_EQ(e.Sum("kvoffload_injection_success_total"), 1);
   // The keep-alive client above is still connected; nothing was refused.
   EXPECT_NE(m->body.find("kvoffload_webhook_open_connections 1\n"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("kvoffload_webhook_refused_connections_total 0\n"), std::string::npos);
@@ -196,7 +200,10 @@ TEST_F(ServerTest, ServesApplyTimeChecksOnBothPaths) {
             std::string::npos)
       << m->body;
   // Pod admissions are counted apart: the e2e cases read that counter for pods only.
-  EXPECT_NE(m->body.find("kvoffload_admission_duration_seconds_count 0"), std::string::npos);
+  const testing::Exposition e = testing::ParseExposition(m->body);
+  EXPECT_EQ(e.Count("kvoffload_admission_duration_seconds_count"), 5u);  // one per outcome
+  EXPECT_EQ(e.Sum("kvoffload_admission_duration_seconds_count"), 0);
+  EXPECT_EQ(e.Sum("kvoffload_injection_requests_total"), 0);
   EXPECT_EQ(metrics_.admissions(Outcome::kDenied), 0u);
 }
 

@@ -25,16 +25,17 @@ std::string Base64(std::string_view data) {
   return out;
 }
 
-HttpAnswer Answer(const std::string& uid, json response_fields, Outcome outcome,
-                  std::string log_message) {
+HttpAnswer Answer(const std::string& uid, json response_fields, std::string log_message) {
   json response = {{"uid", uid}};
   response.update(response_fields);
   json review = {{"apiVersion", kApiVersion}, {"kind", "AdmissionReview"}, {"response", response}};
-  return {200, review.dump(-1, ' ', false, json::error_handler_t::replace), outcome,
-          std::move(log_message)};
+  HttpAnswer answer;
+  answer.body = review.dump(-1, ' ', false, json::error_handler_t::replace);
+  answer.log_message = std::move(log_message);
+  return answer;
 }
 
-HttpAnswer Reject(const std::string& uid, int code, const std::string& message, Outcome outcome) {
+HttpAnswer Reject(const std::string& uid, int code, const std::string& message) {
   json status = {{"metadata", json::object()},
                  {"status", "Failure"},
                  {"message", message},
@@ -42,14 +43,14 @@ HttpAnswer Reject(const std::string& uid, int code, const std::string& message, 
   if (code == 403) status["reason"] = "Forbidden";
   if (code == 400) status["reason"] = "BadRequest";
   if (code == 500) status["reason"] = "InternalError";
-  return Answer(uid, {{"allowed", false}, {"status", status}}, outcome, message);
+  return Answer(uid, {{"allowed", false}, {"status", status}}, message);
 }
 
-HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warnings, Outcome outcome,
+HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warnings,
                  std::string why) {
   json fields = {{"allowed", true}};
   if (!warnings.empty()) fields["warnings"] = warnings;
-  return Answer(uid, fields, outcome, std::move(why));
+  return Answer(uid, fields, std::move(why));
 }
 
 // Checks what every AdmissionReview must carry. Returns the answer for a malformed one; else
@@ -59,29 +60,33 @@ std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view
   // Media type check ignores parameters such as "; charset=utf-8".
   const std::string_view media = content_type.substr(0, content_type.find(';'));
   if (media != "application/json") {
-    return HttpAnswer{415,
-                      "Content-Type must be application/json, got \"" +
-                          std::string(content_type) + "\"\n",
-                      Outcome::kError, "wrong content type"};
+    HttpAnswer answer;
+    answer.status = 415;
+    answer.body =
+        "Content-Type must be application/json, got \"" + std::string(content_type) + "\"\n";
+    answer.log_message = "wrong content type";
+    return answer;
   }
   if (body.size() > kMaxAdmissionBodyBytes) {
-    return HttpAnswer{413, "request body over 7 MiB\n", Outcome::kError, "body too large"};
+    HttpAnswer answer;
+    answer.status = 413;
+    answer.body = "request body over 7 MiB\n";
+    answer.log_message = "body too large";
+    return answer;
   }
   Result<json> parsed = ParseJson(body, "AdmissionReview");
-  if (!parsed.ok()) return Reject("", 400, parsed.status().message(), Outcome::kError);
+  if (!parsed.ok()) return Reject("", 400, parsed.status().message());
   if (!parsed->is_object() || StringAt(*parsed, "kind") != "AdmissionReview") {
-    return Reject("", 400, "body is not an AdmissionReview (kind must be AdmissionReview)",
-                  Outcome::kError);
+    return Reject("", 400, "body is not an AdmissionReview (kind must be AdmissionReview)");
   }
   if (StringAt(*parsed, "apiVersion") != kApiVersion) {
     return Reject("", 400,
                   "AdmissionReview apiVersion \"" + StringAt(*parsed, "apiVersion") +
-                      "\" is not supported; configure admissionReviewVersions: [v1]",
-                  Outcome::kError);
+                      "\" is not supported; configure admissionReviewVersions: [v1]");
   }
   if (!parsed->contains("request")) (*parsed)["request"] = json();
   *uid = StringAt((*parsed)["request"], "uid");
-  if (uid->empty()) return Reject("", 400, "AdmissionReview has no request.uid", Outcome::kError);
+  if (uid->empty()) return Reject("", 400, "AdmissionReview has no request.uid");
   *review = std::move(*parsed);
   return std::nullopt;
 }
@@ -115,6 +120,11 @@ HttpAnswer Verdicted(HttpAnswer answer, Verdict verdict) {
   return answer;
 }
 
+HttpAnswer Counted(HttpAnswer answer, AdmissionResult result) {
+  answer.admission = result;
+  return answer;
+}
+
 }  // namespace
 
 HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string_view body,
@@ -134,25 +144,24 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string
                "kv-offload validates LLMInferenceService, Namespace, Deployment, StatefulSet, Job "
                "and LeaderWorkerSet objects, got " +
                    group + "/" + kind_name + " " + StringAt(request, "subResource") +
-                   "; check the webhook's rules",
-               Outcome::kError),
+                   "; check the webhook's rules"),
         Verdict::kError);
   }
   const std::string op = StringAt(request, "operation");
   if (op != "CREATE" && op != "UPDATE") {
-    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "not a CREATE or UPDATE"), Verdict::kSkipped);
+    return Verdicted(Allow(uid, {}, "not a CREATE or UPDATE"), Verdict::kSkipped);
   }
   const json& object = Member(request, "object");
   if (!object.is_object()) {
-    return Verdicted(Reject(uid, 400, "AdmissionReview has no request.object", Outcome::kError),
+    return Verdicted(Reject(uid, 400, "AdmissionReview has no request.object"),
                      Verdict::kError);
   }
   const json& metadata = Member(object, "metadata");
   if (!Member(metadata, "deletionTimestamp").is_null()) {
-    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "being deleted"), Verdict::kSkipped);
+    return Verdicted(Allow(uid, {}, "being deleted"), Verdict::kSkipped);
   }
   if (op == "UPDATE" && CheckedPartUnchanged(kind_name, object, Member(request, "oldObject"))) {
-    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "checked part unchanged"),
+    return Verdicted(Allow(uid, {}, "checked part unchanged"),
                      Verdict::kSkipped);
   }
   std::string ns = StringAt(request, "namespace");
@@ -177,47 +186,53 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string
                            {"kv-offload could not check " + what + " (" +
                             report.status().message().substr(0, 60) +
                             "); its pods are checked when created"},
-                           Outcome::kError, "not checked: " + report.status().message()),
+                           "not checked: " + report.status().message()),
                      Verdict::kError);
   }
   if (!report->errors.empty()) {
-    return Verdicted(Reject(uid, 403, report->denial, Outcome::kDenied), Verdict::kDenied);
+    return Verdicted(Reject(uid, 403, report->denial), Verdict::kDenied);
   }
   if (!report->checked) {
-    return Verdicted(Allow(uid, {}, Outcome::kSkipped, "nothing to check"), Verdict::kSkipped);
+    return Verdicted(Allow(uid, {}, "nothing to check"), Verdict::kSkipped);
   }
   const Verdict verdict = report->warnings.empty() ? Verdict::kAllowed : Verdict::kWarned;
-  return Verdicted(Allow(uid, report->warnings, Outcome::kUnchanged, "checked " + report->object),
+  return Verdicted(Allow(uid, report->warnings, "checked " + report->object),
                    verdict);
 }
 
 HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_view body) const {
   json review;
   std::string uid;
-  if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) return *bad;
+  if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {
+    return Counted(std::move(*bad), AdmissionResult::Failed(FailureType::kBadRequest));
+  }
   json& request = review["request"];
 
   const json& kind = request.contains("kind") ? request["kind"] : json();
   if (StringAt(kind, "kind") != "Pod" || !StringAt(kind, "group").empty() ||
       !StringAt(request, "subResource").empty()) {
-    return Reject(uid, 400,
-                  "kv-offload mutates Pods only, got " + StringAt(kind, "group") + "/" +
-                      StringAt(kind, "kind") + " " + StringAt(request, "subResource") +
-                      "; check the webhook's rules",
-                  Outcome::kError);
+    return Counted(Reject(uid, 400,
+                          "kv-offload mutates Pods only, got " + StringAt(kind, "group") + "/" +
+                              StringAt(kind, "kind") + " " + StringAt(request, "subResource") +
+                              "; check the webhook's rules"),
+                   AdmissionResult::Failed(FailureType::kBadRequest));
   }
   if (StringAt(request, "operation") != "CREATE") {
-    return Allow(uid, {}, Outcome::kSkipped, "not a CREATE");
+    return Counted(Allow(uid, {}, "not a CREATE"),
+                   AdmissionResult::Skipped(SkipReason::kNotCreate));
   }
   if (!request.contains("object") || !request["object"].is_object()) {
-    return Reject(uid, 400, "AdmissionReview has no request.object", Outcome::kError);
+    return Counted(Reject(uid, 400, "AdmissionReview has no request.object"),
+                   AdmissionResult::Failed(FailureType::kBadRequest));
   }
   json& pod = request["object"];
   const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
   const json& labels = metadata.is_object() && metadata.contains("labels") ? metadata["labels"]
                                                                            : json();
   const std::string inject_label = StringAt(labels, kLabelInject);
-  if (inject_label == "false") return Allow(uid, {}, Outcome::kSkipped, "opted out");
+  if (inject_label == "false") {
+    return Counted(Allow(uid, {}, "opted out"), AdmissionResult::Skipped(SkipReason::kOptedOut));
+  }
 
   std::string ns = StringAt(request, "namespace");
   if (ns.empty()) ns = StringAt(metadata, "namespace");
@@ -225,9 +240,11 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   Result<Resolution> resolution = Resolve(pod, ns, reader_);
   if (!resolution.ok()) {
     if (resolution.status().code() == StatusCode::kInvalidArgument) {
-      return Reject(uid, 403, resolution.status().message(), Outcome::kDenied);
+      return Counted(Reject(uid, 403, resolution.status().message()),
+                     AdmissionResult::Failed(FailureType::kInvalidSpec));
     }
-    return Reject(uid, 500, resolution.status().message(), Outcome::kError);
+    return Counted(Reject(uid, 500, resolution.status().message()),
+                   AdmissionResult::Failed(FailureType::kLookup));
   }
   if (!resolution->spec) {
     std::vector<std::string> warnings;
@@ -235,7 +252,7 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
       warnings.push_back(
           "kvoffload.io/inject=true but no kvCacheOffloading spec was found for this pod");
     }
-    return Allow(uid, warnings, Outcome::kSkipped, "no spec");
+    return Counted(Allow(uid, warnings, "no spec"), AdmissionResult::Skipped(SkipReason::kNoSpec));
   }
 
   MutationInput in;
@@ -248,9 +265,13 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   in.replicas = resolution->replicas;
   in.pvcs = std::move(resolution->pvcs);
   Mutation mutation = Mutate(in);
-  if (!mutation.allowed) return Reject(uid, 403, mutation.denial, Outcome::kDenied);
+  if (!mutation.allowed) {
+    return Counted(Reject(uid, 403, mutation.denial),
+                   AdmissionResult::Failed(FailureType::kRejected));
+  }
   if (mutation.patch.empty()) {
-    return Allow(uid, mutation.warnings, Outcome::kUnchanged, "already injected");
+    return Counted(Allow(uid, mutation.warnings, "already injected"),
+                   AdmissionResult::Skipped(SkipReason::kAlreadyInjected));
   }
   // Assembled by hand around the base64 patch: it needs no escaping, and running a few KB of
   // it through the JSON serializer was a fifth of the cost of an admission.
@@ -265,7 +286,11 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
     answer += json(mutation.warnings).dump(-1, ' ', false, json::error_handler_t::replace);
   }
   answer += "}}";
-  return {200, std::move(answer), Outcome::kInjected, "injected from " + in.source.description};
+  HttpAnswer injected;
+  injected.body = std::move(answer);
+  injected.admission = AdmissionResult::Injected();
+  injected.log_message = "injected from " + in.source.description;
+  return injected;
 }
 
 }  // namespace kvoffload::webhook

@@ -1,5 +1,6 @@
 #include "webhook/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace kvoffload::webhook {
@@ -36,6 +37,46 @@ const char* OutcomeName(Outcome outcome) {
   return "unknown";
 }
 
+const char* SkipReasonName(SkipReason reason) {
+  switch (reason) {
+    case SkipReason::kNotCreate: return "not_create";
+    case SkipReason::kOptedOut: return "opted_out";
+    case SkipReason::kNoSpec: return "no_spec";
+    case SkipReason::kAlreadyInjected: return "already_injected";
+    case SkipReason::kCount: break;
+  }
+  return "unknown";
+}
+
+const char* FailureTypeName(FailureType type) {
+  switch (type) {
+    case FailureType::kBadRequest: return "bad_request";
+    case FailureType::kInvalidSpec: return "invalid_spec";
+    case FailureType::kRejected: return "rejected";
+    case FailureType::kLookup: return "lookup";
+    case FailureType::kInternal: return "internal";
+    case FailureType::kCount: break;
+  }
+  return "unknown";
+}
+
+AdmissionResult AdmissionResult::Skipped(SkipReason reason) {
+  return AdmissionResult(
+      reason == SkipReason::kAlreadyInjected ? Outcome::kUnchanged : Outcome::kSkipped,
+      static_cast<size_t>(reason));
+}
+
+AdmissionResult AdmissionResult::Failed(FailureType type) {
+  const bool denial = type == FailureType::kInvalidSpec || type == FailureType::kRejected;
+  return AdmissionResult(denial ? Outcome::kDenied : Outcome::kError, static_cast<size_t>(type));
+}
+
+const char* AdmissionResult::DetailName() const {
+  if (skipped()) return SkipReasonName(skip_reason());
+  if (failed()) return FailureTypeName(failure_type());
+  return "";
+}
+
 const char* VerdictName(Verdict verdict) {
   switch (verdict) {
     case Verdict::kAllowed: return "allowed";
@@ -52,13 +93,20 @@ void Metrics::RecordValidation(Verdict verdict) {
   validations_[static_cast<size_t>(verdict)].fetch_add(1, std::memory_order_relaxed);
 }
 
-void Metrics::RecordAdmission(Outcome outcome, double seconds) {
-  admissions_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+void Metrics::RecordAdmission(const AdmissionResult& result, double seconds) {
+  const size_t outcome = static_cast<size_t>(result.outcome());
+  admissions_[outcome].fetch_add(1, std::memory_order_relaxed);
+  if (result.skipped()) {
+    skips_[static_cast<size_t>(result.skip_reason())].fetch_add(1, std::memory_order_relaxed);
+  } else if (result.failed()) {
+    failures_[static_cast<size_t>(result.failure_type())].fetch_add(1, std::memory_order_relaxed);
+  }
+  Histogram& h = latency_[outcome];
   size_t bucket = 0;
   while (bucket < kBuckets.size() && seconds > kBuckets[bucket]) ++bucket;
-  if (bucket < kBuckets.size()) latency_buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
-  latency_count_.fetch_add(1, std::memory_order_relaxed);
-  latency_sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  if (bucket < kBuckets.size()) h.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+  h.count.fetch_add(1, std::memory_order_relaxed);
+  h.sum_ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
 }
 
 void Metrics::RecordLookup(ObjectKind kind, LookupResult result) {
@@ -88,6 +136,31 @@ std::string Metrics::Render() const {
            OutcomeName(static_cast<Outcome>(i)) + "\"} " + std::to_string(admissions_[i].load()) +
            "\n";
   }
+  // The injector's view of the same admissions, in the shape of Istio's sidecar injector:
+  // requests = success + skip + failure.
+  uint64_t requests = 0;
+  for (const std::atomic<uint64_t>& a : admissions_) requests += a.load();
+  out += "# HELP kvoffload_injection_requests_total Pod admission requests.\n";
+  out += "# TYPE kvoffload_injection_requests_total counter\n";
+  out += "kvoffload_injection_requests_total " + std::to_string(requests) + "\n";
+  out += "# HELP kvoffload_injection_success_total Pods patched with the offloading tiers.\n";
+  out += "# TYPE kvoffload_injection_success_total counter\n";
+  out += "kvoffload_injection_success_total " + std::to_string(admissions(Outcome::kInjected)) +
+         "\n";
+  out += "# HELP kvoffload_injection_skip_total Pods admitted unchanged, by reason.\n";
+  out += "# TYPE kvoffload_injection_skip_total counter\n";
+  for (size_t i = 0; i < skips_.size(); ++i) {
+    out += std::string("kvoffload_injection_skip_total{reason=\"") +
+           SkipReasonName(static_cast<SkipReason>(i)) + "\"} " + std::to_string(skips_[i].load()) +
+           "\n";
+  }
+  out += "# HELP kvoffload_injection_failure_total Pod admissions denied or failed, by type.\n";
+  out += "# TYPE kvoffload_injection_failure_total counter\n";
+  for (size_t i = 0; i < failures_.size(); ++i) {
+    out += std::string("kvoffload_injection_failure_total{type=\"") +
+           FailureTypeName(static_cast<FailureType>(i)) + "\"} " +
+           std::to_string(failures_[i].load()) + "\n";
+  }
   out += "# HELP kvoffload_validation_requests_total Apply-time validation requests by verdict.\n";
   out += "# TYPE kvoffload_validation_requests_total counter\n";
   for (size_t i = 0; i < validations_.size(); ++i) {
@@ -95,19 +168,30 @@ std::string Metrics::Render() const {
            VerdictName(static_cast<Verdict>(i)) + "\"} " + std::to_string(validations_[i].load()) +
            "\n";
   }
-  out += "# HELP kvoffload_admission_duration_seconds Time to answer an admission request.\n";
+  out += "# HELP kvoffload_admission_duration_seconds Time to answer a pod admission request, by "
+         "outcome.\n";
   out += "# TYPE kvoffload_admission_duration_seconds histogram\n";
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < kBuckets.size(); ++i) {
-    cumulative += latency_buckets_[i].load();
-    out += "kvoffload_admission_duration_seconds_bucket{le=\"" + FormatDouble(kBuckets[i]) +
-           "\"} " + std::to_string(cumulative) + "\n";
+  for (size_t o = 0; o < kOutcomes; ++o) {
+    const Histogram& h = latency_[o];
+    const std::string outcome =
+        std::string("outcome=\"") + OutcomeName(static_cast<Outcome>(o)) + "\"";
+    // The count is read first and the buckets clamped to it: an admission recorded meanwhile
+    // never makes a finite bucket exceed +Inf.
+    const uint64_t count = h.count.load();
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kBuckets.size(); ++i) {
+      cumulative += h.buckets[i].load();
+      out += "kvoffload_admission_duration_seconds_bucket{" + outcome + ",le=\"" +
+             FormatDouble(kBuckets[i]) + "\"} " + std::to_string(std::min(cumulative, count)) +
+             "\n";
+    }
+    out += "kvoffload_admission_duration_seconds_bucket{" + outcome + ",le=\"+Inf\"} " +
+           std::to_string(count) + "\n";
+    out += "kvoffload_admission_duration_seconds_sum{" + outcome + "} " +
+           FormatDouble(static_cast<double>(h.sum_ns.load()) / 1e9) + "\n";
+    out += "kvoffload_admission_duration_seconds_count{" + outcome + "} " +
+           std::to_string(count) + "\n";
   }
-  const uint64_t count = latency_count_.load();
-  out += "kvoffload_admission_duration_seconds_bucket{le=\"+Inf\"} " + std::to_string(count) + "\n";
-  out += "kvoffload_admission_duration_seconds_sum " +
-         FormatDouble(static_cast<double>(latency_sum_ns_.load()) / 1e9) + "\n";
-  out += "kvoffload_admission_duration_seconds_count " + std::to_string(count) + "\n";
   out += "# HELP kvoffload_lookups_total Cluster object lookups by kind and result.\n";
   out += "# TYPE kvoffload_lookups_total counter\n";
   for (size_t k = 0; k < lookups_.size(); ++k) {

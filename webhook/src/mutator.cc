@@ -462,7 +462,9 @@ Mutation Mutate(const MutationInput& in) {
   // vLLM, through whatever launch form the container uses (webhook/launch.h).
   const bool runs_vllm = StringAt(labels, "app.kubernetes.io/part-of") == "llminferenceservice" ||
                          StringAt(annotations, kAnnotationVllm) == "true";
-  std::string vllm_flag;  // how it got there, for the status annotation
+  // For the status annotation: how the flag reaches vLLM, and why ours does not where it does not.
+  std::string vllm_flag;
+  std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
     const std::string ours = KvTransferConfig(in.spec, mode).dump();
     const LaunchPlan plan = PlanLaunch(container);
@@ -475,10 +477,12 @@ Mutation Mutate(const MutationInput& in) {
         out.warnings.push_back("container " + c_name + ": its own --kv-transfer-config in " +
                                plan.user_flag_where + " reaches vLLM as invalid JSON; quote it");
         vllm_flag = "user";
+        vllm_flag_reason = kFlagReasonUserFlagInvalid;
       } else if (theirs->dump() != ours) {
         out.warnings.push_back("container " + c_name + " already passes --kv-transfer-config in " +
                                plan.user_flag_where + "; kept it instead of ours");
         vllm_flag = "user";
+        vllm_flag_reason = kFlagReasonUserFlag;
       } else {
         vllm_flag = env_route ? "VLLM_ADDITIONAL_ARGS" : "args";  // ours, from an earlier admission
       }
@@ -487,6 +491,7 @@ Mutation Mutate(const MutationInput& in) {
                              ": its script passes vLLM no args; add \"$@\" to its vllm command or "
                              "pass --kv-transfer-config yourself");
       vllm_flag = "not-injected";
+      vllm_flag_reason = kFlagReasonLaunchDropsArgs;
     } else {
       std::vector<std::string> extra = {FlagArgument(plan.route, ours)};
       if (mode == Mode::kAgent && !plan.has_shutdown_timeout) {
@@ -528,10 +533,12 @@ Mutation Mutate(const MutationInput& in) {
   }
 
   json status = {{"configHash", hash},
-                       {"source", in.source.description},
-                       {"mode", ModeName(mode)},
-                       {"tiers", tier_paths}};
+                 {"source", in.source.description},
+                 {"mode", ModeName(mode)},
+                 {"tiers", tier_paths}};
   if (!vllm_flag.empty()) status["vllmFlag"] = vllm_flag;
+  status["vllmFlagInjected"] = vllm_flag_reason.empty();
+  if (!vllm_flag_reason.empty()) status["vllmFlagReason"] = vllm_flag_reason;
   patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, status.dump());
   out.patch = patch.Take();
   return out;

@@ -89,32 +89,44 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
     return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n"};
   }
   const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   HttpAnswer answer;
   try {
     answer = validation ? handler_->Validate(req.content_type, req.body,
                                              /*pods_need_label=*/path == "/validate-labelled")
                         : handler_->Handle(req.content_type, req.body);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     // Unreachable by design (every layer returns Status); kept so nothing can crash the server.
-    metrics_->RecordAdmission(Outcome::kError, 0);
+    LogEvent(spdlog::level::err, validation ? "validation" : "admission",
+             {{"outcome", "error"}, {"reason", "internal"}, {"status", 500}, {"detail", e.what()}});
+    if (validation) {
+      metrics_->RecordValidation(Verdict::kError);
+    } else {
+      metrics_->RecordAdmission(AdmissionResult::Failed(FailureType::kInternal), elapsed());
+    }
     return {500, "text/plain", "internal error\n"};
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = elapsed();
   if (validation) {
     metrics_->RecordValidation(answer.verdict);
   } else {
-    metrics_->RecordAdmission(answer.outcome, seconds);
+    metrics_->RecordAdmission(answer.admission, seconds);
   }
-  const bool quiet = validation ? answer.verdict == Verdict::kSkipped
-                                : answer.outcome == Outcome::kSkipped ||
-                                      answer.outcome == Outcome::kUnchanged;
+  const bool quiet = validation ? answer.verdict == Verdict::kSkipped : answer.admission.skipped();
+  nlohmann::json fields = {
+      {"outcome",
+       validation ? VerdictName(answer.verdict) : OutcomeName(answer.admission.outcome())},
+      {"status", answer.status},
+      {"detail", answer.log_message},
+      {"seconds", seconds}};
+  // The skip reason or failure type, as the injection counters label it.
+  if (!validation && *answer.admission.DetailName() != '\0') {
+    fields["reason"] = answer.admission.DetailName();
+  }
   LogEvent(quiet ? spdlog::level::debug : spdlog::level::info,
-           validation ? "validation" : "admission",
-           {{"outcome", validation ? VerdictName(answer.verdict) : OutcomeName(answer.outcome)},
-            {"status", answer.status},
-            {"detail", answer.log_message},
-            {"seconds", seconds}});
+           validation ? "validation" : "admission", fields);
   return {answer.status, answer.status == 200 ? "application/json" : "text/plain",
           std::move(answer.body)};
 }

@@ -26,7 +26,8 @@ struct AdmissionOptions {
 struct HttpAnswer {
   int status = 200;
   std::string body;
-  Outcome outcome = Outcome::kError;  // pod admissions
+  // Pod admissions: the outcome and why (skip reason, failure type) for the metrics.
+  AdmissionResult admission = AdmissionResult::Failed(FailureType::kInternal);
   std::string log_message;  // why, for the access log
   Verdict verdict = Verdict::kError;  // validation requests
 };

@@ -39,6 +39,17 @@ inline constexpr char kAgentPythonPath[] = "/opt/kvoffload/python";
 // persistent tier (its budget is 10 s). Below Kubernetes' default 30 s grace period.
 inline constexpr int kAgentShutdownTimeoutSeconds = 20;
 
+// Why the status annotation says vllmFlagInjected=false (its "vllmFlagReason").
+// The container is not known to run vLLM: no LLMInferenceService labels, no
+// kvoffload.io/vllm=true.
+inline constexpr char kFlagReasonNotVllm[] = "not-vllm";
+// The user's own --kv-transfer-config reaches vLLM and was kept.
+inline constexpr char kFlagReasonUserFlag[] = "user-flag";
+// As above, but theirs does not parse as JSON where vLLM reads it.
+inline constexpr char kFlagReasonUserFlagInvalid[] = "user-flag-invalid-json";
+// The launch script hands vLLM neither its arguments nor VLLM_ADDITIONAL_ARGS.
+inline constexpr char kFlagReasonLaunchDropsArgs[] = "launch-drops-args";
+
 enum class Mode { kVllmNative, kAgent };
 const char* ModeName(Mode mode);
 Result<Mode> ParseMode(const std::string& text);
