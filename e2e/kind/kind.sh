@@ -63,7 +63,8 @@ patches:
         path: /spec/template/spec/containers/0/args
         value: [serve, --port=8443, --metrics-port=9090,
                 --tls-cert-file=/etc/kv-offload/tls/tls.crt, --tls-key-file=/etc/kv-offload/tls/tls.key,
-                --agent-image=${E2E_AGENT_IMAGE}, --default-mode=agent, --log-format=json]
+                --agent-image=${E2E_AGENT_IMAGE}, --default-mode=agent, --lookup-timeout=2s,
+                --log-format=json]
 YAML
   k kustomize "${ov}" > "${E2E_STATE}/kind-deploy.yaml" || e2e_die "kustomize of the kind overlay failed"
   k apply -f "${E2E_STATE}/kind-deploy.yaml" >&2 || e2e_die "applying the manifests failed"

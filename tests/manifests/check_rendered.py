@@ -73,6 +73,12 @@ for flag in ("--port=8443", "--metrics-port=9090"):
     expect(flag in args, f"arg {flag}")
 expect(any(a.startswith("--agent-image=") and len(a) > len("--agent-image=") for a in args),
        "--agent-image is set")
+# The lookups of one admission share --lookup-timeout; with a slow API server our answer (naming
+# the lookup) must reach the API server before its own timeoutSeconds does.
+lookup = [a.split("=", 1)[1] for a in args if a.startswith("--lookup-timeout=")]
+expect(len(lookup) == 1 and lookup[0].endswith("s") and lookup[0][:-1].isdigit(),
+       f"--lookup-timeout=<seconds>s set once: {lookup}")
+lookup_s = int(lookup[0][:-1]) if lookup and lookup[0][:-1].isdigit() else 0
 ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
 expect(ports == {"https": 8443, "metrics": 9090}, f"container ports https 8443, metrics 9090: {ports}")
 tls_secret = [v.get("secret", {}).get("secretName") for v in pod.get("volumes", []) if "secret" in v]
@@ -101,6 +107,8 @@ for h in hooks:
     expect(h.get("sideEffects") == "None", f"{n}: sideEffects None")
     expect(h.get("admissionReviewVersions") == ["v1"], f"{n}: admissionReviewVersions [v1]")
     expect(h.get("timeoutSeconds") == 5, f"{n}: timeoutSeconds 5")
+    expect(lookup_s + 2 <= h.get("timeoutSeconds", 0),
+           f"{n}: --lookup-timeout {lookup_s}s at least 2 s below timeoutSeconds")
     expect(h.get("reinvocationPolicy") == "IfNeeded", f"{n}: reinvocationPolicy IfNeeded")
     expect(h.get("failurePolicy") == "Fail", f"{n}: failurePolicy Fail")
     rules = h.get("rules", [])
@@ -163,6 +171,8 @@ for n, h in vhooks.items():
     expect(h.get("sideEffects") == "None", f"{n}: sideEffects None (dry-run applies are checked)")
     expect(h.get("admissionReviewVersions") == ["v1"], f"{n}: admissionReviewVersions [v1]")
     expect(h.get("timeoutSeconds") == 5, f"{n}: timeoutSeconds 5")
+    expect(lookup_s + 2 <= h.get("timeoutSeconds", 0),
+           f"{n}: --lookup-timeout {lookup_s}s at least 2 s below timeoutSeconds")
     expect(all(sorted(rule.get("operations", [])) == ["CREATE", "UPDATE"] for rule in h.get("rules", [])),
            f"{n}: CREATE and UPDATE")
     svcref = h.get("clientConfig", {}).get("service", {})

@@ -52,7 +52,7 @@ std::string Unbase64(const std::string& in) {
 // A reader that cannot reach the API server.
 class DownReader : public ClusterReader {
  public:
-  Result<std::optional<json>> Get(const ObjectRef&) override {
+  Result<std::optional<json>> GetBefore(const ObjectRef&, Deadline) override {
     return Status::Unavailable("connection refused");
   }
   bool Authoritative() const override { return true; }

@@ -205,5 +205,99 @@ TEST_F(KubeClientTest, PvcRefDeniedUntilThePvcExists) {
   EXPECT_TRUE(admitted.contains("patch"));
 }
 
+// A pod whose spec takes four lookups to find: its LLMInferenceService (which has none), the
+// namespace default, then two pvc.ref PVCs.
+class LookupBudgetTest : public KubeClientTest {
+ protected:
+  void SetUp() override {
+    KubeClientTest::SetUp();
+    api_->Put("/apis/serving.kserve.io/v1alpha2/namespaces/team-b/llminferenceservices/plain",
+              {{"kind", "LLMInferenceService"}, {"spec", json::object()}});
+    api_->Put("/api/v1/namespaces/team-b",
+              {{"kind", "Namespace"},
+               {"metadata", {{"name", "team-b"}, {"annotations", {{kAnnotationDefaultConfig,
+                   R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"a"}}}},)"
+                   R"({"fileSystem":{"pvc":{"ref":{"name":"b"}}}}]})"}}}}}});
+    for (const char* name : {"a", "b"}) {
+      api_->Put(std::string("/api/v1/namespaces/team-b/persistentvolumeclaims/") + name,
+                {{"kind", "PersistentVolumeClaim"},
+                 {"spec", {{"accessModes", {"ReadWriteMany"}}}},
+                 {"status", {{"capacity", {{"storage", "1Ti"}}}}}});
+    }
+  }
+
+  // The admission's answer and how long it took.
+  std::pair<json, std::chrono::milliseconds> Admit(std::chrono::milliseconds budget) {
+    KubeClusterReader kube(Connection());
+    AdmissionOptions options;
+    options.lookup_budget = budget;
+    AdmissionHandler handler(options, &kube);
+    json pod = {{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                          {"app.kubernetes.io/name", "plain"}}}}},
+                {"spec", {{"containers", {{{"name", "main"}}}}}}};
+    json review = {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"},
+                   {"request", {{"uid", "u"}, {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                                {"namespace", "team-b"}, {"operation", "CREATE"}, {"object", pod}}}};
+    const auto start = std::chrono::steady_clock::now();
+    json response = json::parse(handler.Handle("application/json", review.dump()).body)["response"];
+    return {response, std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)};
+  }
+};
+
+TEST_F(LookupBudgetTest, AllLookupsOfOneAdmissionShareOneBudget) {
+  api_->SetDelay(std::chrono::milliseconds(600));  // four lookups: 2.4 s one after another
+  // With room for all four the pod is injected, after every one of them.
+  auto [admitted, slow] = Admit(std::chrono::milliseconds(5000));
+  EXPECT_EQ(admitted["allowed"], true) << admitted.dump();
+  EXPECT_GE(slow, std::chrono::milliseconds(2400));
+  // A 1 s budget is what all four share, not what each may take: the answer comes within it
+  // (the slack is for a loaded machine, far below the 1.4 s more that the lookups would take)
+  // and says which lookup ran out and what to change.
+  auto [denied, quick] = Admit(std::chrono::milliseconds(1000));
+  EXPECT_EQ(denied["allowed"], false);
+  EXPECT_EQ(denied["status"]["code"], 500);
+  const std::string message = denied["status"]["message"];
+  EXPECT_EQ(message.rfind("could not read ", 0), 0u) << message;
+  EXPECT_NE(message.find("team-b"), std::string::npos) << message;
+  EXPECT_NE(message.find("--lookup-timeout"), std::string::npos) << message;
+  EXPECT_LT(quick, std::chrono::milliseconds(1000 + 400));
+  api_->SetDelay(std::chrono::milliseconds(0));
+}
+
+TEST_F(LookupBudgetTest, AWaiterOnAnotherAdmissionsLookupKeepsItsOwnDeadline) {
+  KubeConnection c = Connection();
+  c.timeout = std::chrono::seconds(5);
+  KubeClusterReader kube(c);
+  Metrics metrics;
+  CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), &metrics);
+  const ObjectRef ns{ObjectKind::kNamespace, "team-b", "team-b"};
+  api_->SetDelay(std::chrono::milliseconds(1500));  // each call in flight for 1.5 s
+  std::future<bool> first = std::async(std::launch::async, [&] {
+    return cache.GetBefore(ns, std::chrono::steady_clock::now() + std::chrono::seconds(5)).ok();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the first call is in flight
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::optional<json>> second =
+      cache.GetBefore(ns, start + std::chrono::milliseconds(300));
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("--lookup-timeout"), std::string::npos);
+  EXPECT_LT(took, std::chrono::milliseconds(300 + 400));  // the first call needs 1.3 s more
+  EXPECT_TRUE(first.get());
+  // Once an answer exists, a waiter that runs out of time gets it instead of an error.
+  std::future<bool> third = std::async(std::launch::async, [&] {
+    return cache.GetBefore(ns, std::chrono::steady_clock::now() + std::chrono::seconds(5)).ok();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Result<std::optional<json>> stale =
+      cache.GetBefore(ns, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
+  ASSERT_TRUE(stale.ok()) << stale.status().message();
+  EXPECT_TRUE(stale->has_value());
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kStale), 1u);
+  EXPECT_TRUE(third.get());
+  api_->SetDelay(std::chrono::milliseconds(0));
+}
+
 }  // namespace
 }  // namespace kvoffload::webhook

@@ -51,7 +51,7 @@ std::string ReviewBody(bool llmisvc = false) {
 class SlowReader : public ClusterReader {
  public:
   explicit SlowReader(std::chrono::milliseconds delay) : delay_(delay) {}
-  Result<std::optional<json>> Get(const ObjectRef& ref) override {
+  Result<std::optional<json>> GetBefore(const ObjectRef& ref, Deadline) override {
     std::this_thread::sleep_for(delay_);
     if (ref.kind != ObjectKind::kLLMInferenceService) return std::optional<json>();
     return std::optional<json>(json{{"spec", {{"kvCacheOffloading", {{"cpu", "2Gi"}}}}}});

@@ -120,6 +120,14 @@ TEST_F(StartupTest, BadFlagValue) {
   ExpectOneLineError(args, "--shutdown-delay=soon");
 }
 
+TEST_F(StartupTest, LookupBudgetOutsideWhatTheApiServerWaits) {
+  for (const char* value : {"0s", "30s"}) {
+    std::vector<std::string> args = Serve("tls.crt", "tls.key");
+    args.push_back(std::string("--lookup-timeout=") + value);
+    ExpectOneLineError(args, std::string("--lookup-timeout=") + value);
+  }
+}
+
 TEST_F(StartupTest, UnknownFlag) {
   std::vector<std::string> args = Serve("tls.crt", "tls.key");
   args.push_back("--tls-cert=x");

@@ -178,7 +178,7 @@ TEST(ValidationTest, MissingPvcIsAWarningAtApplyTime) {
 
 class DownReader : public ClusterReader {
  public:
-  Result<std::optional<json>> Get(const ObjectRef&) override {
+  Result<std::optional<json>> GetBefore(const ObjectRef&, Deadline) override {
     return Status::Unavailable("connection refused");
   }
   bool Authoritative() const override { return true; }

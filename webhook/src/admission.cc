@@ -13,6 +13,7 @@ namespace kvoffload::webhook {
 namespace {
 
 using nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 constexpr char kApiVersion[] = "admission.k8s.io/v1";
 
@@ -174,7 +175,8 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string
   vo.pods_need_label = pods_need_label;
   Result<ObjectReport> report = Status::Internal("not run");
   try {
-    report = ValidateObject(object, ns, vo, reader_);
+    BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
+    report = ValidateObject(object, ns, vo, reader_ != nullptr ? &budget : nullptr);
   } catch (const json::exception& e) {
     // An object the API server accepted but nlohmann cannot walk: not ours to refuse.
     report = Status::Internal(std::string("cannot read the object: ") + e.what());
@@ -237,7 +239,8 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   std::string ns = StringAt(request, "namespace");
   if (ns.empty()) ns = StringAt(metadata, "namespace");
 
-  Result<Resolution> resolution = Resolve(pod, ns, reader_);
+  BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
+  Result<Resolution> resolution = Resolve(pod, ns, reader_ != nullptr ? &budget : nullptr);
   if (!resolution.ok()) {
     if (resolution.status().code() == StatusCode::kInvalidArgument) {
       return Counted(Reject(uid, 403, resolution.status().message()),

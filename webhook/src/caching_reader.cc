@@ -10,7 +10,8 @@ void CachingClusterReader::Record(ObjectKind kind, LookupResult result) {
   if (metrics_ != nullptr) metrics_->RecordLookup(kind, result);
 }
 
-CachingClusterReader::Answer CachingClusterReader::Get(const ObjectRef& ref) {
+CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& ref,
+                                                            Deadline deadline) {
   std::promise<Answer> promise;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -24,13 +25,26 @@ CachingClusterReader::Answer CachingClusterReader::Get(const ObjectRef& ref) {
       // Someone is already asking: wait for that answer instead of asking again.
       std::shared_future<Answer> shared = e.inflight;
       lock.unlock();
-      Record(ref.kind, LookupResult::kHit);
-      return shared.get();
+      // Deadline::max() would overflow inside wait_until's clock arithmetic.
+      if (deadline == Deadline::max() ||
+          shared.wait_until(deadline) == std::future_status::ready) {
+        Record(ref.kind, LookupResult::kHit);
+        return shared.get();
+      }
+      lock.lock();
+      Entry& waited = entries_[ref];
+      if (waited.last_good && Clock::now() - waited.fetched_at < stale_ttl_) {
+        Record(ref.kind, LookupResult::kStale);
+        return *waited.last_good;
+      }
+      Record(ref.kind, LookupResult::kError);
+      return Status::Unavailable("the API server has not answered for " + ref.ToString() +
+                                 " within the lookup budget (--lookup-timeout)");
     }
     e.inflight = promise.get_future().share();
   }
 
-  Answer answer = inner_->Get(ref);
+  Answer answer = inner_->GetBefore(ref, deadline);
   Answer result = answer;
   {
     std::lock_guard<std::mutex> lock(mu_);

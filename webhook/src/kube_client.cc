@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -211,7 +213,24 @@ std::string KubeClusterReader::CurrentToken() {
   return token_;
 }
 
-Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::string& path) {
+Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::string& path,
+                                                                 Deadline deadline) {
+  // Whatever is left of the caller's budget, at most the configured timeout. cpp-httplib
+  // bounds each phase on its own (connect with the TLS handshake, then the wait for the answer),
+  // so each gets half: the whole GET stays within the budget.
+  auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(conn_.timeout);
+  bool cut = false;  // the admission's budget, not the configured timeout, bounds this GET
+  if (deadline != Deadline::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    cut = left < budget;
+    budget = std::min(budget, left);
+  }
+  if (budget.count() <= 0) {
+    return Status::Unavailable("GET " + path + ": not sent, the lookup budget (--lookup-timeout) " +
+                               "of this admission is spent");
+  }
+  const std::chrono::milliseconds phase = std::max(budget / 2, std::chrono::milliseconds(1));
   std::unique_ptr<X509, X509Free> cert;
   std::unique_ptr<EVP_PKEY, PkeyFree> key;
   if (!conn_.client_cert_pem.empty()) {
@@ -228,14 +247,19 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::stri
   httplib::SSLClient client(conn_.host, conn_.port, cert.get(), key.get());
   if (!conn_.ca_pem.empty()) client.set_ca_cert_store(StoreFromPem(conn_.ca_pem));
   client.enable_server_certificate_verification(!conn_.insecure_skip_verify);
-  const auto secs = conn_.timeout.count() / 1000;
-  const auto usecs = (conn_.timeout.count() % 1000) * 1000;
+  const auto secs = phase.count() / 1000;
+  const auto usecs = (phase.count() % 1000) * 1000;
   client.set_connection_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
   client.set_read_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
   client.set_write_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
   if (const std::string token = CurrentToken(); !token.empty()) client.set_bearer_token_auth(token);
   httplib::Result res = client.Get(path, {{"Accept", "application/json"}});
-  if (!res) return Status::Unavailable("GET " + path + ": " + httplib::to_string(res.error()));
+  if (!res) {
+    return Status::Unavailable("GET " + path + ": " + httplib::to_string(res.error()) +
+                               (cut ? " (no answer within what was left of this admission's "
+                                      "lookup budget, --lookup-timeout)"
+                                    : ""));
+  }
   if (res->status == 404) return std::optional<nlohmann::json>();
   if (res->status != 200) {
     return Status::Unavailable("GET " + path + ": HTTP " + std::to_string(res->status) + ": " +
@@ -246,19 +270,20 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::stri
   return std::optional<nlohmann::json>(std::move(*obj));
 }
 
-Result<std::optional<nlohmann::json>> KubeClusterReader::Get(const ObjectRef& ref) {
+Result<std::optional<nlohmann::json>> KubeClusterReader::GetBefore(const ObjectRef& ref,
+                                                                   Deadline deadline) {
   switch (ref.kind) {
     case ObjectKind::kNamespace:
-      return GetPath("/api/v1/namespaces/" + ref.name);
+      return GetPath("/api/v1/namespaces/" + ref.name, deadline);
     case ObjectKind::kPersistentVolumeClaim:
       return GetPath("/api/v1/namespaces/" + ref.namespace_name + "/persistentvolumeclaims/" +
-                     ref.name);
+                     ref.name, deadline);
     case ObjectKind::kLLMInferenceService:
       // v1alpha2 first; clusters with only the older CRD version answer 404 there.
       for (const char* version : {"v1alpha2", "v1alpha1"}) {
         Result<std::optional<nlohmann::json>> r =
             GetPath(std::string("/apis/serving.kserve.io/") + version + "/namespaces/" +
-                    ref.namespace_name + "/llminferenceservices/" + ref.name);
+                    ref.namespace_name + "/llminferenceservices/" + ref.name, deadline);
         if (!r.ok() || r->has_value()) return r;
       }
       return std::optional<nlohmann::json>();

@@ -53,7 +53,8 @@ serve flags:
   --log-level=info            debug | info | warn | error
   --shutdown-delay=5s         on SIGTERM, report not ready this long before closing
   --cert-reload-interval=1s   how often the certificate files are checked
-  --lookup-timeout=2s         API server request timeout
+  --lookup-timeout=2s         all API server lookups of one admission, together
+                              (keep it below the webhooks' timeoutSeconds)
   --cache-ttl=10s             how long lookups are reused
   --threads=64                admissions handled at once (each may wait on lookups)
   --max-connections=4096      open HTTPS connections; more are closed on accept
@@ -214,6 +215,13 @@ int Serve(const Flags& flags) {
     if (!s.ok()) return Fail(s);
   }
   if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));
+  // The API server waits at most 30 s for a webhook (timeoutSeconds' ceiling); a budget at or
+  // past it would never be the one that answers.
+  if (lookup->count() <= 0 || *lookup >= std::chrono::seconds(30)) {
+    return Fail(Status::InvalidArgument("--lookup-timeout=" + flags.Get("lookup-timeout") +
+                                        " must be above 0 and below the webhooks' timeoutSeconds "
+                                        "(at most 30s; the manifests use 5s)"));
+  }
   so.port = *port;
   so.metrics_port = *metrics_port;
   so.threads = *threads;
@@ -233,6 +241,7 @@ int Serve(const Flags& flags) {
   AdmissionOptions ao;
   ao.default_mode = *mode;
   ao.agent_image = flags.Get("agent-image", kDefaultAgentImage);
+  ao.lookup_budget = *lookup;
   if (ao.default_mode == Mode::kAgent && ao.agent_image.empty()) {
     return Fail(Status::InvalidArgument("--default-mode=agent needs a non-empty --agent-image"));
   }
@@ -249,7 +258,7 @@ int Serve(const Flags& flags) {
   }
   std::unique_ptr<CachingClusterReader> cached;
   if (conn.ok()) {
-    conn->timeout = *lookup;
+    conn->timeout = *lookup;  // no single GET may take longer than all of them
     kube = std::make_unique<KubeClusterReader>(*conn);
     cached = std::make_unique<CachingClusterReader>(kube.get(), *ttl, std::chrono::minutes(5), &metrics);
   }

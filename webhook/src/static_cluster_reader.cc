@@ -37,7 +37,7 @@ StaticClusterReader::StaticClusterReader(const std::vector<nlohmann::json>& obje
   }
 }
 
-Result<std::optional<nlohmann::json>> StaticClusterReader::Get(const ObjectRef& ref) {
+Result<std::optional<nlohmann::json>> StaticClusterReader::GetBefore(const ObjectRef& ref, Deadline) {
   auto it = objects_.find(ref);
   if (it == objects_.end()) return std::optional<nlohmann::json>();
   return std::optional<nlohmann::json>(it->second);

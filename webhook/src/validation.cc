@@ -23,8 +23,8 @@ const json& Field(const json& obj, const char* key) {
 class ApplyTimeReader final : public ClusterReader {
  public:
   explicit ApplyTimeReader(ClusterReader* inner) : inner_(inner) {}
-  Result<std::optional<json>> Get(const ObjectRef& ref) override {
-    Result<std::optional<json>> got = inner_->Get(ref);
+  Result<std::optional<json>> GetBefore(const ObjectRef& ref, Deadline deadline) override {
+    Result<std::optional<json>> got = inner_->GetBefore(ref, deadline);
     if (got.ok() && !got->has_value() && ref.kind == ObjectKind::kPersistentVolumeClaim &&
         inner_->Authoritative()) {
       missing_pvcs_.insert(ref.name);

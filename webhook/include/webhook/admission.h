@@ -6,6 +6,7 @@
 #ifndef KVOFFLOAD_WEBHOOK_ADMISSION_H_
 #define KVOFFLOAD_WEBHOOK_ADMISSION_H_
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,10 @@ inline constexpr size_t kMaxAdmissionBodyBytes = 7 * 1024 * 1024;
 struct AdmissionOptions {
   Mode default_mode = Mode::kVllmNative;
   std::string agent_image;
+  // All API server lookups of one admission share this budget (--lookup-timeout). It must stay
+  // below the webhook configurations' timeoutSeconds, so that a slow API server gets our clear
+  // answer instead of the API server's own timeout.
+  std::chrono::milliseconds lookup_budget{2000};
 };
 
 struct HttpAnswer {

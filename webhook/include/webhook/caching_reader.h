@@ -21,7 +21,10 @@ class CachingClusterReader final : public ClusterReader {
   // `inner` and `metrics` are not owned and must outlive this object; metrics may be null.
   CachingClusterReader(ClusterReader* inner, Clock::duration ttl, Clock::duration stale_ttl,
                        Metrics* metrics);
-  Result<std::optional<nlohmann::json>> Get(const ObjectRef& ref) override;
+  // A caller that finds another's call for the same object in flight waits for it only until
+  // its own deadline; then it gets the last good answer if one is recent enough, else an error.
+  Result<std::optional<nlohmann::json>> GetBefore(const ObjectRef& ref,
+                                                  Deadline deadline) override;
   bool Authoritative() const override { return inner_->Authoritative(); }
 
  private:

@@ -25,7 +25,9 @@ struct KubeConnection {
   std::string client_key_pem;
   std::string token;            // bearer token, optional
   std::string token_file;       // re-read when it changes; wins over `token`
-  std::chrono::milliseconds timeout{2000};  // connect and read, each
+  // The most one GET may take (connect, TLS, request and answer); a caller's earlier
+  // deadline shortens it.
+  std::chrono::milliseconds timeout{2000};
 };
 
 // Reads the current context of a kubeconfig file (clusters/users/contexts, *-data fields or
@@ -39,11 +41,12 @@ Result<KubeConnection> InClusterConnection(const std::string& sa_dir);
 class KubeClusterReader final : public ClusterReader {
  public:
   explicit KubeClusterReader(KubeConnection connection);
-  Result<std::optional<nlohmann::json>> Get(const ObjectRef& ref) override;
+  Result<std::optional<nlohmann::json>> GetBefore(const ObjectRef& ref,
+                                                  Deadline deadline) override;
   bool Authoritative() const override { return true; }
 
  private:
-  Result<std::optional<nlohmann::json>> GetPath(const std::string& path);
+  Result<std::optional<nlohmann::json>> GetPath(const std::string& path, Deadline deadline);
   std::string CurrentToken();
 
   const KubeConnection conn_;
