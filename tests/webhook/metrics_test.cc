@@ -71,7 +71,7 @@ std::string Unbase64(const std::string& in) {
 // layer below the handler); nothing else exists.
 class TroubledReader : public ClusterReader {
  public:
-  Result<std::optional<json>> Get(const ObjectRef& ref) override {
+  Result<std::optional<json>> GetBefore(const ObjectRef& ref, Deadline) override {
     if (ref.kind == ObjectKind::kLLMInferenceService && ref.name == "down") {
       return Status::Unavailable("connection refused");
     }
