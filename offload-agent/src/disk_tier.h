@@ -23,6 +23,7 @@
 #include "kvoffload/disk_io.h"
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
+#include "log_sink.h"
 #include "mutex.h"
 
 namespace kvoffload {
@@ -38,6 +39,7 @@ struct DiskTierOptions {
   EventLog* events = nullptr;       // residency feed; outlives the tier
   // Publish through named temp files even where O_TMPFILE works (tests of that path).
   bool named_temp_files = false;
+  LogSink log = nullptr;  // state changes (full, read-only, failing, writable again); empty = stderr
 };
 
 class DiskTier {
