@@ -285,6 +285,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
     ++stats_.refused;  // every file of ours is pinned, held or being evicted
     inserting_.erase(key);
     policy_->OnRemove(key);
+    NoteWrite(s, /*no_victim=*/true);
     cv_.SignalAll();
     return s;
   }
@@ -362,11 +363,13 @@ void DiskTier::Evict(const BlockKey& key) {
   RemoveLocked(key);
 }
 
-void DiskTier::NoteWrite(const Status& result) {
+void DiskTier::NoteWrite(const Status& result, bool no_victim) {
   std::string state;
   if (!result.ok()) {
     const std::string& m = result.message();
-    state = result.code() == StatusCode::kResourceExhausted ? "full (the file system is out of space)"
+    state = no_victim ? "full (no block can be evicted)"
+            : result.code() == StatusCode::kResourceExhausted
+                ? "full (the file system is out of space)"
             : m.find(std::strerror(EROFS)) != std::string::npos ? "read-only"
                                                                 : "failing";
     ++blocks_lost_;

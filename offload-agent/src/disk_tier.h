@@ -143,8 +143,9 @@ class DiskTier {
   // did not reach the tier since.
   std::string write_state_ GUARDED_BY(mu_);
   uint64_t blocks_lost_ GUARDED_BY(mu_) = 0;
-  // REQUIRES: mu_. Records the outcome of one write and logs a change of state.
-  void NoteWrite(const Status& result) REQUIRES(mu_);
+  // REQUIRES: mu_. Records the outcome of one write (no_victim: refused before writing, as
+  // every block here was pinned or held) and logs a change of state.
+  void NoteWrite(const Status& result, bool no_victim = false) REQUIRES(mu_);
 };
 
 }  // namespace kvoffload

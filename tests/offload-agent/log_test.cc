@@ -23,10 +23,14 @@ constexpr uint64_t kDiskBlocks = 64;
 
 class LogTest : public ::testing::Test {
  public:
-  void SetUp() override {
-    // One pinned slot: every store demotes the block before it to disk0.
+  void SetUp() override { Open(kDiskBlocks); }
+
+  // One pinned slot: every store demotes the block before it to disk0.
+  void Open(uint64_t disk_blocks) {
+    engine_.reset();
+    lines_.clear();
     EngineConfig c = testing::Config(
-        1, {DiskTierConfig{dir_.path(), "emptyDir", kDiskBlocks * testing::kSlot, false, false}});
+        1, {DiskTierConfig{dir_.path(), "emptyDir", disk_blocks * testing::kSlot, false, false}});
     EngineHooks hooks;
     hooks.wrap_disk_io = [plan = plan_](size_t, std::unique_ptr<DiskIo> base) {
       return std::unique_ptr<DiskIo>(std::make_unique<FaultyDiskIo>(std::move(base), plan));
@@ -127,6 +131,27 @@ TEST_F(LogTest, PinnedTierFullOfHeldBlocksLogsOnceAndCountsEveryRefusal) {
   EXPECT_EQ(Count("takes blocks again; " + std::to_string(kRefused) + " were refused"), 1u)
       << Join(Lines());
   EXPECT_EQ(Lines().size(), 3u) << "start, full, takes blocks again:\n" << Join(Lines());
+}
+
+TEST_F(LogTest, DiskTierFullOfHeldBlocksLogsOnceAndRecovers) {
+  Open(2);
+  // Blocks 0 and 1 fill disk0, block 2 is pinned; holding 0 and 1 leaves disk0 no victim.
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(Store(i).ok());
+  std::vector<BlockKey> held = {Key(0), Key(1)};
+  ASSERT_EQ(engine_->Hold(held).tiers, (std::vector<int>{kTierCpu + 1, kTierCpu + 1}));
+  constexpr uint64_t kLost = 5;
+  // Each store demotes the block before it, which disk0 refuses: it is dropped.
+  for (uint64_t i = 3; i < 3 + kLost; ++i) ASSERT_TRUE(Store(i).ok());
+  EXPECT_EQ(engine_->Stats().tiers[1].refused, kLost);
+  EXPECT_EQ(engine_->Stats().tiers[0].dropped, kLost);
+  EXPECT_EQ(Count("disk0 (" + dir_.path() + ") is full (no block can be evicted)"), 1u)
+      << Join(Lines());
+
+  ASSERT_TRUE(engine_->Release(held).ok());
+  ASSERT_TRUE(Store(100).ok());
+  EXPECT_EQ(Count("writable again; " + std::to_string(kLost) + " blocks did not reach it"), 1u)
+      << Join(Lines());
+  EXPECT_EQ(Lines().size(), 3u) << "start, full, writable again:\n" << Join(Lines());
 }
 
 }  // namespace
