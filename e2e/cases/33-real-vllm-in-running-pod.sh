@@ -115,7 +115,7 @@ log="$(k -n "${ns}" logs vllm -c main)"
 [[ -n "${result}" ]] || { tail -n 80 <<<"${log}"; fail "no KVOFFLOAD-E2E-VLLM line from the client"; }
 assert_eq "[]" "$(jq -c .failures <<<"${result}")" "the client's checks"
 assert_contains "${log}" "vllm version '0.32.0+cpu'" "KServe's launch script ran the real vllm"
-assert_contains "${log}" "kvoffload: device host" "the adapter started libkvoffload"
+assert_contains "${log}" "kvoffload: engine started: device host" "the adapter started libkvoffload"
 files="$(k -n "${ns}" exec vllm -c main -- /usr/bin/python3 -c \
   'import os; print(sum(len(f) for _, _, f in os.walk("/mnt/kv-cache-0")))')"
 echo "block files on the emptyDir tier: ${files}"

@@ -162,6 +162,18 @@ kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t*
                     [](auto& e, const auto& k) { return e.Lookup(k); });
 }
 
+kvo_status kvo_where(kvo_engine* engine, const kvo_key* keys, size_t n, int32_t* tiers) {
+  return Guard([&] {
+    if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
+    if (n > 0 && (keys == nullptr || tiers == nullptr)) {
+      return Report(Status::InvalidArgument("keys and tiers must not be NULL"));
+    }
+    const std::vector<int> where = engine->engine->Where(Keys(keys, n));
+    for (size_t i = 0; i < n; ++i) tiers[i] = where[i];
+    return Report(Status::Ok());
+  });
+}
+
 kvo_status kvo_hold(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
                     int32_t* tiers) {
   return FindPrefix(engine, keys, n, prefix, tiers,
@@ -232,6 +244,7 @@ kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
                                     t.misses,         t.evictions,  t.dropped,       t.io_errors,
                                     t.corrupt,        t.bytes_read, t.bytes_written, t.read_ns,
                                     t.write_ns};
+      all.tier_refused[i] = t.refused;
     }
     all.stored_blocks = s.stored_blocks;
     all.loaded_blocks = s.loaded_blocks;

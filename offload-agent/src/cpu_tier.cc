@@ -147,6 +147,26 @@ void CpuTier::Unpin(const BlockKey& key) {
   }
 }
 
+void CpuTier::NoteStore(bool refused) {
+  MutexLock lock(&mu_);
+  if (refused) {
+    ++stats_.refused;
+    ++refused_since_full_;
+  }
+  if (refused == full_) return;
+  full_ = refused;
+  // One line per change of state, never one per block.
+  const std::string tier = "kvoffload: cpu tier (" + std::to_string(slot_count_) + " slots) ";
+  if (full_) {
+    WriteLog(log_, tier + "is full: every slot is pinned by copies in flight or held for "
+                          "loads; stores are refused until one is released");
+  } else {
+    WriteLog(log_, tier + "takes blocks again; " + std::to_string(refused_since_full_) +
+                       " were refused");
+    refused_since_full_ = 0;
+  }
+}
+
 void CpuTier::RecordLookup(bool hit) {
   MutexLock lock(&mu_);
   ++(hit ? stats_.hits : stats_.misses);

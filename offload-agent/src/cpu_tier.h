@@ -19,6 +19,7 @@
 #include "kvoffload/device.h"
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
+#include "log_sink.h"
 #include "mutex.h"
 
 namespace kvoffload {
@@ -38,6 +39,9 @@ class CpuTier {
 
   // REQUIRES: called once, before any insert.
   void SetEvictSink(EvictSink sink) { sink_ = std::move(sink); }
+  // Where the tier says it turned full (every slot pinned or held) and that it takes blocks
+  // again; without a call, stderr. REQUIRES: called before any insert.
+  void SetLog(LogSink log) { log_ = std::move(log); }
 
   // Resident (published) blocks only.
   bool Contains(const BlockKey& key);
@@ -67,6 +71,9 @@ class CpuTier {
   void NoteRelease(const BlockKey& key);
   void Unpin(const BlockKey& key);
 
+  // The final outcome of one block a store offered (after the store's own retries): refused
+  // when BeginInsert found no slot. Counts refusals and logs a change between full and not.
+  void NoteStore(bool refused);
   void RecordLookup(bool hit);
   TierStats Stats();
   size_t slot_bytes() const { return slot_bytes_; }
@@ -88,6 +95,7 @@ class CpuTier {
   const size_t slot_bytes_;
   const size_t slot_count_;
   EvictSink sink_;
+  LogSink log_;
   const HoldSet* const holds_;
   EventLog* const events_;
 
@@ -98,6 +106,10 @@ class CpuTier {
   std::vector<size_t> free_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
   TierStats stats_ GUARDED_BY(mu_);
+  // Whether the last store was refused, and how many were since the tier turned full: a
+  // change is logged once, not once per block.
+  bool full_ GUARDED_BY(mu_) = false;
+  uint64_t refused_since_full_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvoffload

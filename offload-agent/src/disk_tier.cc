@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -283,8 +282,10 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   policy_->OnInsert(key);
   Status s = Reserve();
   if (!s.ok()) {
+    ++stats_.refused;  // every file of ours is pinned, held or being evicted
     inserting_.erase(key);
     policy_->OnRemove(key);
+    NoteWrite(s, /*no_victim=*/true);
     cv_.SignalAll();
     return s;
   }
@@ -362,26 +363,27 @@ void DiskTier::Evict(const BlockKey& key) {
   RemoveLocked(key);
 }
 
-void DiskTier::NoteWrite(const Status& result) {
+void DiskTier::NoteWrite(const Status& result, bool no_victim) {
   std::string state;
   if (!result.ok()) {
     const std::string& m = result.message();
-    state = result.code() == StatusCode::kResourceExhausted ? "full (the file system is out of space)"
+    state = no_victim ? "full (no block can be evicted)"
+            : result.code() == StatusCode::kResourceExhausted
+                ? "full (the file system is out of space)"
             : m.find(std::strerror(EROFS)) != std::string::npos ? "read-only"
                                                                 : "failing";
     ++blocks_lost_;
   }
   if (state == write_state_) return;
-  // One line per change of state, on stderr (the serving process's log), never one per block.
+  // One line per change of state, never one per block.
+  const std::string tier = "kvoffload: " + options_.name + " (" + options_.config.path + ") is ";
   if (state.empty()) {
-    std::fprintf(stderr, "kvoffload: %s (%s) is writable again; %llu blocks did not reach it\n",
-                 options_.name.c_str(), options_.config.path.c_str(),
-                 static_cast<unsigned long long>(blocks_lost_));
+    WriteLog(options_.log, tier + "writable again; " + std::to_string(blocks_lost_) +
+                               " blocks did not reach it");
     blocks_lost_ = 0;
   } else {
-    std::fprintf(stderr, "kvoffload: %s (%s) is %s: %s; blocks meant for it are dropped\n",
-                 options_.name.c_str(), options_.config.path.c_str(), state.c_str(),
-                 result.message().c_str());
+    WriteLog(options_.log,
+             tier + state + ": " + result.message() + "; blocks meant for it are dropped");
   }
   write_state_ = std::move(state);
 }

@@ -23,6 +23,7 @@
 #include "kvoffload/disk_io.h"
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
+#include "log_sink.h"
 #include "mutex.h"
 
 namespace kvoffload {
@@ -38,6 +39,7 @@ struct DiskTierOptions {
   EventLog* events = nullptr;       // residency feed; outlives the tier
   // Publish through named temp files even where O_TMPFILE works (tests of that path).
   bool named_temp_files = false;
+  LogSink log = nullptr;  // state changes (full, read-only, failing, writable again); empty = stderr
 };
 
 class DiskTier {
@@ -141,8 +143,9 @@ class DiskTier {
   // did not reach the tier since.
   std::string write_state_ GUARDED_BY(mu_);
   uint64_t blocks_lost_ GUARDED_BY(mu_) = 0;
-  // REQUIRES: mu_. Records the outcome of one write and logs a change of state.
-  void NoteWrite(const Status& result) REQUIRES(mu_);
+  // REQUIRES: mu_. Records the outcome of one write (no_victim: refused before writing, as
+  // every block here was pinned or held) and logs a change of state.
+  void NoteWrite(const Status& result, bool no_victim = false) REQUIRES(mu_);
 };
 
 }  // namespace kvoffload

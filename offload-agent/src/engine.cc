@@ -15,6 +15,7 @@
 #include "event_log.h"
 #include "hold_set.h"
 #include "kvoffload/device.h"
+#include "log_sink.h"
 #include "mutex.h"
 
 namespace kvoffload {
@@ -51,6 +52,7 @@ class EngineImpl final : public Engine {
   }
 
   Status Init(const EngineHooks& hooks) {
+    log_ = hooks.log;
     if (Status s = config_.Validate(); !s.ok()) return s;
     Result<std::unique_ptr<DeviceBackend>> device = NewDeviceBackend(config_.device);
     if (!device.ok()) return device.status();
@@ -73,6 +75,7 @@ class EngineImpl final : public Engine {
     if (config_.event_capacity > 0) events_ = std::make_unique<EventLog>(config_.event_capacity);
     cpu_ = std::make_unique<CpuTier>(std::move(pool).value(), config_.block_bytes,
                                      std::move(policy).value(), &holds_, events_.get());
+    cpu_->SetLog(log_);
 
     for (size_t i = 0; i < config_.tiers.size(); ++i) {
       DiskIoOptions io_options;
@@ -87,6 +90,7 @@ class EngineImpl final : public Engine {
                               fingerprint_,    config_.eviction_policy,
                               kTierCpu + 1 + static_cast<int>(i),
                               &holds_,         events_.get()};
+      options.log = log_;
       Result<std::unique_ptr<DiskTier>> tier = DiskTier::Open(options, std::move(backend));
       if (!tier.ok()) return tier.status();
       disks_.push_back(std::move(tier).value());
@@ -110,6 +114,8 @@ class EngineImpl final : public Engine {
     for (size_t i = 0; i < config_.worker_threads; ++i) {
       workers_.emplace_back([this] { WorkerLoop(); });
     }
+    // The one line that says how this engine runs; later lines only report state changes.
+    WriteLog(log_, "kvoffload: engine started: " + Describe());
     return Status::Ok();
   }
 
@@ -131,6 +137,13 @@ class EngineImpl final : public Engine {
 
   LookupResult Lookup(std::span<const BlockKey> keys) override {
     return Prefix(keys, [this](const BlockKey& key) { return Locate(key, /*record=*/true); });
+  }
+
+  std::vector<int> Where(std::span<const BlockKey> keys) override {
+    std::vector<int> tiers;
+    tiers.reserve(keys.size());
+    for (const BlockKey& key : keys) tiers.push_back(Locate(key, /*record=*/false));
+    return tiers;
   }
 
   LookupResult Hold(std::span<const BlockKey> keys) override {
@@ -243,11 +256,18 @@ class EngineImpl final : public Engine {
   }
 
   std::string Describe() const override {
-    std::string out = "kvoffload: device " + device_->Describe() + "; cpu tier " +
+    const ModelFingerprint& fp = config_.fingerprint;
+    std::string out = "device " + device_->Describe() + "; block " +
+                      std::to_string(config_.block_bytes) + " bytes in " +
+                      std::to_string(config_.segments) + " segments; cpu tier " +
                       std::to_string(cpu_->slots()) + " slots x " +
-                      std::to_string(cpu_->slot_bytes()) + " bytes, policy " +
+                      std::to_string(cpu_->slot_bytes()) + " bytes = " +
+                      std::to_string(cpu_->slots() * cpu_->slot_bytes()) + " bytes, policy " +
                       config_.eviction_policy;
     for (const auto& d : disks_) out += "; " + d->Describe();
+    out += "; fingerprint " + fingerprint_.ToHex() + " (model " + fp.model + ", revision " +
+           (fp.revision.empty() ? "-" : fp.revision) + ", dtype " + fp.dtype + ", rank " +
+           std::to_string(fp.rank) + ")";
     return out;
   }
 
@@ -366,6 +386,7 @@ class EngineImpl final : public Engine {
         slot = cpu_->BeginInsert(keys[i], position);
       }
       if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
+      cpu_->NoteStore(slot.status().code() == StatusCode::kResourceExhausted);
       if (!slot.ok()) {
         ++failed_stores_;
         if (first_error.ok()) first_error = slot.status();
@@ -557,6 +578,7 @@ class EngineImpl final : public Engine {
 
   const EngineConfig config_;
   const BlockKey fingerprint_;
+  LogSink log_;  // set once in Init, before any other thread starts
   std::unique_ptr<DeviceBackend> device_;
   // Before the tiers, which point at them: destroyed after.
   HoldSet holds_;

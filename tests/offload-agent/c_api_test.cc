@@ -67,6 +67,22 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   EXPECT_EQ(prefix, 5u);
   EXPECT_EQ(tiers_out, (std::vector<int32_t>{1, 1, 1, 0, 0, -1}));
 
+  // kvo_where: each key on its own, past a missing one, and not counted as a lookup.
+  kvo_stats before{};
+  before.struct_size = sizeof(before);
+  ASSERT_EQ(kvo_get_stats(e, &before), KVO_OK);
+  std::vector<kvo_key> gapped = {kvo_key{7, 7}, keys[0], keys[4]};
+  std::vector<int32_t> where(3, 99);
+  ASSERT_EQ(kvo_where(e, gapped.data(), gapped.size(), where.data()), KVO_OK);
+  EXPECT_EQ(where, (std::vector<int32_t>{-1, 1, 0}));
+  kvo_stats after{};
+  after.struct_size = sizeof(after);
+  ASSERT_EQ(kvo_get_stats(e, &after), KVO_OK);
+  for (uint32_t t = 0; t < after.num_tiers; ++t) {
+    EXPECT_EQ(after.tiers[t].hits, before.tiers[t].hits) << "tier " << t;
+    EXPECT_EQ(after.tiers[t].misses, before.tiers[t].misses) << "tier " << t;
+  }
+
   std::vector<std::vector<std::byte>> back(5, std::vector<std::byte>(kBlock));
   std::vector<void*> back_ptrs;
   for (auto& b : back) back_ptrs.push_back(b.data());

@@ -3,10 +3,11 @@ each configuration starts from nothing, as a pod does. test_real_engine.py calls
     python real_engine.py RUN.json RESULT.json
 RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
 "tensor_parallel": ranks (default 1), "gpu_blocks", "max_model_len" (optional, 512),
-"corrupt_loads": bool, "phases":
-[["generate", [[doc, question], ...]] | ["reset_connector"] | ["stats"]]}. RESULT.json: per
-phase the generated token ids (none for "stats"), the libkvoffload engine stats of rank 0
-("stats") and of every rank ("rank_stats") after it; "startup_error" when the engine refused
+"corrupt_loads": bool, "log_stats": bool (vLLM's metrics on, as `vllm serve` has them),
+"phases": [["generate", [[doc, question], ...]] | ["reset_connector"] | ["stats"] |
+["metrics"]]}. RESULT.json: per phase the generated token ids (none for "stats"), the
+libkvoffload engine stats of rank 0 ("stats") and of every rank ("rank_stats") after it;
+"metrics" adds "exposition", vLLM's Prometheus registry rendered as its /metrics serves it; "startup_error" when the engine refused
 to start; "shutdown_s" and, with the worker in this process, "closed" (the engine's stats
 when vLLM's shutdown closed it, and its write-back report).
 
@@ -77,6 +78,8 @@ def main(run_path: str, result_path: str) -> None:
             result["phases"].append({"tokens": tokens, **stats()})
         elif phase[0] == "stats":
             result["phases"].append(stats())
+        elif phase[0] == "metrics":
+            result["phases"].append({"exposition": exposition(llm, stats), **stats()})
         elif phase[0] == "reset_connector":
             assert llm.reset_prefix_cache(reset_connector=True), "vLLM refused the reset"
             result["phases"].append(stats())
@@ -114,7 +117,30 @@ def build_llm(run: dict, engine_id: str | None = None):
                gpu_memory_utilization=0.05, max_model_len=run.get("max_model_len", 512),
                max_num_seqs=4, enable_prefix_caching=True,
                tensor_parallel_size=run.get("tensor_parallel", 1),
-               distributed_executor_backend=run.get("executor", "uni"), **kwargs)
+               distributed_executor_backend=run.get("executor", "uni"),
+               disable_log_stats=not run.get("log_stats", False), **kwargs)
+
+
+def exposition(llm, stats) -> str:
+    """vLLM's Prometheus text once the connector's counters reached it. The scheduler hands
+    vLLM the connector's stats at each step, and the last step of a request may come before
+    its stores finished: wait until the engines are idle, then step vLLM once more with a
+    request shorter than one block (nothing to look up, store or load) so that the scheduler
+    reports the engines' final counters."""
+    from prometheus_client import REGISTRY, generate_latest
+    from vllm import SamplingParams
+
+    last, same = None, 0
+    deadline = time.monotonic() + 30
+    while same < 3 and time.monotonic() < deadline:
+        now = stats()["rank_stats"]
+        same = same + 1 if now == last and all(s["queue_depth"] == 0 for s in now) else 0
+        last = now
+        time.sleep(0.1)
+    llm.generate([{"prompt_token_ids": [1, 2, 3]}],
+                 SamplingParams(max_tokens=1, temperature=0.0, detokenize=False),
+                 use_tqdm=False)
+    return generate_latest(REGISTRY).decode()
 
 
 def engine_stats(adapter) -> dict | None:

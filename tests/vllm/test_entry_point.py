@@ -97,7 +97,7 @@ def test_golden_agent_pod_serves_with_offloading(tmp_path):
         # The adapter ran from the staged agent, not from the source tree.
         assert f"{volumes['kvoffload-agent']}/python" in json.dumps(
             pod_runner.host_launch(pod, volumes)[1]["PYTHONPATH"])
-        assert "kvoffload: kvoffload: device host" in text, text[-6000:]
+        assert "kvoffload: engine started: device host" in text, text[-6000:]
         # Serving had no error. After SIGTERM, vLLM 0.32.0's API server sometimes logs an
         # EngineDeadError as its engine core exits (seen in one run of three, after the
         # engine core had finished its teardown without an error); that part is not checked.

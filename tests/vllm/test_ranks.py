@@ -16,7 +16,7 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from kvoffload import ranks, settings
 from kvoffload.vllm import rank_share
-from test_vllm_spec import (END_OF_STEP, PAGE, TENSORS, agent_extra, kv_caches,
+from test_vllm_spec import (END_OF_STEP, PAGE, SLOT, TENSORS, agent_extra, kv_caches,
                             offload_keys, offloading_config, scaled_env)
 
 RANKS = 2
@@ -119,6 +119,23 @@ def test_a_block_is_a_hit_only_where_every_rank_has_it(two_ranks):
     manager.complete_load(keys[:2], ctx)
     manager.on_schedule_end(END_OF_STEP)
     assert [held(engine_id, r) for r in range(RANKS)] == [0, 0]
+
+    # Metrics: block counts are rank 0's (4 stored, 3 lookups that hit: rank 1's miss is not
+    # rank 0's), bytes are every rank's shard summed (rank 1 stored 2 blocks), capacities add
+    # up to the pod's, and the checks before storing are not lookups.
+    got = manager.get_stats().data["data"]
+    block = PAGE * TENSORS
+    hits = got["vllm:kv_offload_tiering_chunk_hits"]
+    assert sum(hits.values()) == 3, hits
+    assert got["vllm:kv_offload_tiering_chunk_queries"][("cpu",)] == 3
+    assert got["vllm:kvoffload_stored_blocks"][()] == 4
+    assert got["vllm:kvoffload_stored_bytes"][()] == (4 + 2) * block
+    assert got["vllm:kvoffload_loaded_blocks"][()] == 2
+    assert got["vllm:kvoffload_loaded_bytes"][()] == 2 * RANKS * block
+    assert got["vllm:kvoffload_capacity_bytes"][("cpu",)] == 2 * SLOT
+    assert got["vllm:kvoffload_capacity_bytes"][("disk0",)] == 16 * SLOT
+    assert len(got["vllm:kvoffload_load_duration_seconds"][()]) == 1, "rank 0's load job"
+    assert len(got["vllm:kvoffload_store_duration_seconds"][()]) == 1
 
     # A block not on every rank is offered for storing again (the ranks that have it skip it).
     assert manager.prepare_store(keys, ctx).keys_to_store == keys[2:]

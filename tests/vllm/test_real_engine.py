@@ -38,7 +38,7 @@ def model(tmp_path_factory):
 
 
 def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor="uni",
-               corrupt_loads=False, extra=None, tensor_parallel=1):
+               corrupt_loads=False, extra=None, tensor_parallel=1, log_stats=False):
     """One vLLM engine in a fresh process; cpu_slots None = no connector. Tier settings reach
     the adapter as the webhook passes them, through KVOFFLOAD_* env. With two ranks the pod's
     pinned RAM is cpu_slots shard slots per rank: each rank gets its share."""
@@ -51,7 +51,7 @@ def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor
         env["KVOFFLOAD_TIERS"] = json.dumps(list(tiers))
     spec = {"model": model, "connector": None if cpu_slots is None else (extra or {}),
             "executor": executor, "tensor_parallel": tensor_parallel, "gpu_blocks": GPU_BLOCKS, "corrupt_loads": corrupt_loads,
-            "phases": phases}
+            "log_stats": log_stats, "phases": phases}
     run_file, result_file = tmp_path / f"{name}.run.json", tmp_path / f"{name}.result.json"
     run_file.write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(HERE / "real_engine.py"), str(run_file),

@@ -89,6 +89,9 @@ typedef struct kvo_stats {
   uint64_t queue_depth;
   uint64_t held_blocks;    /* distinct blocks held by kvo_hold now */
   uint64_t events_dropped; /* residency events lost because the feed was full */
+  /* Appended: per tier (same index as tiers), blocks the tier refused because every block it
+   * holds was pinned by a transfer or held for a load, so nothing could be evicted. */
+  uint64_t tier_refused[KVO_MAX_TIERS];
 } kvo_stats;
 
 /* One residency change (kvo_take_events). */
@@ -114,6 +117,9 @@ KVO_API kvo_status kvo_store(kvo_engine* engine, const kvo_key* keys, void* cons
  * for i < *prefix, -1 after. */
 KVO_API kvo_status kvo_lookup(kvo_engine* engine, const kvo_key* keys, size_t n, size_t* prefix,
                       int32_t* tiers);
+/* tiers[i] (n entries) = tier of key i on its own, -1 when absent; not a prefix, and not
+ * counted as a lookup in the stats (for checking which blocks still need storing). */
+KVO_API kvo_status kvo_where(kvo_engine* engine, const kvo_key* keys, size_t n, int32_t* tiers);
 /* kvo_lookup that also holds the prefix it found: no tier of this engine evicts a held block
  * until kvo_release, so a block found now is still there when its kvo_load runs later. Each
  * hold needs one release. Another process sharing a tier may still remove a held file. */

@@ -50,6 +50,10 @@ struct TierEvent {
 struct EngineHooks {
   // Wraps the disk I/O backend of disk tier `tier` (fault injection).
   std::function<std::unique_ptr<DiskIo>(size_t tier, std::unique_ptr<DiskIo> base)> wrap_disk_io;
+  // Receives the engine's log lines (no trailing newline): one at start with the resolved
+  // configuration, then one per change of a tier's state (full, read-only, failing, writable
+  // again), never one per block. Called from any engine thread. Empty: stderr.
+  std::function<void(const std::string& line)> log;
 };
 
 class KVOFFLOAD_EXPORT Engine {
@@ -69,6 +73,10 @@ class KVOFFLOAD_EXPORT Engine {
                               std::span<void* const> device_ptrs) = 0;
   // Longest prefix of keys stored in any tier, with the tier of each.
   virtual LookupResult Lookup(std::span<const BlockKey> keys) = 0;
+  // The tier of each key on its own (kTierMiss when absent), not a prefix, and not counted as a
+  // lookup in the stats: for a caller that checks which blocks still need storing, so that
+  // hit and query counts only say what serving asked.
+  virtual std::vector<int> Where(std::span<const BlockKey> keys) = 0;
   // Scatters each block back to its segment pointers (as Store), promoting disk blocks to the
   // pinned tier. The job fails (NotFound / IOError) when any block could not be delivered;
   // the others are delivered.
@@ -100,7 +108,8 @@ class KVOFFLOAD_EXPORT Engine {
   virtual WriteBackReport WriteBack(std::chrono::milliseconds budget) = 0;
 
   virtual EngineStats Stats() const = 0;
-  // Startup report: device backend, disk I/O backend and O_DIRECT per tier, policies.
+  // The resolved configuration: device backend, block size, each tier's path, capacity,
+  // policy, disk I/O backend, registered buffers and O_DIRECT, and the model fingerprint.
   virtual std::string Describe() const = 0;
 };
 

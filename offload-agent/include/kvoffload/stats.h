@@ -17,6 +17,7 @@ struct TierStats {
   uint64_t misses = 0;      // lookups whose first missing block was not here either
   uint64_t evictions = 0;   // blocks pushed out to make room
   uint64_t dropped = 0;     // evicted blocks that no lower tier took
+  uint64_t refused = 0;     // blocks not taken: every block here was pinned or held (no victim)
   uint64_t io_errors = 0;   // failed reads/writes (ENOSPC, EIO, short transfers)
   uint64_t corrupt = 0;     // files that failed their checksum or size check (removed)
   uint64_t bytes_read = 0;

@@ -65,7 +65,8 @@ class _TierStats(ctypes.Structure):
 class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_size_t), ("num_tiers", ctypes.c_uint32),
                  ("tiers", _TierStats * MAX_TIERS)]
-                + [(name, ctypes.c_uint64) for name in _STATS_FIELDS])
+                + [(name, ctypes.c_uint64) for name in _STATS_FIELDS]
+                + [("tier_refused", ctypes.c_uint64 * MAX_TIERS)])
 
 
 class _Event(ctypes.Structure):
@@ -112,6 +113,8 @@ def _load():
         "kvo_lookup": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t,
                                       ctypes.POINTER(ctypes.c_size_t),
                                       ctypes.POINTER(ctypes.c_int32)]),
+        "kvo_where": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_int32)]),
         "kvo_hold": (ctypes.c_int, [ctypes.c_void_p, keyp, ctypes.c_size_t,
                                     ctypes.POINTER(ctypes.c_size_t),
                                     ctypes.POINTER(ctypes.c_int32)]),
@@ -235,6 +238,13 @@ class Engine:
         tier i); its length is the prefix length."""
         return self._prefix(self._lib.kvo_lookup, "kvo_lookup", keys)
 
+    def where(self, keys) -> list[int]:
+        """The tier of each key on its own (-1 when absent); not counted as a lookup."""
+        n = len(keys)
+        tiers = (ctypes.c_int32 * max(n, 1))()
+        _check("kvo_where", self._lib.kvo_where(self._live(), _keys_array(keys), n, tiers))
+        return list(tiers[:n])
+
     def hold(self, keys) -> list[int]:
         """lookup() that also holds the prefix it found: no eviction takes those blocks until
         release(). Each hold needs one release."""
@@ -275,7 +285,8 @@ class Engine:
         s.struct_size = ctypes.sizeof(_Stats)
         _check("kvo_get_stats", self._lib.kvo_get_stats(self._live(), ctypes.byref(s)))
         out = {name: getattr(s, name) for name in _STATS_FIELDS}
-        out["tiers"] = [{name: getattr(s.tiers[i], name) for name in _TIER_FIELDS}
+        out["tiers"] = [{**{name: getattr(s.tiers[i], name) for name in _TIER_FIELDS},
+                         "refused": s.tier_refused[i]}
                         for i in range(min(s.num_tiers, MAX_TIERS))]
         return out
 

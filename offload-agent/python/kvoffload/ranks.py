@@ -1,9 +1,10 @@
 """The link between vLLM's scheduler-side manager and the engines of its workers (ranks).
 
 Each worker owns one libkvoffload engine for its shard of the KV cache and serves the index
-calls of that engine (hold, release, stored, take_events, stats) on a local socket; the manager
-answers vLLM's lookups by asking every rank, so that a block is a hit only when every rank
-has its shard, and it holds the block on every rank from the lookup until the load is done.
+calls of that engine (hold, release, stored, take_events, stats, take_metrics) on a local
+socket; the manager answers vLLM's lookups by asking every rank, so that a block is a hit only
+when every rank has its shard, and it holds the block on every rank from the lookup until the
+load is done; it also reads every rank's counters for vLLM's metrics.
 The bytes never travel here: loads and stores run in each worker, ordered by the specs vLLM
 sends in its connector metadata.
 
@@ -25,7 +26,7 @@ from multiprocessing.connection import Client, Connection, Listener
 CONNECT_TIMEOUT_S = 60.0
 
 # Calls a rank serves: the index side of its engine, never a transfer.
-_METHODS = ("hold", "release", "stored", "take_events", "stats")
+_METHODS = ("hold", "release", "stored", "take_events", "stats", "take_metrics")
 
 
 def address(engine_id: str, rank: int) -> str:
@@ -220,6 +221,12 @@ class RankGroup:
         first = self._ranks[0]
         return first.call("take_events") if isinstance(first, RemoteRank) \
             else first.take_events()
+
+    def take_metrics(self) -> tuple[list[dict], list[float], list[float]]:
+        """Every rank's engine stats, in rank order, and rank 0's transfer latencies since
+        the last call (each rank moves its shard of the same jobs; the others' are dropped)."""
+        per_rank = self._all("take_metrics")
+        return [m[0] for m in per_rank], per_rank[0][1], per_rank[0][2]
 
     def close(self) -> None:
         for r in self._ranks:

@@ -9,6 +9,7 @@ on load), so it lives, is evicted, held and reported as a unit, in one slot and 
 All tensors must have the same page size. Not thread-safe."""
 
 import hashlib
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -44,6 +45,11 @@ def device_backend(tensors: Sequence[torch.Tensor]) -> str:
     raise ValueError(f"KV tensors on device type {kind!r}: libkvoffload supports cuda and cpu")
 
 
+# Transfer latencies kept between two take_metrics() of the manager: a manager that stops asking
+# costs at most this many floats per kind; later ones are not kept.
+MAX_LATENCIES = 1 << 16
+
+
 class TransferCore:
     """Owns one engine for one worker's KV tensors."""
 
@@ -65,6 +71,10 @@ class TransferCore:
                              f"{self.stride} of the KV tensors")
         self.tensors = list(tensors)
         self.device = device_backend(tensors)
+        # The worker records job latencies; the manager takes them from another thread (the
+        # rank link) or process.
+        self._latency_lock = threading.Lock()
+        self._latencies: dict[str, list[float]] = {"load": [], "store": []}
         self.engine = Engine(EngineOptions(
             block_bytes=self.page_bytes * len(self.tensors), segments=len(self.tensors),
             fingerprint=fingerprint, cpu_bytes=cpu_bytes,
@@ -119,8 +129,9 @@ class TransferCore:
         return len(self.engine.lookup(self._keys(block_keys, generation)))
 
     def stored(self, block_keys: Sequence[bytes], generation: int = 0) -> list[bool]:
-        """Per block: is it stored (each on its own, not as a prefix)."""
-        return [len(self.engine.lookup([k])) == 1 for k in self._keys(block_keys, generation)]
+        """Per block: is it stored (each on its own, not as a prefix). Not a lookup: the
+        engine's hit and query counts stay those of serving."""
+        return [t >= 0 for t in self.engine.where(self._keys(block_keys, generation))]
 
     def hold(self, block_keys: Sequence[bytes], generation: int = 0) -> int:
         """Holds the longest stored prefix of blocks so that no eviction takes them until
@@ -136,6 +147,21 @@ class TransferCore:
 
     def stats(self) -> dict:
         return self.engine.stats()
+
+    def record_latency(self, is_store: bool, seconds: float) -> None:
+        """A finished job's time from submission to the worker seeing it done."""
+        with self._latency_lock:
+            kept = self._latencies["store" if is_store else "load"]
+            if len(kept) < MAX_LATENCIES:
+                kept.append(seconds)
+
+    def take_metrics(self) -> tuple[dict, list[float], list[float]]:
+        """The engine's stats, and the load and store latencies recorded since the last
+        call."""
+        with self._latency_lock:
+            load, store = self._latencies["load"], self._latencies["store"]
+            self._latencies = {"load": [], "store": []}
+        return self.engine.stats(), load, store
 
     def poll(self, job: int) -> bool:
         return self.engine.poll(job)

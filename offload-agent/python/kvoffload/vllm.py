@@ -39,6 +39,7 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.config import OffloadingConfig
 
+from kvoffload import metrics as metrics_mod
 from kvoffload import ranks as ranks_mod
 from kvoffload import settings as settings_mod
 from kvoffload.engine import Fingerprint, KvoError
@@ -57,6 +58,11 @@ EVENT_CAPACITY = 1 << 20
 # tier before its engine closes (extra config "write_back_seconds"). Kubernetes gives a pod 30 s
 # between SIGTERM and SIGKILL by default, and vLLM needs some of it for itself.
 DEFAULT_WRITE_BACK_SECONDS = 10.0
+
+# How often the manager reads the engines' counters for vLLM's metrics (extra config
+# "metrics_interval_seconds"; 0 = every scheduler step). vLLM asks every step; a read walks
+# every tier's index on every rank, and Prometheus scrapes every 15-60 s.
+DEFAULT_METRICS_INTERVAL_SECONDS = 1.0
 
 # engine_id -> the transfer core of that engine's worker, so the scheduler-side manager of
 # the same vLLM engine calls it directly when both run in one process.
@@ -136,9 +142,11 @@ class KVOffloadManager(OffloadingManager):
     Medium.STORAGE owned by "disk<i>". A block is named by the OffloadKey it was stored under
     in this process; blocks recovered from a persistent tier at start are not announced."""
 
-    def __init__(self, ranks: ranks_mod.RankGroup, enable_events: bool):
+    def __init__(self, ranks: ranks_mod.RankGroup, enable_events: bool,
+                 metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_SECONDS):
         self._ranks = ranks
         self._enable_events = enable_events
+        self._metrics = metrics_mod.MetricsReporter(metrics_interval_s)
         self._storing: set[OffloadKey] = set()
         self._step_holds: Counter[OffloadKey] = Counter()
         self._load_holds: Counter[OffloadKey] = Counter()
@@ -245,6 +253,11 @@ class KVOffloadManager(OffloadingManager):
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
 
+    def get_stats(self):
+        """The engines' counters since the last call, as vLLM connector stats (kvoffload.
+        metrics); vLLM's Prometheus logger exports them on /metrics."""
+        return self._metrics.take(self._ranks.take_metrics)
+
     def take_events(self) -> Iterable[OffloadingEvent]:
         if self._enable_events:
             self._drain_events()
@@ -331,11 +344,14 @@ class KVOffloadWorker(OffloadingWorker):
 
     def _finish(self, job_id: int, ok: bool, error: Exception | None) -> None:
         _, is_store, size, start = self._jobs.pop(job_id)
+        seconds = time.perf_counter() - start
         if error is not None:
             logger.warning("kvoffload: %s job %d failed: %s", "store" if is_store else "load",
                            job_id, error)
+        else:
+            self._core.record_latency(is_store, seconds)
         self._finished.append(TransferResult(job_id, ok or is_store, size if ok else 0,
-                                             time.perf_counter() - start))
+                                             seconds))
 
     def get_finished(self) -> list[TransferResult]:
         for job_id, (engine_job, *_rest) in list(self._jobs.items()):
@@ -376,6 +392,12 @@ class KVOffloadWorker(OffloadingWorker):
 class KVOffloadAgentSpec(OffloadingSpec):
     """The spec vLLM instantiates on both sides from kv_connector_extra_config."""
 
+    @classmethod
+    def build_metric_definitions(cls, extra_config) -> dict:
+        """The metrics the manager reports (kvoffload.metrics), for vLLM's Prometheus
+        logger."""
+        return metrics_mod.definitions()
+
     def __init__(self, config: OffloadingConfig):
         super().__init__(config)
         if self.blocks_per_chunk != 1:
@@ -388,24 +410,31 @@ class KVOffloadAgentSpec(OffloadingSpec):
         self._manager: KVOffloadManager | None = None
         self._worker: KVOffloadWorker | None = None
 
-    def _write_back_s(self) -> float:
-        value = self.extra_config.get("write_back_seconds", DEFAULT_WRITE_BACK_SECONDS)
+    def _seconds(self, key: str, default: float, zero_means: str) -> float:
+        value = self.extra_config.get(key, default)
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             seconds = -1.0
         if not seconds >= 0:
-            raise ValueError(f"KVOffloadAgentSpec: kv_connector_extra_config.write_back_seconds="
-                             f"{value!r} is not a number of seconds >= 0; 0 turns the shutdown "
-                             "write-back off")
+            raise ValueError(f"KVOffloadAgentSpec: kv_connector_extra_config.{key}="
+                             f"{value!r} is not a number of seconds >= 0; {zero_means}")
         return seconds
+
+    def _write_back_s(self) -> float:
+        return self._seconds("write_back_seconds", DEFAULT_WRITE_BACK_SECONDS,
+                             "0 turns the shutdown write-back off")
 
     def _events_enabled(self) -> bool:
         return bool(self.kv_events_config.enable_kv_cache_events)
 
     def get_manager(self) -> OffloadingManager:
         if self._manager is None:
-            self._manager = KVOffloadManager(self._connect_ranks(), self._events_enabled())
+            interval = self._seconds("metrics_interval_seconds",
+                                     DEFAULT_METRICS_INTERVAL_SECONDS,
+                                     "0 reads the engines' counters every scheduler step")
+            self._manager = KVOffloadManager(self._connect_ranks(), self._events_enabled(),
+                                             interval)
         return self._manager
 
     def _connect_ranks(self) -> ranks_mod.RankGroup:
@@ -444,7 +473,6 @@ class KVOffloadAgentSpec(OffloadingSpec):
                                 disk_io=str(self.extra_config.get("disk_io", "auto")),
                                 page_bytes=pages.pop(),
                                 event_capacity=EVENT_CAPACITY if self._events_enabled() else 0)
-            logger.info("kvoffload: %s", core.engine.describe())
             try:
                 worker = KVOffloadWorker(core, self.config.engine_id, self.config.parallel.rank,
                                          write_back_s)
