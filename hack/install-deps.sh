@@ -8,6 +8,7 @@ packages=(
   libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   libboost-dev   # Asio + Beast (header-only): the admission port's event-driven server
   liburing-dev libgtest-dev libgmock-dev
+  libisal-dev   # ISA-L: CRC-32C of every disk block at hardware speed
   clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
   python3 python3-yaml python3-pip python3-venv curl jq shellcheck   # pip: CUDA wheels; venv: vLLM
   # The e2e node (e2e/node/): container runtime, CNI plugins, the kubelet's iptables rules.

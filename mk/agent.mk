@@ -5,7 +5,7 @@
 #   separate build tree, without running anything: CI machines have no GPU. `make test` depends
 #   on it so that CI proves they compile.
 # agent-gpu-bundle: the GPU test and benchmark binaries with libkvoffload (also what the Python
-#   transfer-core check loads), libcudart and liburing in .cache/gpu-bundle (about 32 MiB), for
+#   transfer-core check loads), libcudart, liburing and libisal in .cache/gpu-bundle (about 32 MiB), for
 #   a GPU node without a compiler or package access: copy it there with the checkout and run
 #   bench/gpu/run.sh.
 CUDA_BUILD ?= build-cuda
@@ -25,6 +25,6 @@ agent-gpu-bundle: agent-cuda-build
 	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so.0 $(GPU_BUNDLE)/lib/
 	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so $(GPU_BUNDLE)/lib/
 	cp -L "$$(./hack/cuda-wheels.sh)/lib/libcudart.so.13" $(GPU_BUNDLE)/lib/
-	ldd $(GPU_BUNDLE)/agent_cuda_device_test | awk '/liburing/ {print $$3}' | xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
+	ldd $(GPU_BUNDLE)/agent_cuda_device_test | awk '/liburing|libisal/ {print $$3}' | xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
 
 test: agent-cuda-build

@@ -1,8 +1,10 @@
 // kvoffload-bench: the agent's benchmark CLI. Each subcommand is one file (trace_cmd.cc,
-// bandwidth_cmd.cc, policy_cmd.cc, gpu_cmd.cc) and prints one JSON object on stdout;
+// bandwidth_cmd.cc, policy_cmd.cc, gpu_cmd.cc, crc_cmd.cc) and prints one JSON object on stdout;
 // progress of long runs goes to stderr. Single-threaded driver code; not a library.
 #ifndef KVOFFLOAD_BENCH_AGENT_CLI_H_
 #define KVOFFLOAD_BENCH_AGENT_CLI_H_
+
+#include <time.h>
 
 #include <chrono>
 #include <cstdint>
@@ -44,6 +46,13 @@ class Progress {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// This thread's CPU time: on a shared machine wall time mostly measures the other tenants.
+inline uint64_t ThreadCpuNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 inline uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -57,6 +66,7 @@ int RunCpu(Flags& flags);
 int RunPolicy(Flags& flags);
 int RunPolicies(Flags& flags);
 int RunGpu(Flags& flags);
+int RunCrc(Flags& flags);
 
 }  // namespace kvoffload::bench
 

@@ -7,8 +7,6 @@
 // measures the other tenants (the wall figure is reported too). Lookups and inserts are the
 // positioned calls the engine makes (OnAccessAt / OnInsertAt), in chains of kChain blocks, so
 // a policy that uses positions pays for them here.
-#include <time.h>
-
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -21,15 +19,6 @@
 #include "kvoffload/eviction_policy.h"
 
 namespace kvoffload::bench {
-namespace {
-
-uint64_t ThreadCpuNs() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
 
 int RunPolicy(Flags& flags) {
   const std::string name = flags.GetString("policy", "lru");

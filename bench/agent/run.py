@@ -2,15 +2,16 @@
 """Agent benchmarks, each figure beside its limit measured in the same run on the same machine:
 disk tier vs fio (O_DIRECT, same file system, block size and queue depth), pinned tier vs
 memcpy, policy ns/op at 1M blocks, hit ratios vs Belady's OPT on four trace shapes (mixed, chat,
-agent, rag; see bench/agent/trace.h). Writes one JSON per benchmark into RESULTS_DIR
-(agent-disk.json, agent-cpu.json, agent-policy.json, agent-trace.json).
+agent, rag; see bench/agent/trace.h), the block checksum's GB/s per core vs the one-stream loop
+it replaced. Writes one JSON per benchmark into RESULTS_DIR (agent-disk.json, agent-cpu.json,
+agent-policy.json, agent-trace.json, agent-crc.json).
 
 usage: run.py BUILD_DIR RESULTS_DIR
 env:   BENCH_DISK_DIR (default BUILD_DIR/bench-scratch: must not be tmpfs), BENCH_DISK_TOTAL
        (bytes per block size, default 256M), BENCH_DISK_QD (8), BENCH_CPU_TOTAL (256M),
        BENCH_DISK_REPS (2: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
        BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_AGENT_ONLY (comma-separated subset of
-       disk,cpu,policy,trace; default all)
+       disk,cpu,policy,trace,crc; default all)
 """
 import json
 import os
@@ -125,12 +126,17 @@ def trace():
     return {"runs": runs}
 
 
+def crc():
+    out, cmd = bench("crc")
+    return {"result": out, "command": cmd}
+
+
 def main():
     os.makedirs(RESULTS, exist_ok=True)
-    benches = (("disk", disk), ("cpu", cpu), ("policy", policy), ("trace", trace))
+    benches = (("disk", disk), ("cpu", cpu), ("policy", policy), ("trace", trace), ("crc", crc))
     unknown = set(ONLY) - {name for name, _ in benches}
     if unknown:
-        sys.exit(f"run.py: BENCH_AGENT_ONLY names {sorted(unknown)}; known: disk, cpu, policy, trace")
+        sys.exit(f"run.py: BENCH_AGENT_ONLY names {sorted(unknown)}; known: disk, cpu, policy, trace, crc")
     for name, fn in benches:
         if ONLY and name not in ONLY:
             continue

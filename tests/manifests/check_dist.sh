@@ -32,6 +32,10 @@ case "${what}" in
     [[ -f "${dest}/lib/libkvoffload.so" && -f "${dest}/python/kvoffload/vllm.py" ]] \
       || { echo "install did not copy the library and the Python package" >&2; exit 1; }
     cmp "${root}/lib/libkvoffload.so" "${dest}/lib/libkvoffload.so"
+    # vLLM images do not carry ISA-L: the volume does, beside the library that loads it.
+    isal="$(ldd "${dest}/lib/libkvoffload.so" | awk '/libisal/ {print $3}')"
+    [[ "${isal}" == "${dest}/lib/"* ]] \
+      || { echo "the installed library loads libisal from '${isal}', not from ${dest}/lib" >&2; exit 1; }
     rm -rf "${dest}"
     echo "staged agent installs into a volume"
     ;;

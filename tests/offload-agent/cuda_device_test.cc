@@ -58,6 +58,8 @@ class CudaCascadeTest : public ::testing::TestWithParam<std::string> {};
 // With "uring", the io_uring rings register the cudaHostRegister'ed pool as fixed buffers and
 // O_DIRECT transfers go straight between the disk and that pinned memory.
 TEST_P(CudaCascadeTest, FromGpuToDiskAndBack) {
+  KVO_REQUIRE_CAPABILITY("the " + GetParam() + " disk I/O backend",
+                         testing::MissingDiskIo(GetParam()));
   testing::TempDir dir;
   EngineConfig c = testing::Config(4, {testing::Tier(dir.path(), 32)});
   c.device = "cuda";

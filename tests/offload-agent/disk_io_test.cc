@@ -23,6 +23,10 @@ struct Aligned {
 
 class DiskIoTest : public ::testing::TestWithParam<std::string> {
  protected:
+  void SetUp() override {
+    KVO_REQUIRE_CAPABILITY("the " + GetParam() + " disk I/O backend",
+                           testing::MissingDiskIo(GetParam()));
+  }
   std::unique_ptr<DiskIo> Make(std::byte* reg = nullptr, size_t reg_len = 0) {
     DiskIoOptions o;
     o.registered_base = reg;
@@ -69,13 +73,13 @@ class DiskIoTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(DiskIoTest, BatchedRoundTripWithODirectOnExt4) {
   testing::TempDir dir;
-  ASSERT_TRUE(SupportsODirect(dir.path())) << "the build tree's disk should take O_DIRECT";
+  KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(dir.path()));
   RoundTrip(dir.path(), /*direct=*/true);
 }
 
 TEST_P(DiskIoTest, BufferedRoundTripOnAFileSystemWithoutODirect) {
   testing::NoDirectDir dir;
-  if (!dir.available()) GTEST_SKIP() << dir.reason();
+  KVO_REQUIRE_CAPABILITY("a file system without O_DIRECT", dir.reason());
   EXPECT_FALSE(SupportsODirect(dir.path()));
   RoundTrip(dir.path(), /*direct=*/false);
 }
@@ -93,6 +97,7 @@ TEST_P(DiskIoTest, BadDescriptorIsAnError) {
 // must be reported exactly once, and only when its status and byte count are final.
 TEST_P(DiskIoTest, ExecuteEachReportsEveryOpOnceWithItsFinalStatus) {
   testing::TempDir dir;
+  KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(dir.path()));
   constexpr size_t kPages = 20;  // more than the queue depth: reported while others run
   Aligned buf(kPages * 4096);
   for (size_t i = 0; i < buf.len; ++i) buf.p[i] = static_cast<std::byte>(i * 13 + 1);

@@ -529,7 +529,8 @@ TEST(EngineTest, OpenRejectsATierTooSmallForOneBlock) {
 TEST(EngineTest, BufferedTierWithoutODirectWorksAndIsReported) {
   TempDir d0;
   testing::NoDirectDir no_direct;
-  if (!no_direct.available()) GTEST_SKIP() << no_direct.reason();
+  KVO_REQUIRE_CAPABILITY("a file system without O_DIRECT", no_direct.reason());
+  KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(d0.path()));
   EngineConfig c = Config(1, {Tier(d0.path(), 2), Tier(no_direct.path(), 2)});
   c.disk_io = "psync";
   auto e = Open(c);
@@ -547,6 +548,8 @@ TEST(EngineTest, BufferedTierWithoutODirectWorksAndIsReported) {
 
 TEST(EngineTest, UringTierRegistersThePinnedPoolAsFixedBuffers) {
   TempDir d0;
+  KVO_REQUIRE_CAPABILITY("io_uring", testing::MissingDiskIo("uring"));
+  KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(d0.path()));
   EngineConfig c = Config(2, {Tier(d0.path(), 4)});
   c.disk_io = "uring";
   auto e = Open(c);

@@ -24,6 +24,8 @@ constexpr size_t kBigFile = 16384;
 class FaultTest : public ::testing::TestWithParam<std::string> {
  public:
   void SetUp() override {
+    KVO_REQUIRE_CAPABILITY("the " + GetParam() + " disk I/O backend",
+                           testing::MissingDiskIo(GetParam()));
     EngineConfig c = testing::Config(1);
     c.block_bytes = kBigBlock;
     c.cpu_bytes = kBigFile;  // one pinned slot: every second store demotes to disk

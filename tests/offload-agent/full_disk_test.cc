@@ -53,7 +53,7 @@ class SmallTmpfs {
 
 TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   SmallTmpfs fs;
-  if (!fs.mounted()) GTEST_SKIP() << fs.reason();
+  KVO_REQUIRE_CAPABILITY("root (to mount a small tmpfs)", fs.reason());
   // 16 MiB configured on a 4 MiB file system: the kernel, not the ledger, says no.
   Result<std::unique_ptr<Engine>> opened = Engine::Open(Config(1, {Tier(fs.path(), 4096)}));
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -110,7 +110,7 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
 // the errno, instead of opening and then dropping every block pushed to that tier.
 TEST(FullDiskTest, ReadOnlyTierIsRefusedAtStart) {
   SmallTmpfs fs;
-  if (!fs.mounted()) GTEST_SKIP() << fs.reason();
+  KVO_REQUIRE_CAPABILITY("root (to mount a small tmpfs)", fs.reason());
   {
     auto e = Engine::Open(Config(1, {Tier(fs.path(), 64, /*persistent=*/true)}));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -129,7 +129,7 @@ TEST(FullDiskTest, ReadOnlyTierIsRefusedAtStart) {
 // blocks, and eviction makes room.
 TEST(FullDiskTest, FullTierStillOpens) {
   SmallTmpfs fs;
-  if (!fs.mounted()) GTEST_SKIP() << fs.reason();
+  KVO_REQUIRE_CAPABILITY("root (to mount a small tmpfs)", fs.reason());
   std::error_code ec;
   for (int i = 0; i < 2048; ++i) {  // fill it to the last byte with someone else's files
     std::ofstream out(fs.path() + "/filler-" + std::to_string(i), std::ios::binary);

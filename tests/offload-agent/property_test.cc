@@ -29,6 +29,8 @@ struct Param {
 class EnginePropertyTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
+    KVO_REQUIRE_CAPABILITY("the " + GetParam().disk_io + " disk I/O backend",
+                           testing::MissingDiskIo(GetParam().disk_io));
     EngineConfig c = testing::Config(
         4, {Tier(d0_.path(), 6), Tier(d1_.path(), 9, /*persistent=*/true)}, GetParam().policy);
     c.disk_io = GetParam().disk_io;

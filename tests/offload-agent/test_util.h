@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,42 @@ namespace kvoffload::testing {
 inline std::string ScratchBase() {
   const char* env = std::getenv("KVOFFLOAD_TEST_SCRATCH");
   return env != nullptr && *env != '\0' ? env : KVOFFLOAD_TEST_SCRATCH;
+}
+
+// True on CI (CI=true, as .ci/run and hosted CI services set it), where every capability below
+// is expected: a test that cannot run there fails instead of being skipped.
+inline bool OnCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::string(ci) == "true";
+}
+
+// Runs the rest of the test only where the machine has `capability`; `missing` is "" when it
+// does, else what was tried and why it failed. Elsewhere the test is reported as skipped with
+// that reason (never as passed), and on CI as failed. A macro: GTEST_SKIP and FAIL return from
+// the test body (or SetUp) they are written in.
+#define KVO_REQUIRE_CAPABILITY(capability, missing)                                         \
+  do {                                                                                     \
+    const std::string kvo_missing_ = (missing);                                            \
+    if (!kvo_missing_.empty()) {                                                           \
+      if (::kvoffload::testing::OnCi()) {                                                  \
+        FAIL() << "CI must have " << (capability) << " for this test: " << kvo_missing_;   \
+      }                                                                                    \
+      GTEST_SKIP() << "not run: needs " << (capability) << ": " << kvo_missing_;           \
+    }                                                                                      \
+  } while (0)
+
+// "" when files under `dir` open with O_DIRECT, else why not.
+inline std::string MissingODirect(const std::string& dir) {
+  if (SupportsODirect(dir)) return "";
+  return "the file system of " + dir +
+         " refuses O_DIRECT (set KVOFFLOAD_TEST_SCRATCH to a directory on ext4 or xfs)";
+}
+
+// "" when the disk I/O backend `name` can be opened here (io_uring may be left out of the
+// build, or refused by the kernel or a seccomp profile), else the factory's reason.
+inline std::string MissingDiskIo(const std::string& name) {
+  Result<std::unique_ptr<DiskIo>> io = NewDiskIo(name, DiskIoOptions{});
+  return io.ok() ? "" : io.status().ToString();
 }
 
 // A fresh directory removed with everything in it at the end of the scope.

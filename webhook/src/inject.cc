@@ -52,9 +52,11 @@ Result<Documents> ReadDocuments(std::string_view input) {
   const size_t first = input.find_first_not_of(" \t\r\n");
   out.is_json = first != std::string_view::npos && (input[first] == '{' || input[first] == '[');
   if (out.is_json) {
+    // ParseJson checks the input (depth limit, a message naming the error); the document is
+    // then read again as ordered_json, since json would sort every object's keys.
     Result<json> parsed = ParseJson(input, "input");
     if (!parsed.ok()) return parsed.status();
-    ojson doc = ojson::parse(parsed->dump());
+    ojson doc = ojson::parse(input);
     if (doc.is_array()) {
       out.json_list = true;
       for (ojson& d : doc) out.docs.push_back(std::move(d));
