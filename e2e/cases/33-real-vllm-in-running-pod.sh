@@ -83,18 +83,18 @@ pod_json="$(jq -n --argjson main "${main}" --arg image "${E2E_STANDIN_IMAGE}" --
               "--block-size", $bs, "--num-gpu-blocks-override", $blocks,
               "--kv-cache-memory-bytes", $bytes, "--enable-prompt-tokens-details"],
        env: [{name: "PATH", value: ($venv + "/bin:/usr/local/bin:/usr/bin:/bin")},
-             {name: "HOME", value: "/tmp"}, {name: "HF_HUB_OFFLINE", value: "1"},
-             # vLLM CPU build: keep the worker in the scheduler process (docs/decisions.md).
-             {name: "VLLM_ENABLE_V1_MULTIPROCESSING", value: "0"}],
+             {name: "HOME", value: "/tmp"}, {name: "HF_HUB_OFFLINE", value: "1"}],
        resources: {requests: {cpu: "100m", memory: "1Gi"}},
        volumeMounts: ([{name: "model", mountPath: "/mnt/models", readOnly: true},
                        {name: "vllm-venv", mountPath: $venv, readOnly: true},
-                       {name: "tmp", mountPath: "/tmp"}] +
+                       {name: "tmp", mountPath: "/tmp"},
+                       {name: "dshm", mountPath: "/dev/shm"}] +
                       (if $debian_python then [] else
                        [{name: "python", mountPath: $py, readOnly: true}] end))}],
      volumes: ([{name: "model", hostPath: {path: $model, type: "Directory"}},
                 {name: "vllm-venv", hostPath: {path: $venv, type: "Directory"}},
-                {name: "tmp", emptyDir: {}}] +
+                {name: "tmp", emptyDir: {}},
+                {name: "dshm", emptyDir: {medium: "Memory", sizeLimit: "1Gi"}}] +
                (if $debian_python then [] else
                 [{name: "python", hostPath: {path: $py, type: "Directory"}}] end))}}')"
 create_pod "${ns}" "${pod_json}" >/dev/null
@@ -116,6 +116,8 @@ log="$(k -n "${ns}" logs vllm -c main)"
 assert_eq "[]" "$(jq -c .failures <<<"${result}")" "the client's checks"
 assert_contains "${log}" "vllm version '0.32.0+cpu'" "KServe's launch script ran the real vllm"
 assert_contains "${log}" "kvoffload: engine started: device host" "the adapter started libkvoffload"
+# vLLM's default process layout on its CPU build: the engine core in a process of its own.
+assert_contains "${log}" "(EngineCore" "vLLM's engine core in its own process"
 files="$(k -n "${ns}" exec vllm -c main -- /usr/bin/python3 -c \
   'import os; print(sum(len(f) for _, _, f in os.walk("/mnt/kv-cache-0")))')"
 echo "block files on the emptyDir tier: ${files}"
