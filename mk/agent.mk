@@ -8,10 +8,16 @@
 #   transfer-core check loads), libcudart, liburing and libisal in .cache/gpu-bundle (about 32 MiB), for
 #   a GPU node without a compiler or package access: copy it there with the checkout and run
 #   bench/gpu/run.sh.
+# check-aarch64: the block checksum tests built for aarch64 and run under qemu-user, with a check
+#   that ISA-L takes its CRC32C-instruction kernel there (hack/check-aarch64.sh; installs the
+#   cross compiler, qemu-user and arm64 libraries, so it is not part of `make test`; CI runs it).
 CUDA_BUILD ?= build-cuda
 GPU_BUNDLE ?= .cache/gpu-bundle
 
-.PHONY: agent-cuda-build agent-gpu-bundle
+.PHONY: agent-cuda-build agent-gpu-bundle check-aarch64
+check-aarch64:
+	./hack/check-aarch64.sh
+
 agent-cuda-build: deps
 	root=$$(./hack/cuda-wheels.sh) && \
 	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVOFFLOAD_WERROR=ON \
