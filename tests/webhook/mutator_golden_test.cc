@@ -67,15 +67,10 @@ Outcome Admit(const json& pod, const json& cluster) {
   if (!res.ok()) return {Mutation{}, res.status()};
   EXPECT_TRUE(res->spec.has_value()) << "golden cases must resolve a spec";
   if (!res->spec) return {};
-  MutationInput in;
-  in.pod = pod;
-  in.namespace_name = ns;
-  in.spec = *res->spec;
-  in.source = res->source;
-  in.replicas = res->replicas;
-  in.pvcs = res->pvcs;
-  in.agent_image = cluster.value("agentImage", "");
-  if (cluster.value("defaultMode", "vllm-native") == "agent") in.default_mode = Mode::kAgent;
+  MutationOptions options;
+  options.agent_image = cluster.value("agentImage", "");
+  if (cluster.value("defaultMode", "vllm-native") == "agent") options.default_mode = Mode::kAgent;
+  const MutationInput in(pod, ns, *res, options);
   return {Mutate(in), Status::Ok()};
 }
 
