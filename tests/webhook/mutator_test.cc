@@ -35,6 +35,10 @@ MutationInput Input(json pod, std::map<std::string, PvcInfo> pvcs = {}) {
                        {Mode::kVllmNative, /*agent_image=*/""});
 }
 
+json EmptyDirSpec(const std::string& size) {
+  return {{"cpu", "1Gi"}, {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", size}}}}}}}}};
+}
+
 const json kRefSpec = {
     {"cpu", "20Gi"},
     {"secondary", {{{"fileSystem", {{"pvc", {{"ref", {{"name", "nope"}}}}}}}}}}};
@@ -104,7 +108,7 @@ TEST(MutateTest, ModeAndContainerProblemsTogether) {
 }
 
 TEST(MutateTest, AgentModeWithoutImageAndTooSmallEphemeralLimit) {
-  json pod = Pod({{"cpu", "1Gi"}, {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", "100Gi"}}}}}}}}});
+  json pod = Pod(EmptyDirSpec("100Gi"));
   pod["metadata"]["annotations"][kAnnotationMode] = "agent";
   pod["spec"]["containers"][0]["resources"]["limits"]["ephemeral-storage"] = "10Gi";
   Mutation m = Mutate(Input(pod));
@@ -116,7 +120,7 @@ TEST(MutateTest, AgentModeWithoutImageAndTooSmallEphemeralLimit) {
 }
 
 TEST(MutateTest, CheckedPlanBuildsThePatch) {
-  json pod = Pod({{"cpu", "1Gi"}, {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", "5Gi"}}}}}}}}});
+  json pod = Pod(EmptyDirSpec("5Gi"));
   const MutationInput in = Input(pod);
   CheckedMutation checked = CheckMutation(in);
   ASSERT_TRUE(checked.denials.empty());
