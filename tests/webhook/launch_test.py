@@ -9,14 +9,16 @@
 - "not-injected": the launch hands vLLM what it did before the patch (and the pod warns);
 - KServe-shaped fixtures, unpatched: KServe's own flag exactly when its LLMInferenceService has a
   kvCacheOffloading spec, so the fixture behaves as KServe's template does;
-- reinvocation: `kv-offload-webhook inject` over the patched pod (with the case's cluster
-  objects) changes nothing, so vLLM still gets exactly one flag.
+- reinvocation: `kv-offload-webhook inject` patches the case's pod into the golden (whose
+  config hash is the "<config-hash>" placeholder), and over its own output changes nothing, so
+  vLLM still gets exactly one flag.
 
   launch_test.py WEBHOOK_BINARY"""
 
 import copy
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import unittest
@@ -139,23 +141,45 @@ class LaunchTest(unittest.TestCase):
         self.assertGreaterEqual(seen, 8)
 
     def test_reinvocation_through_inject_is_a_no_op(self):
-        for name, _, after, cluster in cases():
+        for name, before, after, cluster in cases():
             with self.subTest(case=name):
-                ns = cluster.get("namespace", "default")
-                docs = [o for o in cluster.get("objects", [])] + [after]
-                flags = [f"--namespace={ns}",
-                         f"--default-mode={cluster.get('defaultMode', 'vllm-native')}"]
-                if cluster.get("agentImage"):
-                    flags.append(f"--agent-image={cluster['agentImage']}")
-                out = subprocess.run([WEBHOOK, "inject", "-f", "-"] + flags,
-                                     input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                       "items": docs}),
-                                     capture_output=True, text=True, timeout=30)
-                self.assertEqual(out.returncode, 0, out.stderr)
-                items = json.loads(out.stdout)["items"]
-                pods = [i for i in items if i.get("kind") == "Pod"]
-                self.assertEqual(len(pods), 1)
-                self.assertEqual(pods[0], after)
+                patched = inject(before, cluster)
+                # The goldens hold a placeholder for the config hash (mutator_golden_test.cc
+                # checks the hash itself); the pod inject made must be the golden otherwise.
+                self.assertEqual(without_config_hash(patched), after)
+                self.assertEqual(inject(patched, cluster), patched)
+
+
+def inject(pod: dict, cluster: dict) -> dict:
+    """The pod as `kv-offload-webhook inject` prints it, with the case's cluster objects."""
+    ns = cluster.get("namespace", "default")
+    docs = [o for o in cluster.get("objects", [])] + [pod]
+    flags = [f"--namespace={ns}", f"--default-mode={cluster.get('defaultMode', 'vllm-native')}"]
+    if cluster.get("agentImage"):
+        flags.append(f"--agent-image={cluster['agentImage']}")
+    out = subprocess.run([WEBHOOK, "inject", "-f", "-"] + flags,
+                         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    pods = [i for i in json.loads(out.stdout)["items"] if i.get("kind") == "Pod"]
+    assert len(pods) == 1, pods
+    return pods[0]
+
+
+def without_config_hash(pod: dict) -> dict:
+    """`pod` with its config hash written as the goldens write it."""
+    pod = copy.deepcopy(pod)
+    annotations = pod["metadata"]["annotations"]
+    status = annotations["kvoffload.io/status"]
+    found = re.search(r'"configHash":"([0-9a-f]{16})"', status)
+    assert found, status
+    annotations["kvoffload.io/status"] = status.replace(found.group(0),
+                                                        '"configHash":"<config-hash>"')
+    for c in pod["spec"]["containers"]:
+        for e in c.get("env", []):
+            if e["name"] == "KVOFFLOAD_CONFIG_HASH" and e.get("value") == found.group(1):
+                e["value"] = "<config-hash>"
+    return pod
 
 
 if __name__ == "__main__":

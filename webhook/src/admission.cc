@@ -228,13 +228,10 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
                    AdmissionResult::Failed(FailureType::kBadRequest));
   }
   json& pod = request["object"];
-  const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
-  const json& labels = metadata.is_object() && metadata.contains("labels") ? metadata["labels"]
-                                                                           : json();
-  const std::string inject_label = StringAt(labels, kLabelInject);
-  if (inject_label == "false") {
+  if (OptedOut(pod)) {
     return Counted(Allow(uid, {}, "opted out"), AdmissionResult::Skipped(SkipReason::kOptedOut));
   }
+  const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
 
   std::string ns = StringAt(request, "namespace");
   if (ns.empty()) ns = StringAt(metadata, "namespace");
@@ -251,23 +248,17 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   }
   if (!resolution->spec) {
     std::vector<std::string> warnings;
-    if (inject_label == "true") {
+    if (OptedIn(pod)) {
       warnings.push_back(
           "kvoffload.io/inject=true but no kvCacheOffloading spec was found for this pod");
     }
     return Counted(Allow(uid, warnings, "no spec"), AdmissionResult::Skipped(SkipReason::kNoSpec));
   }
 
-  MutationInput in;
-  in.pod = std::move(pod);  // the review is not read again: no copy of a large pod
-  in.namespace_name = ns;
-  in.spec = std::move(*resolution->spec);
-  in.source = resolution->source;
-  in.default_mode = options_.default_mode;
-  in.agent_image = options_.agent_image;
-  in.replicas = resolution->replicas;
-  in.pvcs = std::move(resolution->pvcs);
-  Mutation mutation = Mutate(in);
+  const std::string source = resolution->source.description;
+  // The review is not read again: the pod is moved, not copied (pods can be large).
+  Mutation mutation = Mutate(MutationInput(std::move(pod), ns, std::move(*resolution),
+                                           {options_.default_mode, options_.agent_image}));
   if (!mutation.allowed) {
     return Counted(Reject(uid, 403, mutation.denial),
                    AdmissionResult::Failed(FailureType::kRejected));
@@ -292,7 +283,7 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   HttpAnswer injected;
   injected.body = std::move(answer);
   injected.admission = AdmissionResult::Injected();
-  injected.log_message = "injected from " + in.source.description;
+  injected.log_message = "injected from " + source;
   return injected;
 }
 

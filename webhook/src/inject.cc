@@ -132,12 +132,7 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
       // Validation found the template; the template as it is: a missing metadata stays
       // missing, so the patch adds it whole.
       json pod = whole.at(json::json_pointer(pointer));
-      const json no_labels;
-      const json& labels = pod.contains("metadata") && pod["metadata"].is_object() &&
-                                   pod["metadata"].contains("labels")
-                               ? pod["metadata"]["labels"]
-                               : no_labels;
-      if (StringAt(labels, kLabelInject) == "false") continue;
+      if (OptedOut(pod)) continue;
       Result<Resolution> res = Resolve(pod, ns, &reader);
       if (!res.ok()) return Status::InvalidArgument(what + ": " + res.status().message());
       if (!res->spec && options.config) {
@@ -147,17 +142,10 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
         res->spec = std::move(*spec);
       }
       if (!res->spec) continue;
-      MutationInput mi;
-      mi.pod = std::move(pod);
-      mi.namespace_name = ns;
-      mi.spec = std::move(*res->spec);
-      mi.source = res->source;
-      mi.default_mode = options.default_mode;
-      mi.agent_image = options.agent_image;
-      mi.replicas = std::max(res->replicas, WorkloadReplicas(whole));
-      mi.pvcs = std::move(res->pvcs);
       // Its warnings are the validation's, already collected.
-      Mutation m = Mutate(mi);
+      Mutation m = Mutate(MutationInput(std::move(pod), ns, std::move(*res),
+                                        {options.default_mode, options.agent_image},
+                                        WorkloadReplicas(whole)));
       if (!m.allowed) return Status::InvalidArgument(what + ": " + m.denial);
       if (m.patch.empty()) continue;
       try {

@@ -10,6 +10,7 @@
 
 #include "webhook/json_util.h"
 #include "webhook/launch.h"
+#include "webhook/resolver.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -127,16 +128,6 @@ std::string Sha256Hex(std::string_view data, size_t hex_chars) {
   return hex;
 }
 
-std::string ConfigHash(const MutationInput& in, Mode mode, const std::string& container,
-                       const json& tiers_env) {
-  json canonical = {{"spec", in.spec.Canonical()},
-                    {"mode", ModeName(mode)},
-                    {"container", container},
-                    {"tiers", tiers_env}};
-  if (mode == Mode::kAgent) canonical["agentImage"] = in.agent_image;
-  return Sha256Hex(canonical.dump(), 16);
-}
-
 bool IsReadWriteMany(const PvcInfo& pvc) {
   for (const std::string& m : pvc.access_modes) {
     if (m == "ReadWriteMany") return true;
@@ -152,6 +143,43 @@ Result<Mode> ParseMode(const std::string& text) {
   if (text == "agent") return Mode::kAgent;
   if (text == "vllm-native") return Mode::kVllmNative;
   return Status::InvalidArgument("\"" + text + "\" is not a mode: use agent or vllm-native");
+}
+
+MutationInput::MutationInput(json pod_in, std::string namespace_name_in, Resolution resolution,
+                             const MutationOptions& options_in, int workload_replicas)
+    : pod(std::move(pod_in)),
+      namespace_name(std::move(namespace_name_in)),
+      spec(std::move(*resolution.spec)),
+      source(std::move(resolution.source)),
+      options(options_in),
+      replicas(std::max(resolution.replicas, workload_replicas)),
+      pvcs(std::move(resolution.pvcs)) {}
+
+bool OptedOut(const json& pod) {
+  return StringAt(Member(Member(pod, "metadata"), "labels"), kLabelInject) == "false";
+}
+
+bool OptedIn(const json& pod) {
+  return StringAt(Member(Member(pod, "metadata"), "labels"), kLabelInject) == "true";
+}
+
+std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& container,
+                       const json& tiers_env, const std::string& agent_image) {
+  json canonical = {{"spec", spec.Canonical()},
+                    {"mode", ModeName(mode)},
+                    {"container", container},
+                    {"tiers", tiers_env}};
+  if (mode == Mode::kAgent) canonical["agentImage"] = agent_image;
+  return Sha256Hex(canonical.dump(), 16);
+}
+
+std::string JoinDenials(const std::vector<std::string>& denials) {
+  if (denials.size() == 1) return denials.front();
+  std::string out = std::to_string(denials.size()) + " problems:";
+  for (size_t i = 0; i < denials.size(); ++i) {
+    out += (i == 0 ? " (" : "; (") + std::to_string(i + 1) + ") " + denials[i];
+  }
+  return out;
 }
 
 int TargetContainer(const json& pod, std::string* error) {
@@ -226,64 +254,66 @@ json KvTransferConfig(const OffloadSpec& spec, Mode mode) {
           {"kv_connector_extra_config", extra}};
 }
 
-Mutation Mutate(const MutationInput& in) {
-  Mutation out;
-  auto deny = [&out](std::string message) {
-    out.allowed = false;
-    out.denial = std::move(message);
-    out.patch = json::array();
-    out.warnings.clear();
-    return out;
-  };
+CheckedMutation CheckMutation(const MutationInput& in) {
+  CheckedMutation out;
+  MutationPlan& plan = out.plan;
+  std::vector<std::string>& denials = out.denials;
   const json& pod = in.pod;
-  const json& metadata = Member(pod, "metadata");
-  const json& annotations = Member(metadata, "annotations");
-  const json& labels = Member(metadata, "labels");
+  const json& annotations = Member(Member(pod, "metadata"), "annotations");
   const std::string from = " (kvCacheOffloading from " + in.source.description + ")";
 
-  Mode mode = in.default_mode;
+  // Checks that need the mode or the container are skipped when those are unknown: their
+  // denial would only repeat the one already given.
+  bool mode_known = true;
+  plan.mode = in.options.default_mode;
   if (const std::string m = StringAt(annotations, kAnnotationMode); !m.empty()) {
     Result<Mode> parsed = ParseMode(m);
-    if (!parsed.ok()) {
-      return deny(std::string("annotation ") + kAnnotationMode + ": " + parsed.status().message());
+    if (parsed.ok()) {
+      plan.mode = *parsed;
+    } else {
+      mode_known = false;
+      denials.push_back(std::string("annotation ") + kAnnotationMode + ": " +
+                        parsed.status().message());
     }
-    mode = *parsed;
   }
-  if (mode == Mode::kAgent && in.agent_image.empty()) {
-    return deny(
+  if (mode_known && plan.mode == Mode::kAgent && in.options.agent_image.empty()) {
+    denials.push_back(
         "mode agent needs the webhook's --agent-image flag, which is not set; ask the platform "
         "team to set it, or annotate the pod kvoffload.io/mode=vllm-native");
   }
 
   std::string container_error;
   const int c_index = TargetContainer(pod, &container_error);
-  if (c_index < 0) return deny(container_error);
-  const json& container = pod["spec"]["containers"][static_cast<size_t>(c_index)];
-  const std::string c_name = StringAt(container, "name");
-  const std::string c_path = "/spec/containers/" + std::to_string(c_index);
+  if (c_index < 0) denials.push_back(container_error);
 
   // pvc.ref tiers: existence (denial), access mode (shared flag, RWO warning).
-  bool any_shared = false;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     const Tier& t = in.spec.secondary[i];
     if (t.kind != TierKind::kPvcRef) continue;
     auto it = in.pvcs.find(t.ref_name);
     if (it == in.pvcs.end()) {
-      out.warnings.push_back("PVC " + t.ref_name + " was not checked (webhook has no API access)");
+      plan.warnings.push_back("PVC " + t.ref_name + " was not checked (webhook has no API access)");
       continue;
     }
     if (!it->second.exists) {
-      return deny(TierFieldPath(i) + ".fileSystem.pvc.ref.name: PersistentVolumeClaim \"" +
-                  t.ref_name + "\" not found in namespace \"" + in.namespace_name +
-                  "\"; create it first or fix the name" + from);
+      denials.push_back(TierFieldPath(i) + ".fileSystem.pvc.ref.name: PersistentVolumeClaim \"" +
+                        t.ref_name + "\" not found in namespace \"" + in.namespace_name +
+                        "\"; create it first or fix the name" + from);
+      continue;
     }
     if (IsReadWriteMany(it->second)) {
-      any_shared = true;
+      plan.any_shared = true;
     } else if (in.replicas > 1) {
-      out.warnings.push_back("PVC " + t.ref_name + " is not ReadWriteMany but the workload has " +
-                             std::to_string(in.replicas) + " replicas");
+      plan.warnings.push_back("PVC " + t.ref_name + " is not ReadWriteMany but the workload has " +
+                              std::to_string(in.replicas) + " replicas");
     }
   }
+  if (c_index < 0 || !mode_known) return out;
+
+  plan.container = static_cast<size_t>(c_index);
+  const json& container = pod["spec"]["containers"][plan.container];
+  plan.container_name = StringAt(container, "name");
+  const std::string& c_name = plan.container_name;
 
   // The pinned CPU tier is charged to the container's memory cgroup.
   const json& resources = Member(container, "resources");
@@ -292,32 +322,105 @@ Mutation Mutate(const MutationInput& in) {
   if (const std::string mem = StringAt(limits, "memory"); !mem.empty()) {
     if (Result<Quantity> limit = Quantity::Parse(mem); limit.ok() && limit->Sign() > 0) {
       if (in.spec.cpu.Compare(*limit) >= 0) {
-        return deny("kvCacheOffloading.cpu: " + in.spec.cpu.ToString() +
-                    " does not fit in container \"" + c_name + "\"'s memory limit " +
-                    limit->ToString() +
-                    " (pinned CPU tier memory counts against it); raise limits.memory or lower "
-                    "cpu" + from);
-      }
-      // cpu > 80% of the limit, compared exactly as cpu*5 > limit*4.
-      if (static_cast<Int128>(in.spec.cpu.Value()) * 5 > static_cast<Int128>(limit->Value()) * 4) {
-        out.warnings.push_back("kvCacheOffloading.cpu " + in.spec.cpu.ToString() +
-                               " is over 80% of container " + c_name + "'s memory limit " +
-                               limit->ToString());
+        denials.push_back("kvCacheOffloading.cpu: " + in.spec.cpu.ToString() +
+                          " does not fit in container \"" + c_name + "\"'s memory limit " +
+                          limit->ToString() +
+                          " (pinned CPU tier memory counts against it); raise limits.memory or "
+                          "lower cpu" + from);
+      } else if (static_cast<Int128>(in.spec.cpu.Value()) * 5 >
+                 static_cast<Int128>(limit->Value()) * 4) {
+        // cpu > 80% of the limit, compared exactly as cpu*5 > limit*4.
+        plan.warnings.push_back("kvCacheOffloading.cpu " + in.spec.cpu.ToString() +
+                                " is over 80% of container " + c_name + "'s memory limit " +
+                                limit->ToString());
       }
     }
   }
 
-  const json tiers_env = TiersEnv(in.spec, in.pvcs);
-  const std::string hash = ConfigHash(in, mode, c_name, tiers_env);
+  plan.tiers_env = TiersEnv(in.spec, in.pvcs);
+  plan.config_hash =
+      ConfigHash(in.spec, plan.mode, c_name, plan.tiers_env, in.options.agent_image);
 
   // Reinvocation and re-apply: our own status with the same hash means nothing to do.
-  if (const std::string status = StringAt(annotations, kAnnotationStatus); !status.empty()) {
+  if (const std::string status = StringAt(annotations, kAnnotationStatus);
+      !status.empty() && denials.empty()) {
     Result<json> parsed = ParseJson(status, kAnnotationStatus);
-    if (parsed.ok() && StringAt(*parsed, "configHash") == hash) {
-      out.warnings.clear();
+    if (parsed.ok() && StringAt(*parsed, "configHash") == plan.config_hash) {
+      plan.already_injected = true;
+      plan.warnings.clear();
       return out;
     }
   }
+
+  // Tier volumes the pod lacks are added; the emptyDir ones among them raise the container's
+  // ephemeral-storage request, which must stay within its limit.
+  const json& volumes = Member(pod["spec"], "volumes");
+  std::optional<Quantity> ephemeral_added;
+  bool sum_ok = true;
+  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+    const Tier& t = in.spec.secondary[i];
+    const bool add = !HasEntry(volumes, "name", TierVolumeName(i));
+    plan.add_tier_volume.push_back(add);
+    if (!add || t.kind != TierKind::kEmptyDir || !sum_ok) continue;
+    Result<Quantity> sum =
+        ephemeral_added ? ephemeral_added->Add(t.size) : Result<Quantity>(t.size);
+    if (!sum.ok()) {
+      denials.push_back(TierFieldPath(i) + ": " + sum.status().message() + from);
+      sum_ok = false;
+      continue;
+    }
+    ephemeral_added = *sum;
+  }
+  if (ephemeral_added && sum_ok) {
+    Quantity request;
+    bool request_ok = true;
+    if (const std::string cur = StringAt(requests, "ephemeral-storage"); !cur.empty()) {
+      Result<Quantity> parsed = Quantity::Parse(cur);
+      if (parsed.ok()) {
+        request = *parsed;
+      } else {
+        request_ok = false;
+        denials.push_back("container \"" + c_name + "\": resources.requests.ephemeral-storage \"" +
+                          cur + "\" is not a valid quantity");
+      }
+    }
+    if (request_ok) {
+      Result<Quantity> total = request.Add(*ephemeral_added);
+      if (!total.ok()) {
+        denials.push_back("container \"" + c_name + "\": " + total.status().message());
+      } else if (const std::string lim = StringAt(limits, "ephemeral-storage"); !lim.empty()) {
+        Result<Quantity> limit = Quantity::Parse(lim);
+        if (limit.ok() && limit->Compare(*total) < 0) {
+          denials.push_back("container \"" + c_name + "\": ephemeral-storage limit " +
+                            limit->ToString() + " is below the request " + total->ToString() +
+                            " after adding " + ephemeral_added->ToString() +
+                            " of emptyDir tiers; raise the limit or shrink the emptyDir tiers" +
+                            from);
+        } else {
+          plan.ephemeral_request = *total;
+        }
+      } else {
+        plan.ephemeral_request = *total;
+      }
+    }
+  }
+  return out;
+}
+
+json BuildPatch(const MutationInput& in, const MutationPlan& plan,
+                std::vector<std::string>* warnings) {
+  const json& pod = in.pod;
+  const json& metadata = Member(pod, "metadata");
+  const json& annotations = Member(metadata, "annotations");
+  const json& labels = Member(metadata, "labels");
+  const Mode mode = plan.mode;
+  const size_t c_index = plan.container;
+  const json& container = pod["spec"]["containers"][c_index];
+  const std::string& c_name = plan.container_name;
+  const std::string c_path = "/spec/containers/" + std::to_string(c_index);
+  const std::string& hash = plan.config_hash;
+  const json& tiers_env = plan.tiers_env;
+  const bool any_shared = plan.any_shared;
 
   Patch patch;
   const json& volumes = Member(pod["spec"], "volumes");
@@ -326,22 +429,17 @@ Mutation Mutate(const MutationInput& in) {
   ArrayAppend add_mounts(mounts, c_path + "/volumeMounts");
 
   // Tier volumes and mounts; only what is missing (KServe may have rendered some already).
-  std::optional<Quantity> ephemeral_added;
   std::vector<std::string> tier_paths;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     const Tier& t = in.spec.secondary[i];
     const std::string vol_name = TierVolumeName(i);
     tier_paths.push_back(TierMountPath(i));
-    if (!HasEntry(volumes, "name", vol_name)) {
+    if (plan.add_tier_volume[i]) {
       json volume = {{"name", vol_name}};
       switch (t.kind) {
-        case TierKind::kEmptyDir: {
+        case TierKind::kEmptyDir:
           volume["emptyDir"] = {{"sizeLimit", t.size.ToString()}};
-          Result<Quantity> sum = ephemeral_added ? ephemeral_added->Add(t.size) : Result<Quantity>(t.size);
-          if (!sum.ok()) return deny(TierFieldPath(i) + ": " + sum.status().message() + from);
-          ephemeral_added = *sum;
           break;
-        }
         case TierKind::kPvcSpec:
           volume["ephemeral"] = {
               {"volumeClaimTemplate",
@@ -361,30 +459,9 @@ Mutation Mutate(const MutationInput& in) {
     }
   }
 
-  // ephemeral-storage request += the emptyDir tiers this patch adds.
-  if (ephemeral_added) {
-    Quantity request;
-    if (const std::string cur = StringAt(requests, "ephemeral-storage"); !cur.empty()) {
-      Result<Quantity> parsed = Quantity::Parse(cur);
-      if (!parsed.ok()) {
-        return deny("container \"" + c_name + "\": resources.requests.ephemeral-storage \"" + cur +
-                    "\" is not a valid quantity");
-      }
-      request = *parsed;
-    }
-    Result<Quantity> total = request.Add(*ephemeral_added);
-    if (!total.ok()) return deny("container \"" + c_name + "\": " + total.status().message());
-    if (const std::string lim = StringAt(limits, "ephemeral-storage"); !lim.empty()) {
-      Result<Quantity> limit = Quantity::Parse(lim);
-      if (limit.ok() && limit->Compare(*total) < 0) {
-        return deny("container \"" + c_name + "\": ephemeral-storage limit " + limit->ToString() +
-                    " is below the request " + total->ToString() + " after adding " +
-                    ephemeral_added->ToString() +
-                    " of emptyDir tiers; raise the limit or shrink the emptyDir tiers" + from);
-      }
-    }
+  if (plan.ephemeral_request) {
     patch.SetMember(pod, {"spec", "containers", std::to_string(c_index), "resources", "requests"},
-                    "ephemeral-storage", total->ToString());
+                    "ephemeral-storage", plan.ephemeral_request->ToString());
   }
 
   // Agent mode: the install step and its volume.
@@ -400,7 +477,7 @@ Mutation Mutate(const MutationInput& in) {
       ArrayAppend add_init(init, "/spec/initContainers");
       add_init.Push(
           {{"name", kAgentInitContainer},
-           {"image", in.agent_image},
+           {"image", in.options.agent_image},
            {"command", {std::string(kAgentMountPath) + "/bin/kvoffload-install", kAgentInstallDest}},
            {"volumeMounts", {{{"name", kAgentVolume}, {"mountPath", kAgentInstallDest}}}},
            {"resources",
@@ -453,7 +530,7 @@ Mutation Mutate(const MutationInput& in) {
         set_env("PYTHONPATH", cur.empty() ? prefix : prefix + ":" + cur);
       }
     } else {
-      out.warnings.push_back("PYTHONPATH of container " + c_name +
+      warnings->push_back("PYTHONPATH of container " + c_name +
                              " uses valueFrom; add /opt/kvoffload/python to it yourself");
     }
   }
@@ -467,38 +544,38 @@ Mutation Mutate(const MutationInput& in) {
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
     const std::string ours = KvTransferConfig(in.spec, mode).dump();
-    const LaunchPlan plan = PlanLaunch(container);
+    const LaunchPlan launch = PlanLaunch(container);
     const auto additional = env_index.find("VLLM_ADDITIONAL_ARGS");
-    const bool env_route = plan.route == FlagRoute::kAdditionalArgsEnv ||
-                           plan.route == FlagRoute::kAdditionalArgsEnvForEval;
-    if (plan.has_user_flag) {
-      Result<json> theirs = ParseJson(plan.user_flag_value, "--kv-transfer-config");
+    const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
+                           launch.route == FlagRoute::kAdditionalArgsEnvForEval;
+    if (launch.has_user_flag) {
+      Result<json> theirs = ParseJson(launch.user_flag_value, "--kv-transfer-config");
       if (!theirs.ok()) {
-        out.warnings.push_back("container " + c_name + ": its own --kv-transfer-config in " +
-                               plan.user_flag_where + " reaches vLLM as invalid JSON; quote it");
+        warnings->push_back("container " + c_name + ": its own --kv-transfer-config in " +
+                               launch.user_flag_where + " reaches vLLM as invalid JSON; quote it");
         vllm_flag = "user";
         vllm_flag_reason = kFlagReasonUserFlagInvalid;
       } else if (theirs->dump() != ours) {
-        out.warnings.push_back("container " + c_name + " already passes --kv-transfer-config in " +
-                               plan.user_flag_where + "; kept it instead of ours");
+        warnings->push_back("container " + c_name + " already passes --kv-transfer-config in " +
+                               launch.user_flag_where + "; kept it instead of ours");
         vllm_flag = "user";
         vllm_flag_reason = kFlagReasonUserFlag;
       } else {
         vllm_flag = env_route ? "VLLM_ADDITIONAL_ARGS" : "args";  // ours, from an earlier admission
       }
-    } else if (plan.route == FlagRoute::kUnreachable) {
-      out.warnings.push_back("container " + c_name +
+    } else if (launch.route == FlagRoute::kUnreachable) {
+      warnings->push_back("container " + c_name +
                              ": its script passes vLLM no args; add \"$@\" to its vllm command or "
                              "pass --kv-transfer-config yourself");
       vllm_flag = "not-injected";
       vllm_flag_reason = kFlagReasonLaunchDropsArgs;
     } else {
-      std::vector<std::string> extra = {FlagArgument(plan.route, ours)};
-      if (mode == Mode::kAgent && !plan.has_shutdown_timeout) {
+      std::vector<std::string> extra = {FlagArgument(launch.route, ours)};
+      if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
         extra.push_back("--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds));
         const json& grace = Member(pod["spec"], "terminationGracePeriodSeconds");
         if (grace.is_number_integer() && grace.get<int64_t>() < kAgentShutdownTimeoutSeconds + 5) {
-          out.warnings.push_back("terminationGracePeriodSeconds " +
+          warnings->push_back("terminationGracePeriodSeconds " +
                                  std::to_string(grace.get<int64_t>()) +
                                  " ends vLLM before the agent writes back; use 25 or more");
         }
@@ -511,7 +588,7 @@ Mutation Mutate(const MutationInput& in) {
         vllm_flag = "VLLM_ADDITIONAL_ARGS";
       } else {
         ArrayAppend add_args(Member(container, "args"), c_path + "/args");
-        if (plan.needs_arg0) add_args.Push("--");
+        if (launch.needs_arg0) add_args.Push("--");
         for (std::string& e : extra) add_args.Push(std::move(e));
         add_args.Flush(&patch);
         vllm_flag = "args";
@@ -525,7 +602,7 @@ Mutation Mutate(const MutationInput& in) {
   if (mode == Mode::kVllmNative) {
     for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
       if (in.spec.secondary[i].kind != TierKind::kEmptyDir) continue;
-      out.warnings.push_back("secondary[" + std::to_string(i) +
+      warnings->push_back("secondary[" + std::to_string(i) +
                              "] emptyDir: vllm-native never bounds it, so the kubelet evicts the pod "
                              "past " + in.spec.secondary[i].size.ToString() +
                              "; agent mode enforces it");
@@ -540,7 +617,21 @@ Mutation Mutate(const MutationInput& in) {
   status["vllmFlagInjected"] = vllm_flag_reason.empty();
   if (!vllm_flag_reason.empty()) status["vllmFlagReason"] = vllm_flag_reason;
   patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, status.dump());
-  out.patch = patch.Take();
+  return patch.Take();
+}
+
+Mutation Mutate(const MutationInput& in) {
+  CheckedMutation checked = CheckMutation(in);
+  Mutation out;
+  if (!checked.denials.empty()) {
+    out.allowed = false;
+    out.denial = JoinDenials(checked.denials);
+    out.denials = std::move(checked.denials);
+    return out;
+  }
+  if (checked.plan.already_injected) return out;
+  out.warnings = std::move(checked.plan.warnings);
+  out.patch = BuildPatch(in, checked.plan, &out.warnings);
   return out;
 }
 

@@ -69,19 +69,8 @@ std::string Join(const std::vector<std::string>& parts) {
   return out;
 }
 
-MutationInput Input(json pod, const std::string& namespace_name, OffloadSpec spec,
-                    SpecSource source, int replicas, std::map<std::string, PvcInfo> pvcs,
-                    const ValidationOptions& options) {
-  MutationInput in;
-  in.pod = std::move(pod);
-  in.namespace_name = namespace_name;
-  in.spec = std::move(spec);
-  in.source = std::move(source);
-  in.default_mode = options.default_mode;
-  in.agent_image = options.agent_image;
-  in.replicas = replicas;
-  in.pvcs = std::move(pvcs);
-  return in;
+MutationOptions ForMutation(const ValidationOptions& options) {
+  return {options.default_mode, options.agent_image};
 }
 
 // spec.workload.kvCacheOffloading, spec.kvCacheOffloading and their spec.prefill equivalents:
@@ -133,20 +122,26 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
     }
     pod["spec"] = std::move(pod_spec);
 
-    OffloadSpec spec = ParseSpec(*value).spec;
-    std::map<std::string, PvcInfo> pvcs;
+    // What the resolver returns for this role's pods.
+    Resolution resolution;
+    resolution.spec = ParseSpec(*value).spec;
+    resolution.source = source;
+    resolution.replicas = replicas;
     std::set<std::string> missing;
     if (reader != nullptr) {
       ApplyTimeReader apply_time(reader);
-      Result<std::map<std::string, PvcInfo>> found = LookupPvcs(spec, namespace_name, &apply_time);
+      Result<std::map<std::string, PvcInfo>> found =
+          LookupPvcs(*resolution.spec, namespace_name, &apply_time);
       if (!found.ok()) return found.status();
-      pvcs = std::move(*found);
+      resolution.pvcs = std::move(*found);
       missing = apply_time.missing_pvcs();
     }
-    const Mutation m = Mutate(Input(std::move(pod), namespace_name, std::move(spec), source,
-                                    replicas, std::move(pvcs), options));
+    const Mutation m = Mutate(MutationInput(std::move(pod), namespace_name,
+                                            std::move(resolution), ForMutation(options)));
     if (!m.allowed) {
-      template_denials.push_back(scope_path + ".template: " + m.denial);
+      for (const std::string& d : m.denials) {
+        template_denials.push_back(scope_path + ".template: " + d);
+      }
       continue;
     }
     AddWarnings(m, missing, namespace_name, &report->warnings);
@@ -195,8 +190,7 @@ Status ValidateWorkload(const json& object, const std::string& namespace_name,
       continue;
     }
     const json& pod = object[p];
-    const std::string inject = StringAt(Field(Field(pod, "metadata"), "labels"), kLabelInject);
-    if (inject == "false" || (options.pods_need_label && inject != "true")) continue;
+    if (OptedOut(pod) || (options.pods_need_label && !OptedIn(pod))) continue;
 
     std::optional<ApplyTimeReader> apply_time;
     if (reader != nullptr) apply_time.emplace(reader);
@@ -219,12 +213,10 @@ Status ValidateWorkload(const json& object, const std::string& namespace_name,
     }
     if (!res->spec) continue;
     report->checked = true;
-    const Mutation m =
-        Mutate(Input(pod, namespace_name, std::move(*res->spec), res->source,
-                     std::max(res->replicas, WorkloadReplicas(object)), std::move(res->pvcs),
-                     options));
+    const Mutation m = Mutate(MutationInput(pod, namespace_name, std::move(*res),
+                                            ForMutation(options), WorkloadReplicas(object)));
     if (!m.allowed) {
-      report->errors.push_back(where + m.denial);
+      for (const std::string& d : m.denials) report->errors.push_back(where + d);
       continue;
     }
     AddWarnings(m, apply_time ? apply_time->missing_pvcs() : std::set<std::string>{},

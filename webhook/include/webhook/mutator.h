@@ -1,6 +1,8 @@
 // The mutation: pod JSON + resolved spec -> RFC 6902 patch + warnings, or a denial.
-// A pure function (no I/O, no clock, no globals): the webhook and `inject` both call it, and
-// the golden tests pin its output. Thread-safe.
+// Pure functions (no I/O, no clock, no globals): the webhook and `inject` both call Mutate(), and
+// the golden tests pin its output. Mutate() is two steps: CheckMutation() finds every reason to
+// refuse the pod and settles what the patch needs, BuildPatch() then writes the patch and cannot
+// refuse. Thread-safe.
 #ifndef KVOFFLOAD_WEBHOOK_MUTATOR_H_
 #define KVOFFLOAD_WEBHOOK_MUTATOR_H_
 
@@ -61,26 +63,89 @@ struct PvcInfo {
   std::optional<Quantity> capacity;        // status.capacity.storage, else the request
 };
 
+struct Resolution;  // webhook/resolver.h
+
+// The webhook flags (`serve` and `inject` take the same ones) that shape the patch.
+struct MutationOptions {
+  Mode default_mode = Mode::kVllmNative;  // overridden by the kvoffload.io/mode annotation
+  std::string agent_image;                 // --agent-image; required for agent mode
+};
+
 struct MutationInput {
+  // The only way to build an input, so every caller hands Mutate() the same facts.
+  // `workload_replicas`: pods of the workload the pod template belongs to, when the caller
+  // sees it (offline, apply time); the larger of it and the resolver's count is used.
+  // REQUIRES: resolution.spec is set (a pod without a spec is never mutated).
+  MutationInput(nlohmann::json pod, std::string namespace_name, Resolution resolution,
+                const MutationOptions& options, int workload_replicas = 1);
+
   nlohmann::json pod;  // the Pod (or a pod template shaped as one: metadata + spec)
   std::string namespace_name;
   OffloadSpec spec;
   SpecSource source;
-  Mode default_mode = Mode::kVllmNative;  // overridden by the kvoffload.io/mode annotation
-  std::string agent_image;                 // --agent-image; required for agent mode
-  int replicas = 1;                        // of the owning workload, when known
+  MutationOptions options;
+  int replicas = 1;  // of the owning workload, when known
   // pvc.ref PVCs by name. A name missing from the map was not checked (no API access).
   std::map<std::string, PvcInfo> pvcs;
 };
 
+// kvoffload.io/inject=false: the pod is left alone before anything is looked up or checked.
+// The one place that decides it; the webhook, `inject` and the apply-time checks all ask here.
+bool OptedOut(const nlohmann::json& pod);
+// kvoffload.io/inject=true: the pod asked to be injected.
+bool OptedIn(const nlohmann::json& pod);
+
+// What CheckMutation() settled for BuildPatch(): with it, building the patch cannot fail.
+struct MutationPlan {
+  Mode mode = Mode::kVllmNative;
+  size_t container = 0;  // index of the target container in spec.containers
+  std::string container_name;
+  nlohmann::json tiers_env;  // the KVOFFLOAD_TIERS value
+  std::string config_hash;
+  // Per tier: its volume is missing from the pod and is added (KServe may have rendered some).
+  std::vector<bool> add_tier_volume;
+  // The target container's ephemeral-storage request once the added emptyDir tiers count.
+  std::optional<Quantity> ephemeral_request;
+  bool any_shared = false;  // a pvc.ref tier is ReadWriteMany
+  // The status annotation already carries config_hash: nothing to patch.
+  bool already_injected = false;
+  std::vector<std::string> warnings;  // the checks' warnings, first in the answer
+};
+
+struct CheckedMutation {
+  // Every reason to refuse the pod, each a sentence naming the field and the fix, in a fixed
+  // order. Empty: `plan` is complete.
+  std::vector<std::string> denials;
+  MutationPlan plan;
+};
+
+CheckedMutation CheckMutation(const MutationInput& input);
+
+// The patch for a checked input. Appends its own warnings to `warnings`.
+// REQUIRES: `plan` is CheckMutation(input).plan with no denials and not already_injected.
+nlohmann::json BuildPatch(const MutationInput& input, const MutationPlan& plan,
+                          std::vector<std::string>* warnings);
+
 struct Mutation {
   bool allowed = true;
-  std::string denial;                 // set when !allowed
+  std::vector<std::string> denials;  // set when !allowed: every reason
+  std::string denial;                // the denials as one message (JoinDenials)
   nlohmann::json patch = nlohmann::json::array();  // empty: nothing to change
   std::vector<std::string> warnings;  // each under 120 characters
 };
 
+// CheckMutation(), then BuildPatch() when nothing is refused.
 Mutation Mutate(const MutationInput& input);
+
+// One denial as it is; several as "2 problems: (1) <first>; (2) <second>", so a user fixes
+// them all in one round.
+std::string JoinDenials(const std::vector<std::string>& denials);
+
+// The hash in the status annotation and KVOFFLOAD_CONFIG_HASH: 16 hex digits of SHA-256 over
+// the canonical spec, the mode, the target container, the KVOFFLOAD_TIERS value and (agent
+// mode) the agent image. The same meaning gives the same hash, so reinvocation is a no-op.
+std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& container,
+                       const nlohmann::json& tiers_env, const std::string& agent_image);
 
 // Which container gets the tiers: annotation kvoffload.io/container, else "main", else the
 // first. -1 with `error` set when the annotation names a missing container or there is none.

@@ -1,0 +1,159 @@
+// Mutate() as two steps: every denial of a pod is found in one pass (so a user fixes them all in
+// one round), and a pod with none gets the patch. The golden tests cover the patches.
+#include "webhook/mutator.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "webhook/admission.h"
+#include "webhook/cluster_reader.h"
+#include "webhook/resolver.h"
+
+namespace kvoffload::webhook {
+namespace {
+
+using nlohmann::json;
+
+// A pod annotated with `spec`, container "main" with a 16Gi memory limit.
+json Pod(const json& spec) {
+  return {{"metadata", {{"annotations", {{kAnnotationConfig, spec.dump()}}}}},
+          {"spec",
+           {{"containers",
+             {{{"name", "main"}, {"resources", {{"limits", {{"memory", "16Gi"}}}}}}}}}}};
+}
+
+MutationInput Input(json pod, std::map<std::string, PvcInfo> pvcs = {}) {
+  Result<Resolution> res = Resolve(pod, "team-a", nullptr);
+  EXPECT_TRUE(res.ok()) << res.status().message();
+  EXPECT_TRUE(res->spec.has_value());
+  res->pvcs = std::move(pvcs);
+  return MutationInput(std::move(pod), "team-a", std::move(*res),
+                       {Mode::kVllmNative, /*agent_image=*/""});
+}
+
+json EmptyDirSpec(const std::string& size) {
+  return {{"cpu", "1Gi"}, {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", size}}}}}}}}};
+}
+
+const json kRefSpec = {
+    {"cpu", "20Gi"},
+    {"secondary", {{{"fileSystem", {{"pvc", {{"ref", {{"name", "nope"}}}}}}}}}}};
+
+TEST(MutateTest, NamesEveryIndependentProblem) {
+  // Two unrelated mistakes: the PVC does not exist, and the CPU tier does not fit in memory.
+  Mutation m = Mutate(Input(Pod(kRefSpec), {{"nope", PvcInfo{}}}));
+  ASSERT_FALSE(m.allowed);
+  ASSERT_EQ(m.denials.size(), 2u) << m.denial;
+  EXPECT_NE(m.denial.find("PersistentVolumeClaim \"nope\" not found"), std::string::npos)
+      << m.denial;
+  EXPECT_NE(m.denial.find("does not fit in container \"main\"'s memory limit 16Gi"),
+            std::string::npos)
+      << m.denial;
+  EXPECT_EQ(m.denial.rfind("2 problems: (1) kvCacheOffloading.secondary[0]", 0), 0u) << m.denial;
+  EXPECT_NE(m.denial.find("; (2) kvCacheOffloading.cpu: 20Gi"), std::string::npos) << m.denial;
+  EXPECT_TRUE(m.patch.empty());
+  EXPECT_TRUE(m.warnings.empty());
+}
+
+TEST(MutateTest, TheWebhookNamesBothProblems) {
+  // The same pod as an AdmissionReview, the PVC looked up in a cluster that lacks it.
+  const std::vector<json> no_objects;
+  StaticClusterReader cluster(no_objects, "team-a", /*authoritative=*/true);
+  const AdmissionHandler handler(AdmissionOptions{}, &cluster);
+  const json review = {{"apiVersion", "admission.k8s.io/v1"},
+                       {"kind", "AdmissionReview"},
+                       {"request",
+                        {{"uid", "u1"},
+                         {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                         {"operation", "CREATE"},
+                         {"namespace", "team-a"},
+                         {"object", Pod(kRefSpec)}}}};
+  const json response = json::parse(handler.Handle("application/json", review.dump()).body);
+  ASSERT_EQ(response["response"]["allowed"], false) << response.dump();
+  const std::string message = response["response"]["status"]["message"];
+  EXPECT_NE(message.find("PersistentVolumeClaim \"nope\" not found"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("does not fit in container \"main\"'s memory limit 16Gi"),
+            std::string::npos)
+      << message;
+}
+
+TEST(MutateTest, OneProblemKeepsItsOwnWords) {
+  json pod = Pod(kRefSpec);
+  pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "64Gi";
+  Mutation m = Mutate(Input(pod, {{"nope", PvcInfo{}}}));
+  ASSERT_FALSE(m.allowed);
+  ASSERT_EQ(m.denials.size(), 1u);
+  EXPECT_EQ(m.denial, m.denials[0]);
+  EXPECT_EQ(m.denial.rfind("kvCacheOffloading.secondary[0].fileSystem.pvc.ref.name:", 0), 0u)
+      << m.denial;
+}
+
+TEST(MutateTest, ModeAndContainerProblemsTogether) {
+  // An unknown mode and an unknown container: neither hides the other, and checks that need
+  // the container (memory) are not guessed at.
+  json pod = Pod(kRefSpec);
+  pod["metadata"]["annotations"][kAnnotationMode] = "turbo";
+  pod["metadata"]["annotations"][kAnnotationContainer] = "sidecar";
+  Mutation m = Mutate(Input(pod, {{"nope", PvcInfo{}}}));
+  ASSERT_FALSE(m.allowed);
+  ASSERT_EQ(m.denials.size(), 3u) << m.denial;
+  EXPECT_NE(m.denials[0].find("\"turbo\" is not a mode"), std::string::npos) << m.denials[0];
+  EXPECT_NE(m.denials[1].find("names container \"sidecar\""), std::string::npos) << m.denials[1];
+  EXPECT_NE(m.denials[2].find("\"nope\" not found"), std::string::npos) << m.denials[2];
+}
+
+TEST(MutateTest, AgentModeWithoutImageAndTooSmallEphemeralLimit) {
+  json pod = Pod(EmptyDirSpec("100Gi"));
+  pod["metadata"]["annotations"][kAnnotationMode] = "agent";
+  pod["spec"]["containers"][0]["resources"]["limits"]["ephemeral-storage"] = "10Gi";
+  Mutation m = Mutate(Input(pod));
+  ASSERT_EQ(m.denials.size(), 2u) << m.denial;
+  EXPECT_NE(m.denials[0].find("--agent-image"), std::string::npos) << m.denials[0];
+  EXPECT_NE(m.denials[1].find("ephemeral-storage limit 10Gi is below the request 100Gi"),
+            std::string::npos)
+      << m.denials[1];
+}
+
+TEST(MutateTest, CheckedPlanBuildsThePatch) {
+  json pod = Pod(EmptyDirSpec("5Gi"));
+  const MutationInput in = Input(pod);
+  CheckedMutation checked = CheckMutation(in);
+  ASSERT_TRUE(checked.denials.empty());
+  EXPECT_EQ(checked.plan.container_name, "main");
+  ASSERT_TRUE(checked.plan.ephemeral_request.has_value());
+  EXPECT_EQ(checked.plan.ephemeral_request->ToString(), "5Gi");
+  std::vector<std::string> warnings = checked.plan.warnings;
+  const json patch = BuildPatch(in, checked.plan, &warnings);
+  EXPECT_EQ(patch, Mutate(in).patch);
+  const json patched = pod.patch(patch);
+  EXPECT_EQ(patched["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"], "5Gi");
+
+  // Admitting the result again: the plan says nothing is left to do.
+  const CheckedMutation again = CheckMutation(Input(patched));
+  EXPECT_TRUE(again.denials.empty());
+  EXPECT_TRUE(again.plan.already_injected);
+}
+
+TEST(MutateTest, JoinDenials) {
+  EXPECT_EQ(JoinDenials({"a; b"}), "a; b");
+  EXPECT_EQ(JoinDenials({"a; b", "c"}), "2 problems: (1) a; b; (2) c");
+}
+
+TEST(MutateTest, OptOutAndOptIn) {
+  json pod = {{"metadata", {{"labels", {{kLabelInject, "false"}}}}}};
+  EXPECT_TRUE(OptedOut(pod));
+  EXPECT_FALSE(OptedIn(pod));
+  pod["metadata"]["labels"][kLabelInject] = "true";
+  EXPECT_FALSE(OptedOut(pod));
+  EXPECT_TRUE(OptedIn(pod));
+  EXPECT_FALSE(OptedOut(json::object()));
+  EXPECT_FALSE(OptedOut({{"metadata", {{"labels", "not an object"}}}}));
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook
