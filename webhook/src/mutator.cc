@@ -8,6 +8,7 @@
 #include <set>
 #include <string_view>
 
+#include "webhook/eviction_policies.h"
 #include "webhook/json_util.h"
 #include "webhook/launch.h"
 
@@ -248,6 +249,10 @@ Mutation Mutate(const MutationInput& in) {
       return deny(std::string("annotation ") + kAnnotationMode + ": " + parsed.status().message());
     }
     mode = *parsed;
+  }
+  // The spec parser refused names no mode accepts; which mode accepts it is known only here.
+  if (std::string e = EvictionPolicyModeError(in.spec.eviction_policy, mode); !e.empty()) {
+    return deny("kvCacheOffloading.evictionPolicy: " + e + from);
   }
   if (mode == Mode::kAgent && in.agent_image.empty()) {
     return deny(
