@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "eviction_policies.h"
 #include "key_list.h"
 #include "kvoffload/eviction_policy.h"
 
@@ -116,11 +117,9 @@ class ArcPolicy final : public EvictionPolicy {
   Keys keys_;
 };
 
-std::unique_ptr<EvictionPolicy> NewArc(size_t capacity_blocks) {
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> NewArcPolicy(size_t capacity_blocks) {
   return std::make_unique<ArcPolicy>(capacity_blocks);
 }
-
-[[maybe_unused]] const bool kRegistered = RegisterEvictionPolicy("arc", &NewArc);
-
-}  // namespace
 }  // namespace kvoffload

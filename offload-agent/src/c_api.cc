@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvoffload/engine.h"
+#include "kvoffload/eviction_policy.h"
 
 struct kvo_engine {
   std::unique_ptr<kvoffload::Engine> engine;
@@ -43,6 +44,17 @@ std::vector<kvoffload::BlockKey> Keys(const kvo_key* keys, size_t n) {
   std::vector<kvoffload::BlockKey> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = kvoffload::BlockKey{keys[i].hi, keys[i].lo};
   return out;
+}
+
+// Writes text into buf as kvo_describe documents it: NUL-terminated, truncated to len; returns
+// the full length.
+size_t CopyOut(const std::string& text, char* buf, size_t len) {
+  if (buf != nullptr && len > 0) {
+    size_t n = std::min(text.size(), len - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return text.size();
 }
 
 kvo_status CheckEngine(kvo_engine* engine) {
@@ -278,13 +290,15 @@ kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* writ
 
 size_t kvo_describe(kvo_engine* engine, char* buf, size_t len) {
   if (engine == nullptr) return 0;
-  std::string d = engine->engine->Describe();
-  if (buf != nullptr && len > 0) {
-    size_t n = std::min(d.size(), len - 1);
-    std::memcpy(buf, d.data(), n);
-    buf[n] = '\0';
+  return CopyOut(engine->engine->Describe(), buf, len);
+}
+
+size_t kvo_policy_names(char* buf, size_t len) {
+  std::string joined;
+  for (const std::string& name : kvoffload::EvictionPolicyNames()) {
+    joined += (joined.empty() ? "" : ",") + name;
   }
-  return d.size();
+  return CopyOut(joined, buf, len);
 }
 
 }  // extern "C"

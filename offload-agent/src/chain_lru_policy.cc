@@ -14,6 +14,7 @@
 // front is the same relinking.
 #include <string>
 
+#include "eviction_policies.h"
 #include "key_list.h"
 #include "kvoffload/eviction_policy.h"
 
@@ -87,11 +88,9 @@ class ChainLruPolicy final : public EvictionPolicy {
   Keys::Node chain_last_ = Keys::kNone;
 };
 
-std::unique_ptr<EvictionPolicy> NewChainLru(size_t capacity_blocks) {
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> NewChainLruPolicy(size_t capacity_blocks) {
   return std::make_unique<ChainLruPolicy>(capacity_blocks);
 }
-
-[[maybe_unused]] const bool kRegistered = RegisterEvictionPolicy("chain-lru", &NewChainLru);
-
-}  // namespace
 }  // namespace kvoffload

@@ -1,13 +1,14 @@
 // Configuration from the webhook's environment variables and its validation.
 #include <cerrno>
-#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
 #include "kvoffload/config.h"
-#include "kvoffload/eviction_policy.h"
+#include "device_backends.h"
+#include "disk_io_backends.h"
+#include "eviction_policies.h"
 
 namespace kvoffload {
 namespace {
@@ -88,14 +89,10 @@ Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env) {
   base.cpu_bytes = *cpu_bytes;
   if (std::optional<std::string> policy = env("KVOFFLOAD_EVICTION_POLICY");
       policy && !policy->empty()) {
-    // The registered policies, not a list of our own: a policy file that registers itself is
-    // selectable here with no other change.
-    const std::vector<std::string> known = EvictionPolicyNames();
-    if (std::find(known.begin(), known.end(), *policy) == known.end()) {
-      std::string names;
-      for (const std::string& n : known) names += (names.empty() ? "" : ", ") + n;
-      return Status::InvalidArgument("KVOFFLOAD_EVICTION_POLICY=" + Quote(*policy) +
-                                     " is not a known eviction policy; use one of: " + names);
+    // The registered policies, not a list of our own: a registered policy is selectable here
+    // with no other change.
+    if (!EvictionPolicies().Contains(*policy)) {
+      return EvictionPolicies().Unknown(*policy, "KVOFFLOAD_EVICTION_POLICY");
     }
     base.eviction_policy = *policy;
   }
@@ -123,17 +120,11 @@ Status EngineConfig::Validate() const {
                                    " holds no block of " + std::to_string(block_bytes) +
                                    " bytes; raise kvCacheOffloading.cpu");
   }
-  bool known_policy = false;
-  for (const std::string& n : EvictionPolicyNames()) known_policy |= (n == eviction_policy);
-  if (!known_policy) {
-    return Status::InvalidArgument("eviction policy " + Quote(eviction_policy) + " is not known");
+  if (!EvictionPolicies().Contains(eviction_policy)) {
+    return EvictionPolicies().Unknown(eviction_policy, "eviction_policy");
   }
-  if (device != "host" && device != "cuda") {
-    return Status::InvalidArgument("device " + Quote(device) + " must be host or cuda");
-  }
-  if (disk_io != "auto" && disk_io != "uring" && disk_io != "psync") {
-    return Status::InvalidArgument("disk_io " + Quote(disk_io) + " must be auto, uring or psync");
-  }
+  if (!DeviceBackends().Contains(device)) return DeviceBackends().Unknown(device, "device");
+  if (!DiskIoBackends().Contains(disk_io)) return DiskIoBackends().Unknown(disk_io, "disk_io");
   if (worker_threads == 0 || io_parallelism == 0) {
     return Status::InvalidArgument("worker_threads and io_parallelism must be > 0");
   }

@@ -1,4 +1,5 @@
-// The device backend factory. Without CUDA compiled in, "cuda" says so instead of failing later.
+// The device backend registry with its built-ins. "cuda" is registered in every build, so that
+// a library built without CUDA says so instead of calling the name unknown.
 #include "device_backends.h"
 
 namespace kvoffload {
@@ -9,11 +10,21 @@ Result<std::unique_ptr<DeviceBackend>> NewCudaDevice() {
 }
 #endif
 
+DeviceBackendRegistry& DeviceBackends() {
+  // Leaked on purpose, as EvictionPolicies() is.
+  static DeviceBackendRegistry* registry = [] {
+    auto* r = new DeviceBackendRegistry("device backend");
+    r->Register("host", [] { return NewHostDevice(DefaultHostCopyThreads()); });
+    r->Register("cuda", &NewCudaDevice);
+    return r;
+  }();
+  return *registry;
+}
+
+std::vector<std::string> DeviceBackendNames() { return DeviceBackends().Names(); }
+
 Result<std::unique_ptr<DeviceBackend>> NewDeviceBackend(std::string_view name) {
-  if (name == "host") return NewHostDevice(DefaultHostCopyThreads());
-  if (name == "cuda") return NewCudaDevice();
-  return Status::InvalidArgument("device backend \"" + std::string(name) +
-                                 "\" is not known; use host or cuda");
+  return DeviceBackends().Create(name);
 }
 
 }  // namespace kvoffload

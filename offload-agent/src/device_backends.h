@@ -1,4 +1,5 @@
-// Constructors of the device backends, used by the NewDeviceBackend factory.
+// The device backend registry (registry.h) and the built-in backends' constructors. Not public:
+// callers pick a backend by name (NewDeviceBackend).
 #ifndef KVOFFLOAD_SRC_DEVICE_BACKENDS_H_
 #define KVOFFLOAD_SRC_DEVICE_BACKENDS_H_
 
@@ -6,8 +7,13 @@
 #include <memory>
 
 #include "kvoffload/device.h"
+#include "registry.h"
 
 namespace kvoffload {
+
+using DeviceBackendRegistry = Registry<DeviceBackend>;
+// Built on first use with every built-in registered (registry.h says why); never destroyed.
+DeviceBackendRegistry& DeviceBackends();
 
 // copy_threads: workers of the host device's copy pool (at least 1; a waiter copies too).
 std::unique_ptr<DeviceBackend> NewHostDevice(size_t copy_threads);

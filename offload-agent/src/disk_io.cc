@@ -1,5 +1,5 @@
-// The disk I/O factory ("auto" probes io_uring and falls back to psync), the O_DIRECT probe and
-// the default ExecuteEach.
+// The disk I/O backend registry with its built-ins ("auto" probes io_uring and falls back to
+// psync), the O_DIRECT probe and the default ExecuteEach.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,16 +18,26 @@ void DiskIo::ExecuteEach(std::span<IoOp> ops, const OpDone& done) {
   for (size_t i = 0; i < ops.size(); ++i) done(i);
 }
 
+DiskIoRegistry& DiskIoBackends() {
+  // Leaked on purpose, as EvictionPolicies() is.
+  static DiskIoRegistry* registry = [] {
+    auto* r = new DiskIoRegistry("disk I/O backend");
+    r->Register("psync", &NewPsyncIo);
+    r->Register("uring", &NewUringIo);
+    r->Register("auto", [](const DiskIoOptions& options) -> Result<std::unique_ptr<DiskIo>> {
+      Result<std::unique_ptr<DiskIo>> uring = NewUringIo(options);
+      if (uring.ok()) return uring;
+      return NewPsyncIo(options);
+    });
+    return r;
+  }();
+  return *registry;
+}
+
+std::vector<std::string> DiskIoNames() { return DiskIoBackends().Names(); }
+
 Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOptions& options) {
-  if (name == "psync") return NewPsyncIo(options);
-  if (name == "uring") return NewUringIo(options);
-  if (name == "auto") {
-    Result<std::unique_ptr<DiskIo>> uring = NewUringIo(options);
-    if (uring.ok()) return uring;
-    return NewPsyncIo(options);
-  }
-  return Status::InvalidArgument("disk I/O backend \"" + std::string(name) +
-                                 "\" is not known; use auto, uring or psync");
+  return DiskIoBackends().Create(name, options);
 }
 
 bool SupportsODirect(const std::string& dir) {

@@ -1,25 +1,20 @@
-// The name-keyed registry of eviction policies. Each policy file registers itself, so adding a
-// policy touches no other source file.
-#include <map>
-
-#include "kvoffload/eviction_policy.h"
-#include "mutex.h"
+// The eviction policy registry with its built-ins, and the defaults of the optional calls.
+#include "eviction_policies.h"
 
 namespace kvoffload {
-namespace {
 
-struct Registry {
-  Mutex mu;
-  std::map<std::string, EvictionPolicyFactory, std::less<>> factories GUARDED_BY(mu);
-};
-
-// Function-local so registration from other translation units' static initialisers is safe.
-Registry& GetRegistry() {
-  static Registry* registry = new Registry();  // never destroyed: used during static teardown
+EvictionPolicyRegistry& EvictionPolicies() {
+  // Leaked on purpose: policies may be created from other objects' destructors at exit.
+  static EvictionPolicyRegistry* registry = [] {
+    auto* r = new EvictionPolicyRegistry("eviction policy");
+    // The built-ins; a new policy file adds its line here (registry.h says why not itself).
+    r->Register("lru", &NewLruPolicy);
+    r->Register("arc", &NewArcPolicy);
+    r->Register("chain-lru", &NewChainLruPolicy);
+    return r;
+  }();
   return *registry;
 }
-
-}  // namespace
 
 void EvictionPolicy::OnInsertAt(const BlockKey& key, uint32_t /*position*/) { OnInsert(key); }
 void EvictionPolicy::OnAccessAt(const BlockKey& key, uint32_t /*position*/) { OnAccess(key); }
@@ -27,39 +22,23 @@ void EvictionPolicy::OnHold(const BlockKey& /*key*/) {}
 void EvictionPolicy::OnRelease(const BlockKey& /*key*/) {}
 
 bool RegisterEvictionPolicy(std::string_view name, EvictionPolicyFactory factory) {
-  Registry& r = GetRegistry();
-  MutexLock lock(&r.mu);
-  return r.factories.emplace(std::string(name), factory).second;
+  if (factory == nullptr) return false;
+  return EvictionPolicies().Register(
+      name, [factory](size_t capacity) -> Result<std::unique_ptr<EvictionPolicy>> {
+        return factory(capacity);
+      });
 }
 
-std::vector<std::string> EvictionPolicyNames() {
-  Registry& r = GetRegistry();
-  MutexLock lock(&r.mu);
-  std::vector<std::string> names;
-  for (const auto& [name, factory] : r.factories) names.push_back(name);
-  return names;
-}
+std::vector<std::string> EvictionPolicyNames() { return EvictionPolicies().Names(); }
 
 Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
                                                           size_t capacity_blocks) {
-  EvictionPolicyFactory factory = nullptr;
-  {
-    Registry& r = GetRegistry();
-    MutexLock lock(&r.mu);
-    auto it = r.factories.find(name);
-    if (it != r.factories.end()) factory = it->second;
-  }
-  if (factory == nullptr) {
-    std::string known;
-    for (const std::string& n : EvictionPolicyNames()) known += (known.empty() ? "" : ", ") + n;
-    return Status::InvalidArgument("eviction policy \"" + std::string(name) +
-                                   "\" is not known; use one of: " + known);
-  }
+  if (!EvictionPolicies().Contains(name)) return EvictionPolicies().Unknown(name);
   if (capacity_blocks == 0) {
     return Status::InvalidArgument("eviction policy \"" + std::string(name) +
                                    "\": capacity must hold at least one block");
   }
-  return factory(capacity_blocks);
+  return EvictionPolicies().Create(name, capacity_blocks);
 }
 
 }  // namespace kvoffload

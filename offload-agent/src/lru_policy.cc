@@ -1,6 +1,7 @@
 // LRU: evict the block used least recently.
 #include <string>
 
+#include "eviction_policies.h"
 #include "key_list.h"
 #include "kvoffload/eviction_policy.h"
 
@@ -43,11 +44,9 @@ class LruPolicy final : public EvictionPolicy {
   Keys list_;
 };
 
-std::unique_ptr<EvictionPolicy> NewLru(size_t capacity_blocks) {
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> NewLruPolicy(size_t capacity_blocks) {
   return std::make_unique<LruPolicy>(capacity_blocks);
 }
-
-[[maybe_unused]] const bool kRegistered = RegisterEvictionPolicy("lru", &NewLru);
-
-}  // namespace
 }  // namespace kvoffload

@@ -121,6 +121,34 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   kvo_engine_destroy(e);
 }
 
+// The Python settings take their list of policies from here: the agent's registry, joined by
+// ',', with kvo_describe's buffer rules.
+TEST(CApiTest, PolicyNamesAreTheRegisteredPolicies) {
+  const std::string want = "arc,chain-lru,lru";
+  EXPECT_EQ(kvo_policy_names(nullptr, 0), want.size());
+  std::string full(want.size() + 1, 'x');
+  EXPECT_EQ(kvo_policy_names(full.data(), full.size()), want.size());
+  EXPECT_STREQ(full.c_str(), want.c_str());
+  char short_buf[5];
+  EXPECT_EQ(kvo_policy_names(short_buf, sizeof(short_buf)), want.size());
+  EXPECT_STREQ(short_buf, "arc,") << "truncated and NUL-terminated";
+  // Each listed name creates an engine; a name not listed is refused with the list.
+  for (const char* name : {"arc", "chain-lru", "lru"}) {
+    kvo_options o = Options(4);
+    o.eviction_policy = name;
+    kvo_engine* e = nullptr;
+    ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << name << ": " << kvo_last_error();
+    kvo_engine_destroy(e);
+  }
+  kvo_options o = Options(4);
+  o.eviction_policy = "fifo";
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvo_last_error()).find("use one of: arc, chain-lru, lru"),
+            std::string::npos)
+      << kvo_last_error();
+}
+
 TEST(CApiTest, WriteBackCopiesPinnedOnlyBlocksToThePersistentTier) {
   TempDir dir;
   const std::string tiers = R"([{"path":")" + dir.path() +

@@ -31,7 +31,7 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from conftest import AGENT_CASE as CASE
 from conftest import golden_env, golden_kv_transfer_config, scaled_env, slot_bytes
-from kvoffload import settings
+from kvoffload import engine, settings
 from kvoffload.transfer import engine_key
 from kvoffload.vllm import KVOffloadAgentSpec
 
@@ -166,6 +166,25 @@ def test_env_errors_name_the_variable():
     with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].kind='nfs'"):
         settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
                            '[{"path":"/x","kind":"nfs","capacityBytes":1}]'})
+
+
+def test_policies_are_the_loaded_agents():
+    """settings takes its list from the loaded libkvoffload (kvo_policy_names), the registry the
+    engine checks against, so every agent policy passes and the error lists them."""
+    assert engine.policy_names() == ("arc", "chain-lru", "lru")
+    for policy in engine.policy_names():
+        s = settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": policy})
+        assert s.eviction_policy == policy
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_EVICTION_POLICY='LRU': want one of "
+                                         r"arc, chain-lru, lru \(the policies of .*libkvoffload"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": "LRU"})
+
+
+def test_vllm_registers_the_policies_vllm_native_mode_accepts():
+    """The webhook accepts exactly these in vllm-native mode (webhook/src/eviction_policies.cc);
+    a vLLM that registers others changes that list."""
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+    assert sorted(CachePolicyFactory._registry) == ["arc", "lru"]
 
 
 def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@
 #include <set>
 #include <string_view>
 
+#include "webhook/eviction_policies.h"
 #include "webhook/json_util.h"
 #include "webhook/launch.h"
 #include "webhook/resolver.h"
@@ -274,6 +275,12 @@ CheckedMutation CheckMutation(const MutationInput& in) {
       mode_known = false;
       denials.push_back(std::string("annotation ") + kAnnotationMode + ": " +
                         parsed.status().message());
+    }
+  }
+  // The spec parser refused names no mode accepts; which mode accepts it is known only here.
+  if (mode_known) {
+    if (std::string e = EvictionPolicyModeError(in.spec.eviction_policy, plan.mode); !e.empty()) {
+      denials.push_back("kvCacheOffloading.evictionPolicy: " + e + from);
     }
   }
   if (mode_known && plan.mode == Mode::kAgent && in.options.agent_image.empty()) {

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "webhook/eviction_policies.h"
 #include "webhook/json_util.h"
 
 namespace kvoffload::webhook {
@@ -276,11 +277,12 @@ SpecParse ParseSpec(const nlohmann::json& spec) {
 
   if (spec.contains("evictionPolicy") && !spec["evictionPolicy"].is_null()) {
     const json& p = spec["evictionPolicy"];
-    if (p.is_string() && (p == "lru" || p == "arc")) {
+    // Here only names no mode accepts; whether the pod's mode accepts it is decided where the
+    // mode is resolved (Mutate), since the annotation or the webhook's default sets it.
+    if (p.is_string() && IsEvictionPolicyOfSomeMode(p.get<std::string>())) {
       out.spec.eviction_policy = p.get<std::string>();
     } else {
-      v.Error(root + ".evictionPolicy",
-              Quoted(p) + " is not supported: use \"lru\" or \"arc\" (lowercase)");
+      v.Error(root + ".evictionPolicy", NoModeAcceptsEvictionPolicy(Quoted(p)));
     }
   }
 

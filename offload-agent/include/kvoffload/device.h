@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvoffload/export.h"
 #include "kvoffload/status.h"
@@ -59,7 +60,10 @@ class KVOFFLOAD_EXPORT DeviceBackend {
 };
 
 // "host", "cuda" (Unavailable when the library was built without CUDA or no GPU is usable).
+// Unknown names are InvalidArgument listing DeviceBackendNames().
 KVOFFLOAD_EXPORT Result<std::unique_ptr<DeviceBackend>> NewDeviceBackend(std::string_view name);
+// The registered backends, sorted ("cuda", "host").
+KVOFFLOAD_EXPORT std::vector<std::string> DeviceBackendNames();
 
 }  // namespace kvoffload
 

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvoffload/export.h"
 #include "kvoffload/status.h"
@@ -57,8 +58,11 @@ class KVOFFLOAD_EXPORT DiskIo {
 };
 
 // "uring", "psync" or "auto" (uring when the kernel and liburing allow it, else psync).
-// "uring" where it is unavailable is Unavailable with the reason.
+// "uring" where it is unavailable is Unavailable with the reason; unknown names are
+// InvalidArgument listing DiskIoNames().
 KVOFFLOAD_EXPORT Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOptions& options);
+// The registered backends, sorted ("auto", "psync", "uring").
+KVOFFLOAD_EXPORT std::vector<std::string> DiskIoNames();
 
 // Whether files in `dir` can be opened with O_DIRECT (tmpfs cannot); probes with a real
 // aligned write and read of a scratch file that it removes.

@@ -74,16 +74,20 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
 };
 
 // Builds a policy for a tier holding at most capacity_blocks blocks (one of
-// EvictionPolicyNames(): "arc", "lru", ...).
-// Unknown names are InvalidArgument listing the known ones.
+// EvictionPolicyNames()). Unknown names are InvalidArgument listing the registered ones.
 KVOFFLOAD_EXPORT Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
                                                           size_t capacity_blocks);
 
-// Registration, so that a new policy is one new file: define a factory there and register it
-// with a namespace-scope `const bool kRegistered = RegisterEvictionPolicy("name", &Factory);`.
+// The registered policies, sorted: the built-ins ("arc", "chain-lru", "lru") and any added
+// with RegisterEvictionPolicy. The agent's configuration, the C API (kvo_policy_names) and,
+// through a header generated at build time, the webhook all take their list from here.
+KVOFFLOAD_EXPORT std::vector<std::string> EvictionPolicyNames();
+
+// Adds a policy at run time (tests, embedders); built-in policies are listed in
+// eviction_policy.cc instead. False when the name is taken or is not lowercase letters,
+// digits and '-'.
 using EvictionPolicyFactory = std::unique_ptr<EvictionPolicy> (*)(size_t capacity_blocks);
 KVOFFLOAD_EXPORT bool RegisterEvictionPolicy(std::string_view name, EvictionPolicyFactory factory);
-KVOFFLOAD_EXPORT std::vector<std::string> EvictionPolicyNames();
 
 }  // namespace kvoffload
 

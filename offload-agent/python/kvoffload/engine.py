@@ -126,6 +126,7 @@ def _load():
         "kvo_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_Stats)]),
         "kvo_describe": (ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
         "kvo_write_back": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, u64p, u64p, u64p]),
+        "kvo_policy_names": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
@@ -133,6 +134,15 @@ def _load():
         fn.argtypes = argtypes
     _lib = lib
     return lib
+
+
+def policy_names() -> tuple[str, ...]:
+    """The eviction policies the loaded libkvoffload registers (kvo_policy_names), sorted."""
+    lib = _load()
+    size = lib.kvo_policy_names(None, 0) + 1
+    buf = ctypes.create_string_buffer(size)
+    lib.kvo_policy_names(buf, size)
+    return tuple(buf.value.decode().split(","))
 
 
 def _check(call: str, status: int) -> None:

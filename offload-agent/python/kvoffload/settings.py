@@ -2,13 +2,16 @@
 KVOFFLOAD_CPU_BYTES (required, integer bytes), KVOFFLOAD_EVICTION_POLICY (default lru),
 KVOFFLOAD_TIERS (JSON array of {path, kind, capacityBytes, persistent, shared}; default none).
 Parsed here, not with the C API's from_env, so that a bad value fails at vLLM start with the
-variable named, and so tests can check a golden pod's env without building an engine."""
+variable named, and so tests can check a golden pod's env without building an engine. The
+policies accepted are those the loaded libkvoffload registers (engine.policy_names), the list
+the engine itself checks against, so a policy added to the agent needs no change here."""
 
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_POLICIES = ("lru", "arc")
+from kvoffload import engine
+
 _TIER_KINDS = ("emptyDir", "pvcSpec", "pvcRef")
 
 
@@ -83,9 +86,10 @@ def from_env(env: Mapping[str, str]) -> Settings:
         raise ValueError("KVOFFLOAD_CPU_BYTES is not set; the webhook sets it in agent mode "
                          "(kvCacheOffloading.cpu), set it by hand to run without the webhook")
     policy = env.get("KVOFFLOAD_EVICTION_POLICY") or "lru"
-    if policy not in _POLICIES:
+    policies = engine.policy_names()
+    if policy not in policies:
         raise ValueError(f"KVOFFLOAD_EVICTION_POLICY={policy!r}: want one of "
-                         f"{', '.join(_POLICIES)}")
+                         f"{', '.join(policies)} (the policies of {engine.library_path()})")
     tiers_text = env.get("KVOFFLOAD_TIERS")
     return Settings(cpu_bytes=_int("KVOFFLOAD_CPU_BYTES", cpu, 1), eviction_policy=policy,
                     tiers=parse_tiers(tiers_text) if tiers_text else ())

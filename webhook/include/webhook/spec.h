@@ -39,7 +39,7 @@ struct Tier {
 
 struct OffloadSpec {
   Quantity cpu;
-  std::string eviction_policy;  // "lru" | "arc" | "" (unset: the agent's default, lru)
+  std::string eviction_policy;  // webhook/eviction_policies.h; "" = unset (lru)
   std::vector<Tier> secondary;
 
   // A canonical JSON form: quantities canonicalised, fields in a fixed order. Two specs that
