@@ -5,9 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <deque>
 #include <map>
-#include <thread>
 
 #include "block_file.h"
 #include "cpu_tier.h"
@@ -17,6 +15,7 @@
 #include "kvoffload/device.h"
 #include "log_sink.h"
 #include "mutex.h"
+#include "work_queue.h"
 
 namespace kvoffload {
 namespace {
@@ -38,17 +37,14 @@ class EngineImpl final : public Engine {
       : config_(config), fingerprint_(config.fingerprint.Scope(config.block_bytes)) {}
 
   ~EngineImpl() override {
-    {
-      MutexLock lock(&jobs_mu_);
-      stop_ = true;
-      // Queued jobs never started: their device memory was not touched; say so to waiters.
-      for (const auto& [id, fn] : queue_) {
-        Finish(jobs_[id], Status::Unavailable("engine shut down before the job ran"));
-      }
-      queue_.clear();
+    // Running jobs finish (their copies complete); queued ones are dropped unrun.
+    if (workers_ != nullptr) workers_->Stop();
+    // So a job not done now never started: its device memory was not touched; say so to
+    // waiters.
+    MutexLock lock(&jobs_mu_);
+    for (const auto& [id, job] : jobs_) {
+      if (!job->done) Finish(*job, Status::Unavailable("engine shut down before the job ran"));
     }
-    work_cv_.SignalAll();
-    for (std::thread& t : workers_) t.join();  // running jobs finish: their copies complete
   }
 
   Status Init(const EngineHooks& hooks) {
@@ -111,9 +107,8 @@ class EngineImpl final : public Engine {
         return disks_[i + 1]->Insert(key, file).ok();
       });
     }
-    for (size_t i = 0; i < config_.worker_threads; ++i) {
-      workers_.emplace_back([this] { WorkerLoop(); });
-    }
+    workers_ =
+        std::make_unique<WorkQueue>(config_.worker_threads, WorkQueue::OnStop::kDropQueued);
     // The one line that says how this engine runs; later lines only report state changes.
     WriteLog(log_, "kvoffload: engine started: " + Describe());
     return Status::Ok();
@@ -178,9 +173,9 @@ class EngineImpl final : public Engine {
     MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
-    if (!it->second.done) return false;
-    Status s = it->second.status;
-    jobs_.erase(it);
+    if (!it->second->done) return false;
+    Status s = it->second->status;
+    jobs_.erase(it);  // a thread in Wait on this job keeps its own reference to the record
     if (!s.ok()) return s;
     return true;
   }
@@ -189,15 +184,12 @@ class EngineImpl final : public Engine {
     MutexLock lock(&jobs_mu_);
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return Status::NotFound("job " + std::to_string(job) + " is not known");
-    // Each waiter sleeps on its own condition, woken only by its job: with many jobs in
-    // flight (one waiting thread each), waking every waiter on every finished job would
-    // swamp a few cores with wake-ups that find nothing to do.
-    CondVar finished(&jobs_mu_);
-    it->second.waiter = &finished;
-    while (!it->second.done) finished.Wait();
-    Status s = it->second.status;
-    jobs_.erase(it);
-    return s;
+    // Ours until we return: another thread's Poll or Wait may forget the job (erase it from
+    // jobs_) between its wake-up and ours.
+    const std::shared_ptr<JobRecord> record = it->second;
+    while (!record->done) record->finished.Wait();
+    jobs_.erase(job);  // nothing when another caller forgot it first
+    return record->status;
   }
 
   WriteBackReport WriteBack(std::chrono::milliseconds budget) override {
@@ -251,7 +243,7 @@ class EngineImpl final : public Engine {
     s.held_blocks = holds_.size();
     s.events_dropped = events_ ? events_->dropped() : 0;
     MutexLock lock(&jobs_mu_);
-    for (const auto& [id, job] : jobs_) s.queue_depth += job.done ? 0 : 1;
+    for (const auto& [id, job] : jobs_) s.queue_depth += job->done ? 0u : 1u;
     return s;
   }
 
@@ -272,16 +264,22 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // A job's result, shared by jobs_ (until a caller is given the result), the queued job,
+  // and each thread in Wait on it. Fields guarded by jobs_mu_.
   struct JobRecord {
+    explicit JobRecord(Mutex* mu) : finished(mu) {}
     bool done = false;
     Status status;
-    CondVar* waiter = nullptr;  // the thread in Wait, if any (one per job)
+    // The waiters of this job sleep on it alone: with many jobs in flight (one waiting thread
+    // each), waking every waiter on every finished job would swamp a few cores with wake-ups
+    // that find nothing to do.
+    CondVar finished;
   };
 
   void Finish(JobRecord& job, Status status) REQUIRES(jobs_mu_) {
     job.done = true;
     job.status = std::move(status);
-    if (job.waiter != nullptr) job.waiter->Signal();
+    job.finished.SignalAll();
   }
 
   Status CheckBatch(std::span<const BlockKey> keys, std::span<void* const> ptrs) const {
@@ -298,26 +296,16 @@ class EngineImpl final : public Engine {
 
   Result<JobId> Submit(std::function<Status()> fn) {
     MutexLock lock(&jobs_mu_);
-    if (stop_) return Status::Unavailable("engine is shutting down");
-    JobId id = next_job_++;
-    jobs_.emplace(id, JobRecord{});
-    queue_.emplace_back(id, std::move(fn));
-    work_cv_.Signal();
-    return id;
-  }
-
-  void WorkerLoop() {
-    MutexLock lock(&jobs_mu_);
-    for (;;) {
-      while (!stop_ && queue_.empty()) work_cv_.Wait();
-      if (queue_.empty()) return;
-      auto [id, fn] = std::move(queue_.front());
-      queue_.pop_front();
-      lock.Unlock();
+    auto record = std::make_shared<JobRecord>(&jobs_mu_);
+    const bool queued = workers_->Push([this, record, fn = std::move(fn)] {
       Status s = fn();
-      lock.Lock();
-      Finish(jobs_[id], std::move(s));
-    }
+      MutexLock finish_lock(&jobs_mu_);
+      Finish(*record, std::move(s));
+    });
+    if (!queued) return Status::Unavailable("engine is shutting down");
+    const JobId id = next_job_++;
+    jobs_.emplace(id, std::move(record));
+    return id;
   }
 
   // The longest prefix of keys that `tier_of` places in a tier, with those tiers.
@@ -590,12 +578,11 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> d2h_bytes_{0}, d2h_ns_{0}, h2d_bytes_{0}, h2d_ns_{0};
 
   mutable Mutex jobs_mu_;
-  CondVar work_cv_{&jobs_mu_};  // a job was queued, or the engine is stopping
-  std::map<JobId, JobRecord> jobs_ GUARDED_BY(jobs_mu_);
-  std::deque<std::pair<JobId, std::function<Status()>>> queue_ GUARDED_BY(jobs_mu_);
+  // Jobs not yet reported to a caller of Poll or Wait.
+  std::map<JobId, std::shared_ptr<JobRecord>> jobs_ GUARDED_BY(jobs_mu_);
   JobId next_job_ GUARDED_BY(jobs_mu_) = 1;
-  bool stop_ GUARDED_BY(jobs_mu_) = false;
-  std::vector<std::thread> workers_;
+  // Runs Store and Load jobs; started last in Init, stopped first in the destructor.
+  std::unique_ptr<WorkQueue> workers_;
 };
 
 }  // namespace

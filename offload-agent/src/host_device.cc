@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <thread>
 #include <vector>
 
 #include "device_backends.h"
 #include "io_status.h"
 #include "mutex.h"
+#include "work_queue.h"
 
 namespace kvoffload {
 namespace {
@@ -113,24 +113,15 @@ class HostTicket final : public CopyTicket {
 
 class HostDevice final : public DeviceBackend {
  public:
-  explicit HostDevice(size_t copy_threads) {
-    workers_.reserve(copy_threads);
-    for (size_t i = 0; i < copy_threads; ++i) workers_.emplace_back([this] { Loop(); });
-  }
-  // The workers finish every queued batch before they exit, so tickets may outlive the device.
-  ~HostDevice() override {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    cv_.SignalAll();
-    for (std::thread& t : workers_) t.join();
-  }
+  // The workers finish every queued batch before they exit (kRunQueued), so tickets may
+  // outlive the device.
+  explicit HostDevice(size_t copy_threads)
+      : workers_(copy_threads, WorkQueue::OnStop::kRunQueued) {}
 
   std::string_view name() const override { return "host"; }
   std::string Describe() const override {
     return "host: device memory emulated in host memory, copies on " +
-           std::to_string(workers_.size()) + " worker threads and the waiter";
+           std::to_string(workers_.threads()) + " worker threads and the waiter";
   }
 
   Result<std::unique_ptr<PinnedRegion>> AllocatePinned(size_t bytes) override {
@@ -143,44 +134,19 @@ class HostDevice final : public DeviceBackend {
   Result<std::unique_ptr<CopyTicket>> CopyAsync(CopyDirection /*direction*/,
                                                 std::span<const CopyOp> ops) override {
     auto state = std::make_shared<BatchState>(ops);
-    if (state->chunks() > 0) {
-      {
-        MutexLock lock(&mu_);
-        queue_.push_back(state);
-      }
-      if (state->chunks() > 1) {
-        cv_.SignalAll();
-      } else {
-        cv_.Signal();
-      }
+    // One job for each worker the batch can keep busy, each copying chunks until none is
+    // left unclaimed: the workers take the oldest batch's chunks first, and a job that finds
+    // them all claimed (by other workers or by the waiter) does nothing.
+    const size_t helpers = std::min(state->chunks(), workers_.threads());
+    for (size_t i = 0; i < helpers; ++i) {
+      // Refused only while the device is being destroyed: the waiter then copies it all.
+      if (!workers_.Push([state] { state->Help(); })) break;
     }
     return std::unique_ptr<CopyTicket>(std::make_unique<HostTicket>(std::move(state)));
   }
 
  private:
-  // Takes chunks of the oldest batch that has unclaimed ones; a batch leaves the queue once
-  // all its chunks are claimed (by workers or by its waiter).
-  void Loop() {
-    MutexLock lock(&mu_);
-    for (;;) {
-      while (!stop_ && queue_.empty()) cv_.Wait();
-      if (queue_.empty()) return;  // stopping, nothing left
-      std::shared_ptr<BatchState> batch = queue_.front();
-      size_t chunk = batch->Claim();
-      if (chunk + 1 >= batch->chunks()) queue_.pop_front();
-      if (chunk == batch->chunks()) continue;  // its waiter claimed the rest
-      lock.Unlock();
-      batch->RunChunk(chunk);
-      batch.reset();  // before taking mu_: the last reference may free the batch
-      lock.Lock();
-    }
-  }
-
-  Mutex mu_;
-  CondVar cv_{&mu_};  // a batch was queued or the device is stopping
-  std::deque<std::shared_ptr<BatchState>> queue_ GUARDED_BY(mu_);
-  bool stop_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  WorkQueue workers_;
 };
 
 }  // namespace

@@ -2,13 +2,12 @@
 // read or written in parallel without io_uring.
 #include <unistd.h>
 
-#include <deque>
-#include <thread>
 #include <vector>
 
 #include "io_status.h"
 #include "mutex.h"
 #include "disk_io_backends.h"
+#include "work_queue.h"
 
 namespace kvoffload {
 namespace {
@@ -38,21 +37,11 @@ void RunOp(IoOp& op) {
 
 class PsyncIo final : public DiskIo {
  public:
-  explicit PsyncIo(size_t threads) {
-    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
-  }
-  ~PsyncIo() override {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    cv_.SignalAll();
-    for (std::thread& t : workers_) t.join();
-  }
+  explicit PsyncIo(size_t threads) : workers_(threads, WorkQueue::OnStop::kRunQueued) {}
 
   std::string_view name() const override { return "psync"; }
   std::string Describe() const override {
-    return "psync: pread/pwrite on " + std::to_string(workers_.size()) + " threads";
+    return "psync: pread/pwrite on " + std::to_string(workers_.threads()) + " threads";
   }
 
   void Execute(std::span<IoOp> ops) override {
@@ -66,11 +55,17 @@ class PsyncIo final : public DiskIo {
       return;
     }
     Batch batch(&mu_);
-    {
-      MutexLock lock(&mu_);
-      for (size_t i = 0; i < ops.size(); ++i) queue_.push_back(Task{&ops[i], i, &batch});
+    for (size_t i = 0; i < ops.size(); ++i) {
+      auto job = [this, op = &ops[i], i, &batch] {
+        RunOp(*op);
+        MutexLock lock(&mu_);
+        // Signalled under the lock: the waiter cannot return (and free the batch) before.
+        batch.finished.push_back(i);
+        batch.done_cv.SignalAll();
+      };
+      // Refused only while the backend is being destroyed: run it here then.
+      if (!workers_.Push(job)) job();
     }
-    cv_.SignalAll();
     MutexLock lock(&mu_);
     std::vector<size_t> now;
     for (size_t reported = 0; reported < ops.size(); reported += now.size()) {
@@ -90,33 +85,9 @@ class PsyncIo final : public DiskIo {
     std::vector<size_t> finished;  // ops done and not yet reported; guarded by PsyncIo's mu_
     CondVar done_cv;
   };
-  struct Task {
-    IoOp* op;
-    size_t index;
-    Batch* batch;
-  };
 
-  void WorkerLoop() {
-    MutexLock lock(&mu_);
-    for (;;) {
-      while (!stop_ && queue_.empty()) cv_.Wait();
-      if (queue_.empty()) return;  // stop_ and drained
-      Task task = queue_.front();
-      queue_.pop_front();
-      lock.Unlock();
-      RunOp(*task.op);
-      lock.Lock();
-      // Signalled under the lock: the waiter cannot return (and free the batch) before.
-      task.batch->finished.push_back(task.index);
-      task.batch->done_cv.SignalAll();
-    }
-  }
-
-  Mutex mu_;
-  CondVar cv_{&mu_};  // work was queued or the pool is stopping
-  std::deque<Task> queue_ GUARDED_BY(mu_);
-  bool stop_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  Mutex mu_;  // guards every batch's `finished`; outlives the workers, whose jobs take it
+  WorkQueue workers_;
 };
 
 }  // namespace

@@ -4,7 +4,11 @@
 // the pinned tier's eviction policy.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "block_file.h"
 #include "kvoffload/engine.h"
@@ -515,6 +519,128 @@ TEST(EngineTest, PollAndWaitReportResultsOnce) {
   EXPECT_EQ(e->Poll(12345).status().code(), StatusCode::kNotFound);
   std::vector<void*> one_ptr = {b.ptrs[0]};
   EXPECT_EQ(e->Store(b.keys, one_ptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+// One engine shared by threads (the C API promises it): a thread may wait on a job while
+// another polls the same job, or two threads may wait on it. Whoever returns the result first
+// makes the engine forget the job, and that must not free what a waiter still reads. Each
+// round parks a load at its disk read until the waiters are asleep on it, then lets it finish
+// while the test thread polls. Which thread sees the job done first is up to the scheduler
+// (the poller in a few rounds out of a hundred here, and every such round read freed memory
+// before the fix), so the rounds are many and each checks what must hold either way.
+class SharedJobTest : public ::testing::Test {
+ protected:
+  static constexpr int kRounds = 100;
+
+  // Holds every disk read until opened; writes (the cascade) pass.
+  struct ReadGate {
+    void Close() {
+      std::lock_guard<std::mutex> lock(mu);
+      open = false;
+    }
+    void Open() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        open = true;
+      }
+      cv.notify_all();
+    }
+    void Pass() {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [this] { return open; });
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = true;
+  };
+  class GatedDiskIo final : public DiskIo {
+   public:
+    GatedDiskIo(std::unique_ptr<DiskIo> base, std::shared_ptr<ReadGate> gate)
+        : base_(std::move(base)), gate_(std::move(gate)) {}
+    std::string_view name() const override { return base_->name(); }
+    std::string Describe() const override { return base_->Describe(); }
+    void Execute(std::span<IoOp> ops) override {
+      if (!ops.empty() && ops[0].kind == IoOp::Kind::kRead) gate_->Pass();
+      base_->Execute(ops);
+    }
+
+   private:
+    std::unique_ptr<DiskIo> base_;
+    std::shared_ptr<ReadGate> gate_;
+  };
+
+  // Blocks 0..kRounds-1 on disk 0 (the pinned tier holds one block: the last one stored).
+  void SetUp() override {
+    EngineHooks hooks;
+    hooks.wrap_disk_io = [gate = gate_](size_t, std::unique_ptr<DiskIo> base) {
+      return std::unique_ptr<DiskIo>(std::make_unique<GatedDiskIo>(std::move(base), gate));
+    };
+    Result<std::unique_ptr<Engine>> e =
+        Engine::Open(Config(1, {Tier(dir_.path(), 2 * kRounds)}), hooks);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+    for (uint64_t i = 0; i <= kRounds; ++i) {
+      ASSERT_TRUE(StoreAndWait(*engine_, Blocks::Make(i, 1)).ok());
+    }
+    ASSERT_EQ(engine_->Where(Blocks::Make(0, kRounds).keys), std::vector<int>(kRounds, 1));
+  }
+
+  // A load of block `round` from disk, held at its read until Release.
+  JobId StartLoad(int round) {
+    gate_->Close();
+    out_ = Blocks::Make(static_cast<uint64_t>(round), 1).Empty();
+    Result<JobId> job = engine_->Load(out_.keys, out_.ptrs);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : 0;
+  }
+  // Lets the load finish once the waiters (started just before) are asleep in Wait.
+  void Release() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    gate_->Open();
+  }
+
+  TempDir dir_;
+  std::shared_ptr<ReadGate> gate_ = std::make_shared<ReadGate>();
+  std::unique_ptr<Engine> engine_;
+  Blocks out_;
+};
+
+TEST_F(SharedJobTest, WaitAndPollOnOneJobFromTwoThreads) {
+  for (int round = 0; round < kRounds; ++round) {
+    const JobId job = StartLoad(round);
+    Status waited;
+    std::thread waiter([&] { waited = engine_->Wait(job); });
+    Release();
+    Result<bool> polled = false;
+    while (polled.ok() && !*polled) polled = engine_->Poll(job);
+    waiter.join();
+    // A waiter that came after the poller had the result finds the job forgotten; never
+    // anything else.
+    ASSERT_TRUE(waited.ok() || waited.code() == StatusCode::kNotFound) << waited.ToString();
+    ASSERT_TRUE(polled.ok() || polled.status().code() == StatusCode::kNotFound)
+        << polled.status().ToString();
+    EXPECT_TRUE(waited.ok() || polled.ok()) << "round " << round << ": nobody got the result";
+    EXPECT_EQ(engine_->Poll(job).status().code(), StatusCode::kNotFound)
+        << "round " << round << ": a reported job is forgotten";
+    EXPECT_EQ(out_.data[0], Blocks::Make(static_cast<uint64_t>(round), 1).data[0]);
+  }
+}
+
+TEST_F(SharedJobTest, TwoThreadsWaitOnOneJob) {
+  for (int round = 0; round < kRounds; ++round) {
+    const JobId job = StartLoad(round);
+    Status first, second;
+    std::thread a([&] { first = engine_->Wait(job); });
+    std::thread b([&] { second = engine_->Wait(job); });
+    Release();
+    a.join();
+    b.join();
+    for (const Status& s : {first, second}) {
+      EXPECT_TRUE(s.ok() || s.code() == StatusCode::kNotFound) << s.ToString();
+    }
+    EXPECT_TRUE(first.ok() || second.ok()) << "round " << round << ": nobody got the result";
+    EXPECT_EQ(engine_->Poll(job).status().code(), StatusCode::kNotFound);
+  }
 }
 
 TEST(EngineTest, OpenRejectsATierTooSmallForOneBlock) {

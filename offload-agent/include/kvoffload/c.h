@@ -133,8 +133,11 @@ KVO_API kvo_status kvo_release(kvo_engine* engine, const kvo_key* keys, size_t n
 KVO_API kvo_status kvo_take_events(kvo_engine* engine, kvo_event* out, size_t cap, size_t* n);
 KVO_API kvo_status kvo_load(kvo_engine* engine, const kvo_key* keys, void* const* device_ptrs, size_t n,
                     uint64_t* job);
-/* KVO_PENDING while running; then the job's result (the job is then forgotten). */
+/* KVO_PENDING while running; then the job's result (the job is then forgotten: a later poll
+ * or wait on it is KVO_NOT_FOUND). */
 KVO_API kvo_status kvo_job_poll(kvo_engine* engine, uint64_t job);
+/* Blocks until the job finishes; its result. Threads may poll and wait on one job at once:
+ * every wait that began before the job was forgotten returns its result. */
 KVO_API kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job);
 
 KVO_API kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);

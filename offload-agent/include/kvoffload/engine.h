@@ -95,7 +95,9 @@ class KVOFFLOAD_EXPORT Engine {
   virtual size_t TakeEvents(std::span<TierEvent> out) = 0;
 
   // false while the job runs; true when it finished OK; its error when it failed. A finished
-  // job is forgotten once its result was returned (by Poll or Wait).
+  // job is forgotten once its result was returned (by Poll or Wait); later calls on it are
+  // NotFound. Several threads may poll or wait on one job: every Wait that began before the
+  // job was forgotten returns its result, even when another thread's call returned it first.
   virtual Result<bool> Poll(JobId job) = 0;
   virtual Status Wait(JobId job) = 0;
 
