@@ -112,34 +112,27 @@ def loads_from(events) -> list[dict]:
                 rec["polls"].append(t0)
                 continue
             rec["seen"] = t1
-            rec["last_poll_start"] = t0
             rec["polls"].append(t0)
             out.append(open_jobs.pop(job))
     return out
 
 
-def parse_perf(data: pathlib.Path, pid: int) -> list[dict]:
-    """perf script into records: tid, time, event, and for samples the callchain's symbols;
-    for sched_switch the previous and next tids."""
+def parse_perf(data: pathlib.Path) -> list[dict]:
+    """perf script into records: tid, time (CLOCK_MONOTONIC), event, the call chain's frames
+    ("symbol (dso)", leaf first) and the rest of the header line (sched_switch's fields)."""
     text = subprocess.run(["perf", "script", "-i", str(data), "-F",
                            "comm,tid,time,event,ip,sym,dso,trace"], check=True,
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
-    recs, cur = [], None
+    header = re.compile(r"^\s*.+?\s+(\d+)\s+(\d+\.\d+):\s+(?:\d+\s+)?([\w:-]+):\s*(.*)$")
+    recs = []
     for line in text.splitlines():
-        if not line.strip():
-            cur = None
-            continue
-        if cur is not None and line.startswith(("\t", " " * 8)) and ":" not in line[:20]:
-            cur["stack"].append(line.strip().split(" ", 1)[-1])
-            continue
-        m = re.match(r"^\s*(.+?)\s+(\d+)\s+(\d+\.\d+):\s+(?:\d+\s+)?([\w:-]+):\s*(.*)$", line)
-        if not m:
-            if cur is not None:
-                cur["stack"].append(line.strip().split(" ", 1)[-1])
-            continue
-        comm, tid, t, event, rest = m.groups()
-        cur = {"tid": int(tid), "t": float(t), "event": event, "stack": [], "rest": rest}
-        recs.append(cur)
+        m = header.match(line)
+        if m:
+            tid, t, event, rest = m.groups()
+            recs.append({"tid": int(tid), "t": float(t), "event": event, "stack": [],
+                         "rest": rest})
+        elif line.strip() and recs:
+            recs[-1]["stack"].append(line.strip().split(" ", 1)[-1])
     return recs
 
 
@@ -375,7 +368,7 @@ def main() -> None:
         for way in (True, False):
             results["timeline"][f"plain, yield={way}"] = timeline(
                 [ld for ld in plain if ld["yield"] == way])
-    results["profile"] = analyse(profiled, parse_perf(data, proc.pid), roles, freq)
+    results["profile"] = analyse(profiled, parse_perf(data), roles, freq)
     results["perf_command"] = " ".join(perf_cmd)
     results["loadavg"] = open("/proc/loadavg").read().split()[:3]
     os.environ["KVOFFLOAD_LIBRARY"] = env["KVOFFLOAD_LIBRARY"]
