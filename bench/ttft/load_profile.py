@@ -11,10 +11,12 @@ prompt cold, then hits of it, vLLM's own prefix cache reset before each. The eng
 records, on CLOCK_MONOTONIC, when each load job was submitted, every poll of it and the poll
 that saw it done; `perf record -k CLOCK_MONOTONIC` of the same process during the last
 rounds adds on the same clock when the libkvoffload threads were woken and ran, and which
-code ran on the cores during the loads. Writes OUT_DIR/profile.json and the perf data.
+code ran on the cores during the loads. Then the same load runs outside vLLM as the
+reference (standalone()). Writes OUT_DIR/profile.json and the perf data.
 
 env: PROFILE_TOKENS (4096), PROFILE_HITS (20 timed without perf, then as many under perf),
-     PROFILE_FREQ (perf sampling Hz, 10000)
+     PROFILE_FREQ (perf sampling Hz, 10000), PROFILE_AB=1 (every other load without the
+     adapter's yield while it polls a running load, reported apart)
 """
 import atexit
 import collections
