@@ -98,6 +98,9 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
           --total --sizes=16K,... --batch --reps --max-blocks
   crc     GB/s on one core of the block checksum (ISA-L CRC-32C) against the one-stream
           loop it replaced; fails if they disagree  --sizes=4K,64K,1M,16M --total --reps
+  scatter memcpy of one load's bytes from pinned slots, whole blocks against each block cut
+          into pieces, one per layer tensor (vLLM's layout), on --threads threads
+          --block-size --blocks --pieces --threads --reps
 Each prints one JSON object on stdout; progress goes to stderr.
 )";
 
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   if (cmd == "policies") run = RunPolicies;
   if (cmd == "gpu") run = RunGpu;
   if (cmd == "crc") run = RunCrc;
+  if (cmd == "scatter") run = RunScatter;
   if (run == nullptr) {
     std::cerr << "kvoffload-bench: unknown subcommand \"" << cmd << "\"\n" << kUsage;
     return 2;

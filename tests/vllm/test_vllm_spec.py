@@ -6,6 +6,7 @@ complete_load), over CPU tensors with the engine's host backend."""
 
 import hashlib
 import json
+import os
 import time
 
 import pytest
@@ -228,6 +229,46 @@ def test_store_evict_to_disk_load_back_identical(tmp_path, monkeypatch):
         load(manager, worker, keys, range(16, 24), job_id=2)
         for want, t in zip(expected, tensors):
             assert torch.equal(want, t[16:24])
+    finally:
+        worker.shutdown()
+
+
+def test_polling_a_running_load_on_the_host_device_yields_the_core(tmp_path, monkeypatch):
+    """vLLM's in-process step loop polls a load it waits for again at once; on the host device
+    the load's copies need the same cores, so a poll that finds a load running yields the CPU
+    once. A running store (nobody waits for it) and a finished load do not."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    spec, manager, worker, tensors = new_spec(agent_extra())
+    try:
+        keys, more = offload_keys(4)[:2], offload_keys(4)[2:]
+        store(manager, worker, keys, range(2), job_id=1)
+        yields = []
+        monkeypatch.setattr(os, "sched_yield", lambda: yields.append(True))
+        # While `held` is set, every engine job polls as still running.
+        held = [True]
+        real_poll = worker._core.poll
+        monkeypatch.setattr(worker._core, "poll", lambda job: not held and real_poll(job))
+
+        ctx = ReqContext(req_id="load-2")
+        assert worker.submit_load(2, manager.prepare_load(keys, ctx),
+                                  GPULoadStoreSpec([4, 5], group_sizes=[2], block_indices=[0]))
+        assert worker.get_finished() == [] and len(yields) == 1
+        assert worker.get_finished() == [] and len(yields) == 2
+        held.clear()
+        assert finish(worker, 2).success
+        manager.complete_load(keys, ctx)
+        after_load = len(yields)
+        assert worker.get_finished() == [] and len(yields) == after_load
+
+        held.append(True)
+        ctx = ReqContext(req_id="store-3")
+        out = manager.prepare_store(more, ctx)
+        assert worker.submit_store(3, GPULoadStoreSpec([6, 7], group_sizes=[2],
+                                                       block_indices=[0]), out.store_spec)
+        assert worker.get_finished() == [] and len(yields) == after_load
+        held.clear()
+        assert finish(worker, 3).success
+        manager.complete_store(more, ctx)
     finally:
         worker.shutdown()
 

@@ -2,6 +2,7 @@
 package works with whatever Python the vLLM image ships. Thread-safe as the C API is: one
 Engine may be shared by threads."""
 
+import array
 import ctypes
 import os
 from dataclasses import dataclass
@@ -175,10 +176,11 @@ class EngineOptions:
 
 
 def _keys_array(keys):
-    arr = (Key * len(keys))()
-    for i, (hi, lo) in enumerate(keys):
-        arr[i].hi, arr[i].lo = hi, lo
-    return arr
+    # One array.array of the flat (hi, lo) words, viewed as Key[]: a load submits a few
+    # hundred keys on vLLM's step, and filling the structs field by field cost more Python
+    # time than the engine takes to start the load (bench/ttft/load_profile.py).
+    words = array.array("Q", [w for key in keys for w in key])
+    return (Key * len(keys)).from_buffer(words)
 
 
 class Engine:
@@ -224,7 +226,8 @@ class Engine:
             raise ValueError(f"{call}: {len(keys)} keys of {self.options.segments} segments "
                              f"but {len(ptrs)} pointers")
         job = ctypes.c_uint64()
-        arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        # As _keys_array: array.array converts the pointers in C, not one ctypes object each.
+        arr = (ctypes.c_void_p * len(ptrs)).from_buffer(array.array("Q", ptrs))
         _check(call, fn(self._live(), _keys_array(keys), arr, len(keys), ctypes.byref(job)))
         return job.value
 

@@ -309,6 +309,7 @@ class KVOffloadWorker(OffloadingWorker):
         # vLLM job id -> (engine job, is_store, bytes, start time)
         self._jobs: dict[int, tuple[int, bool, int, float]] = {}
         self._finished: list[TransferResult] = []
+        self._yield_to_copies = core.device == "host"
 
     def _submit(self, job_id: int, spec: KVOffloadLoadStoreSpec, block_ids,
                  is_store: bool) -> bool:
@@ -354,12 +355,23 @@ class KVOffloadWorker(OffloadingWorker):
                                              seconds))
 
     def get_finished(self) -> list[TransferResult]:
-        for job_id, (engine_job, *_rest) in list(self._jobs.items()):
+        load_running = False
+        for job_id, (engine_job, is_store, *_rest) in list(self._jobs.items()):
             try:
                 if self._core.poll(engine_job):
                     self._finish(job_id, True, None)
+                else:
+                    load_running |= not is_store
             except KvoError as e:
                 self._finish(job_id, False, e)
+        if load_running and self._yield_to_copies:
+            # The host device copies a load on the engine's threads, on the cores that run
+            # vLLM. A request waiting for it leaves vLLM nothing to run, and its in-process
+            # step loop then polls again at once, without sleeping: that loop took a core's
+            # share from the copies (bench/RESULTS.md section 7). Yielding here hands the core
+            # to a copy thread when one is waiting for it, and costs one system call when none
+            # is.
+            os.sched_yield()
         done, self._finished = self._finished, []
         return done
 
