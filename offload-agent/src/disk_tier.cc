@@ -373,6 +373,7 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
             : m.find(std::strerror(EROFS)) != std::string::npos ? "read-only"
                                                                 : "failing";
     ++blocks_lost_;
+    ++stats_.lost;
   }
   if (state == write_state_) return;
   // One line per change of state, never one per block.

@@ -140,7 +140,7 @@ class DiskTier {
   TierStats stats_ GUARDED_BY(mu_);
   // What the last write said about the tier: "" (writable), or why it is not (full, read-only,
   // failing). A change is logged once, not once per block; blocks_lost_ counts the blocks that
-  // did not reach the tier since.
+  // did not reach the tier since (stats_.lost counts them all).
   std::string write_state_ GUARDED_BY(mu_);
   uint64_t blocks_lost_ GUARDED_BY(mu_) = 0;
   // REQUIRES: mu_. Records the outcome of one write (no_victim: refused before writing, as
