@@ -211,7 +211,7 @@ Status DiskTier::Init() {
   ledger_ = std::move(ledger);
   if (c.persistent) {
     // Serving starts now; ordering, checking sizes and shedding blocks past a smaller capacity
-    // follow on their own thread. Nothing is written to the tier before that is done.
+    // follow on their own thread; until that is done no block of ours is evicted.
     settled_ = false;
     settler_ = std::thread([this, files = std::move(recovered)]() mutable {
       Settle(std::move(files));
@@ -480,12 +480,17 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
 }
 
 Status DiskTier::Reserve() {
-  // Until the recovered files are checked, the bytes counted may be off and no victim can be
-  // chosen in order: writes wait (lookups and reads of recovered blocks do not).
-  while (!settled_) cv_.Wait();
   for (;;) {
+    // Recovered blocks are counted at the size this format writes, so a write that fits goes
+    // ahead before they are checked; other fingerprints' files were ordered at open.
     if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
     if (EvictForeignLocked()) continue;
+    // Our victims only once the recovered blocks are in the policy, oldest first (and any of
+    // the wrong size removed, which may leave room).
+    if (!settled_) {
+      cv_.Wait();
+      continue;
+    }
     std::optional<BlockKey> victim =
         // Called inside this locked scope (the analysis cannot see into lambdas).
         policy_->SelectVictim(

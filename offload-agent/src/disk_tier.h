@@ -4,7 +4,8 @@
 // read are pinned so that eviction skips them; no call ever waits for a pin to drop (the pin
 // holder may be a job waiting on this tier), which keeps the cascade deadlock-free.
 // A persistent tier serves its recovered blocks as soon as it is open; their files are checked
-// (size, type) and ordered (modification time) by a thread of its own, and writes wait for that.
+// (size, type) and ordered (modification time) by a thread of its own, and evictions of its own
+// blocks wait for that.
 #ifndef KVOFFLOAD_SRC_DISK_TIER_H_
 #define KVOFFLOAD_SRC_DISK_TIER_H_
 
@@ -57,7 +58,7 @@ class DiskTier {
 
   // Creates the directories, probes O_DIRECT, then either clears the tier (not persistent) or
   // lists it so its blocks are served again (persistent); their files are checked and put in
-  // eviction order in the background (writes to the tier wait for that).
+  // eviction order in the background (a write that needs one of them evicted waits for that).
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
                                                 std::unique_ptr<DiskIo> io);
   ~DiskTier();
@@ -119,7 +120,7 @@ class DiskTier {
   Status Scan(uint64_t* bytes, std::vector<Recovered>* own);
   // The background half of recovery: stats the recovered files (in inode order), puts them in
   // the policy oldest first, replays what happened meanwhile, removes wrong-size files, sheds
-  // blocks past the capacity, then lets writes in.
+  // blocks past the capacity, then lets evictions of our blocks begin.
   void Settle(std::vector<Recovered> files);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
   uint64_t ScanUsedBytes() const;
@@ -164,8 +165,8 @@ class DiskTier {
   // before any of ours, from the back.
   std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
-  // False from a persistent start until Settle is done: no victim is chosen and nothing is
-  // written; policy calls wait in journal_.
+  // False from a persistent start until Settle is done: no victim of ours is chosen; policy
+  // calls wait in journal_.
   bool settled_ GUARDED_BY(mu_) = true;
   std::vector<std::pair<PolicyCall, BlockKey>> journal_ GUARDED_BY(mu_);
   TierStats stats_ GUARDED_BY(mu_);
