@@ -98,6 +98,9 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
           --total --sizes=16K,... --batch --reps --max-blocks
   crc     GB/s on one core of the block checksum (ISA-L CRC-32C) against the one-stream
           loop it replaced; fails if they disagree  --sizes=4K,64K,1M,16M --total --reps
+  recovery  seconds to open an engine on a persistent tier of --blocks 4 KiB block files
+          (default 1M), warm and with the kernel's caches dropped; the tier is built once in
+          --dir and reused  --block-size (payload, at most 4032) --reps --cold=auto|off
 Each prints one JSON object on stdout; progress goes to stderr.
 )";
 
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   if (cmd == "policies") run = RunPolicies;
   if (cmd == "gpu") run = RunGpu;
   if (cmd == "crc") run = RunCrc;
+  if (cmd == "recovery") run = RunRecovery;
   if (run == nullptr) {
     std::cerr << "kvoffload-bench: unknown subcommand \"" << cmd << "\"\n" << kUsage;
     return 2;
