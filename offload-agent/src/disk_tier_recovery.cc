@@ -155,12 +155,13 @@ void DiskTier::Settle(std::vector<Recovered> files) {
       found[i].file = StatFile(fd, files[i].key.ToHex() + ".blk", &found[i].size, &found[i].mtime);
     }
   };
-  std::vector<std::thread> helpers;
+  std::vector<std::thread> stat_threads;
   for (size_t t = 1; t < threads && t * per_thread < files.size(); ++t) {
-    helpers.emplace_back(stat_run, t * per_thread, std::min(files.size(), (t + 1) * per_thread));
+    stat_threads.emplace_back(stat_run, t * per_thread,
+                              std::min(files.size(), (t + 1) * per_thread));
   }
   stat_run(0, std::min(files.size(), per_thread));
-  for (std::thread& h : helpers) h.join();
+  for (std::thread& th : stat_threads) th.join();
   if (fd >= 0) ::close(fd);
   if (stop_settling_.load()) return;  // the tier is being destroyed
 

@@ -4,7 +4,8 @@
 // one adds the block size (ModelFingerprint::Scope). Such a tier is written here byte by byte
 // as that release wrote it, independently of the current writer. Also: other format versions
 // (kvoffload-v0, kvoffload-v2) and entries a version-1 reader does not know are left alone.
-// That the current format reopens with hits is EngineTest.PersistentTierServesItsBlocksAfterRestart.
+// That the current format reopens with hits is
+// EngineTest.PersistentTierServesItsBlocksAfterRestart.
 #include <sys/stat.h>
 #include <sys/time.h>
 
@@ -49,7 +50,8 @@ void Put(std::vector<std::byte>& f, size_t at, uint64_t v, size_t bytes) {
 
 // One block file as the previous release wrote it (FORMAT.md version 1, its fingerprint field
 // the digest without the block size): payload, 64-byte trailer, zeros to 4096.
-std::vector<std::byte> PreviousBlockFile(const BlockKey& key, const std::vector<std::byte>& payload) {
+std::vector<std::byte> PreviousBlockFile(const BlockKey& key,
+                                         const std::vector<std::byte>& payload) {
   BlockKey digest;
   EXPECT_TRUE(ParseHexKey(kPreviousDigestHex, &digest));
   const size_t n = payload.size();
@@ -71,7 +73,8 @@ std::vector<std::byte> PreviousBlockFile(const BlockKey& key, const std::vector<
 void WriteFile(const std::string& path, const std::vector<std::byte>& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << path;
 }
 
