@@ -1,7 +1,7 @@
 // kvoffload-bench: the agent's benchmark CLI. Each subcommand is one file (trace_cmd.cc,
-// bandwidth_cmd.cc, policy_cmd.cc, gpu_cmd.cc, crc_cmd.cc, scatter_cmd.cc) and prints one JSON
-// object on stdout; progress of long runs goes to stderr. Single-threaded driver code; not a
-// library.
+// bandwidth_cmd.cc, policy_cmd.cc, gpu_cmd.cc, crc_cmd.cc, scatter_cmd.cc, recovery_cmd.cc)
+// and prints one JSON object on stdout; progress of long runs goes to stderr. Single-threaded
+// driver code; not a library.
 #ifndef KVOFFLOAD_BENCH_AGENT_CLI_H_
 #define KVOFFLOAD_BENCH_AGENT_CLI_H_
 
@@ -69,6 +69,7 @@ int RunPolicies(Flags& flags);
 int RunGpu(Flags& flags);
 int RunCrc(Flags& flags);
 int RunScatter(Flags& flags);
+int RunRecovery(Flags& flags);
 
 }  // namespace kvoffload::bench
 

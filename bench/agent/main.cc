@@ -101,6 +101,9 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
   scatter memcpy of one load's bytes from pinned slots, whole blocks against each block cut
           into pieces, one per layer tensor (vLLM's layout), on --threads threads
           --block-size --blocks --pieces --threads --reps
+  recovery  seconds to open an engine on a persistent tier of --blocks 4 KiB block files
+          (default 1M), warm and with the kernel's caches dropped; the tier is built once in
+          --dir and reused  --block-size (payload, at most 4032) --reps --cold=auto|off
 Each prints one JSON object on stdout; progress goes to stderr.
 )";
 
@@ -128,6 +131,7 @@ int main(int argc, char** argv) {
   if (cmd == "gpu") run = RunGpu;
   if (cmd == "crc") run = RunCrc;
   if (cmd == "scatter") run = RunScatter;
+  if (cmd == "recovery") run = RunRecovery;
   if (run == nullptr) {
     std::cerr << "kvoffload-bench: unknown subcommand \"" << cmd << "\"\n" << kUsage;
     return 2;

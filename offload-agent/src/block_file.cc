@@ -85,7 +85,7 @@ std::string BlockPath(const std::string& fingerprint_dir, const BlockKey& key) {
   return fingerprint_dir + "/" + key.ToHex() + ".blk";
 }
 
-bool ParseHexKey(const std::string& hex, BlockKey* key) {
+bool ParseHexKey(std::string_view hex, BlockKey* key) {
   if (hex.size() != 32) return false;
   uint64_t parts[2] = {0, 0};
   for (size_t i = 0; i < 32; ++i) {
@@ -104,7 +104,7 @@ bool ParseHexKey(const std::string& hex, BlockKey* key) {
   return true;
 }
 
-bool ParseBlockFileName(const std::string& name, BlockKey* key) {
+bool ParseBlockFileName(std::string_view name, BlockKey* key) {
   return name.size() == 36 && name.ends_with(".blk") && ParseHexKey(name.substr(0, 32), key);
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kvoffload/block_key.h"
 #include "kvoffload/status.h"
@@ -41,8 +42,8 @@ std::string FingerprintDir(const std::string& tier_root, const BlockKey& fingerp
 // <dir>/<key hex>.blk
 std::string BlockPath(const std::string& fingerprint_dir, const BlockKey& key);
 // Parses "<32 hex>.blk"; false for anything else (temp files, strangers).
-bool ParseBlockFileName(const std::string& name, BlockKey* key);
-bool ParseHexKey(const std::string& hex, BlockKey* key);
+bool ParseBlockFileName(std::string_view name, BlockKey* key);
+bool ParseHexKey(std::string_view hex, BlockKey* key);
 
 }  // namespace kvoffload
 

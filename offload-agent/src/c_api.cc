@@ -257,6 +257,7 @@ kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
                                     t.corrupt,        t.bytes_read, t.bytes_written, t.read_ns,
                                     t.write_ns};
       all.tier_refused[i] = t.refused;
+      all.tier_lost[i] = t.lost;
     }
     all.stored_blocks = s.stored_blocks;
     all.loaded_blocks = s.loaded_blocks;

@@ -1,4 +1,5 @@
-// Disk tier: publish (temp file + link), verified reads, eviction cascade, recovery scan.
+// Disk tier: publish (temp file + link), verified reads, eviction cascade (recovery at open:
+// disk_tier_recovery.cc).
 #include "disk_tier.h"
 
 #include <fcntl.h>
@@ -19,9 +20,6 @@ namespace kvoffload {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A temp file this old in a shared tier belongs to a writer that died.
-constexpr auto kStaleTempAge = std::chrono::hours(1);
 
 struct AlignedFree {
   void operator()(std::byte* p) const { std::free(p); }
@@ -80,10 +78,6 @@ Status ProbeWritable(const std::string& dir) {
   return Status::Ok();
 }
 
-int64_t MtimeNs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
 }  // namespace
 
 DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
@@ -95,7 +89,10 @@ DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
   stats_.capacity_bytes = options.config.capacity_bytes;
 }
 
-DiskTier::~DiskTier() = default;
+DiskTier::~DiskTier() {
+  stop_settling_.store(true);
+  if (settler_.joinable()) settler_.join();
+}
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
                                                  std::unique_ptr<DiskIo> io) {
@@ -132,8 +129,9 @@ Status DiskTier::Init() {
   }
 
   uint64_t scanned_bytes = 0;
+  std::vector<Recovered> recovered;
   if (c.persistent) {
-    if (Status s = Scan(&scanned_bytes); !s.ok()) return s;
+    if (Status s = Scan(&scanned_bytes, &recovered); !s.ok()) return s;
   }
   std::unique_ptr<CapacityLedger> ledger;
   if (c.shared) {
@@ -144,90 +142,30 @@ Status DiskTier::Init() {
   } else {
     ledger = NewMemoryLedger(c.capacity_bytes, scanned_bytes);
   }
-  // A tier reopened with a smaller capacity sheds its oldest blocks (nothing below takes them
-  // yet: sinks are connected after opening).
   MutexLock lock(&mu_);
   ledger_ = std::move(ledger);
-  while (ledger_->used() > c.capacity_bytes) {
-    if (!foreign_.empty()) {
-      // Copied out of the structured binding: clang 14 cannot capture one in a lambda.
-      const std::string path = foreign_.back().first;
-      const uint64_t bytes = foreign_.back().second;
-      foreign_.pop_back();
-      ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
-      continue;
-    }
-    std::optional<BlockKey> victim = policy_->SelectVictim(nullptr);
-    if (!victim) break;
-    ++stats_.evictions;
-    ++stats_.dropped;
-    RemoveLocked(*victim);
+  if (c.persistent) {
+    // Serving starts now; ordering, checking sizes and shedding blocks past a smaller capacity
+    // follow on their own thread; until that is done no block of ours is evicted.
+    settled_ = false;
+    settler_ = std::thread([this, files = std::move(recovered)]() mutable {
+      Settle(std::move(files));
+    });
   }
   return Status::Ok();
 }
 
-Status DiskTier::Scan(uint64_t* bytes) {
-  std::error_code ec;
-  std::vector<std::pair<int64_t, BlockKey>> own;
-  std::vector<std::tuple<int64_t, std::string, uint64_t>> foreign;
-  uint64_t corrupt = 0;
-  const auto now = fs::file_time_type::clock::now();
-  for (const fs::directory_entry& fp_dir : fs::directory_iterator(FormatRoot(options_.config.path), ec)) {
-    if (!fp_dir.is_directory(ec)) continue;
-    const bool ours = fp_dir.path().string() == dir_;
-    for (const fs::directory_entry& f : fs::directory_iterator(fp_dir.path(), ec)) {
-      const std::string name = f.path().filename().string();
-      struct stat st {};
-      if (::stat(f.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      const auto size = static_cast<uint64_t>(st.st_size);
-      if (name.ends_with(".tmp")) {
-        // Private tier: any temp file is a leftover of a crash. Shared: only old ones are.
-        auto age = now - f.last_write_time(ec);
-        if (!options_.config.shared || age > kStaleTempAge) {
-          fs::remove(f.path(), ec);
-        } else {
-          *bytes += size;
-        }
-        continue;
-      }
-      BlockKey key;
-      if (!ParseBlockFileName(name, &key)) continue;
-      if (!ours) {
-        foreign.emplace_back(MtimeNs(st), f.path().string(), size);
-        *bytes += size;
-      } else if (size != file_bytes_) {
-        fs::remove(f.path(), ec);  // truncated (or another block size): never served
-        ++corrupt;
-      } else {
-        own.emplace_back(MtimeNs(st), key);
-        *bytes += size;
-      }
-    }
-  }
-  std::sort(own.begin(), own.end());
-  MutexLock lock(&mu_);
-  stats_.corrupt += corrupt;
-  for (const auto& [mtime, key] : own) {
-    entries_.emplace(key, Entry{});
-    policy_->OnInsert(key);  // oldest first: the least recently written are the first victims
-  }
-  recovered_ = own.size();
-  std::sort(foreign.rbegin(), foreign.rend());
-  for (auto& [mtime, path, size] : foreign) foreign_.emplace_back(std::move(path), size);
-  return Status::Ok();
-}
-
-uint64_t DiskTier::ScanUsedBytes() const {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const fs::directory_entry& f :
-       fs::recursive_directory_iterator(FormatRoot(options_.config.path), ec)) {
-    const std::string name = f.path().filename().string();
-    if (f.is_regular_file(ec) && (name.ends_with(".blk") || name.ends_with(".tmp"))) {
-      total += f.file_size(ec);
-    }
-  }
-  return total;
+bool DiskTier::EvictForeignLocked() {
+  if (foreign_.empty()) return false;
+  const std::string path = std::move(foreign_.back().first);
+  const uint64_t bytes = foreign_.back().second;
+  foreign_.pop_back();
+  ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
+  ++stats_.evictions;
+  // A private tier removes a fingerprint directory with its last file (rmdir fails while
+  // another is there). In a shared tier a replica of that fingerprint may still write there.
+  if (!options_.config.shared) ::rmdir(fs::path(path).parent_path().c_str());
+  return true;
 }
 
 int DiskTier::OpenFlags(int base) const { return base | O_CLOEXEC | (direct_ ? O_DIRECT : 0); }
@@ -262,7 +200,7 @@ bool DiskTier::Contains(const BlockKey& key) {
   MutexLock lock(&mu_);
   if (!entries_.contains(key) && !inserting_.contains(key)) {
     entries_.emplace(key, Entry{});
-    policy_->OnInsert(key);
+    PolicyOn(PolicyCall::kInsert, key);
   }
   return true;
 }
@@ -279,12 +217,12 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   }
   if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
   inserting_.insert(key);
-  policy_->OnInsert(key);
+  PolicyOn(PolicyCall::kInsert, key);
   Status s = Reserve();
   if (!s.ok()) {
     ++stats_.refused;  // every file of ours is pinned, held or being evicted
     inserting_.erase(key);
-    policy_->OnRemove(key);
+    PolicyOn(PolicyCall::kRemove, key);
     NoteWrite(s, /*no_victim=*/true);
     cv_.SignalAll();
     return s;
@@ -300,7 +238,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
     entries_.emplace(key, Entry{});
     if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
   } else {
-    policy_->OnRemove(key);
+    PolicyOn(PolicyCall::kRemove, key);
     ++stats_.io_errors;
   }
   NoteWrite(published.status());
@@ -310,14 +248,14 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
 
 Status DiskTier::Reserve() {
   for (;;) {
+    // Recovered blocks are counted at the size this format writes, so a write that fits goes
+    // ahead before they are checked; other fingerprints' files were ordered at open.
     if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
-    if (!foreign_.empty()) {
-      // Copied out of the structured binding: clang 14 cannot capture one in a lambda.
-      const std::string path = foreign_.back().first;
-      const uint64_t bytes = foreign_.back().second;
-      foreign_.pop_back();
-      ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
-      ++stats_.evictions;
+    if (EvictForeignLocked()) continue;
+    // Our victims only once the recovered blocks are in the policy, oldest first (and any of
+    // the wrong size removed, which may leave room).
+    if (!settled_) {
+      cv_.Wait();
       continue;
     }
     std::optional<BlockKey> victim =
@@ -373,6 +311,7 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
             : m.find(std::strerror(EROFS)) != std::string::npos ? "read-only"
                                                                 : "failing";
     ++blocks_lost_;
+    ++stats_.lost;
   }
   if (state == write_state_) return;
   // One line per change of state, never one per block.
@@ -389,7 +328,7 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
 }
 
 void DiskTier::RemoveLocked(const BlockKey& key) {
-  policy_->OnRemove(key);
+  PolicyOn(PolicyCall::kRemove, key);
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
   const std::string path = BlockPath(dir_, key);
   ledger_->Free(file_bytes_, [&path] { return ::unlink(path.c_str()) == 0; });
@@ -503,7 +442,7 @@ void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
       continue;
     }
     ++it->second.pins;
-    policy_->OnAccess(keys[i]);
+    PolicyOn(PolicyCall::kAccess, keys[i]);
     results[i] = Status::Ok();
   }
 }

@@ -3,14 +3,21 @@
 // Thread-safe: one mutex guards the index; file I/O and the sink run outside it. Blocks being
 // read are pinned so that eviction skips them; no call ever waits for a pin to drop (the pin
 // holder may be a job waiting on this tier), which keeps the cascade deadlock-free.
+// A persistent tier serves its recovered blocks as soon as it is open; their files are checked
+// (size, type) and ordered (modification time) by a thread of its own, and evictions of its own
+// blocks wait for that.
 #ifndef KVOFFLOAD_SRC_DISK_TIER_H_
 #define KVOFFLOAD_SRC_DISK_TIER_H_
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -50,7 +57,8 @@ class DiskTier {
   using EvictSink = std::function<bool(const BlockKey& key, std::byte* file)>;
 
   // Creates the directories, probes O_DIRECT, then either clears the tier (not persistent) or
-  // scans it so its blocks are served again (persistent).
+  // lists it so its blocks are served again (persistent); their files are checked and put in
+  // eviction order in the background (a write that needs one of them evicted waits for that).
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
                                                 std::unique_ptr<DiskIo> io);
   ~DiskTier();
@@ -96,12 +104,30 @@ class DiskTier {
     bool doomed = false;     // found corrupt or gone; removed once pins drop to 0
   };
 
+  // A recovered block file, from its directory entry alone.
+  struct Recovered {
+    ino_t ino;
+    BlockKey key;
+  };
+  // Calls before the recovered blocks are in the policy, replayed after them in order.
+  enum class PolicyCall { kInsert, kAccess, kRemove };
+
   DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io);
   Status Init();
-  // Indexes our fingerprint's blocks (oldest first into the policy) and other fingerprints'.
-  Status Scan(uint64_t* bytes);
+  // Indexes our fingerprint's blocks from their names alone (no stat: a million files take a
+  // million inode reads when the caches are cold) into `own`, and lists other fingerprints'
+  // files and temp files. `bytes`: what they hold (ours at the exact size they must have).
+  Status Scan(uint64_t* bytes, std::vector<Recovered>* own);
+  // The background half of recovery: stats the recovered files (in inode order), puts them in
+  // the policy oldest first, replays what happened meanwhile, removes wrong-size files, sheds
+  // blocks past the capacity, then lets evictions of our blocks begin.
+  void Settle(std::vector<Recovered> files);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
   uint64_t ScanUsedBytes() const;
+  // The policy calls, journaled until the recovered blocks are settled.
+  void PolicyOn(PolicyCall call, const BlockKey& key) REQUIRES(mu_);
+  // Removes the oldest other fingerprint's file, if any is left; true when it did.
+  bool EvictForeignLocked() REQUIRES(mu_);
   // Reads and verifies without touching the index (callers pin or own the entries); each
   // block is verified as its read completes, while the others are in flight.
   void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
@@ -127,7 +153,9 @@ class DiskTier {
   EvictSink sink_;
   bool direct_ = false;
   bool tmpfile_ = false;  // temp files are O_TMPFILE (nameless until published)
-  size_t recovered_ = 0;
+  size_t recovered_ = 0;  // block files listed at open (set before another thread sees the tier)
+  std::atomic<bool> stop_settling_{false};
+  std::thread settler_;  // joined by the destructor before anything else goes
 
   mutable Mutex mu_;
   CondVar cv_{&mu_};  // an eviction or an insert finished
@@ -137,10 +165,14 @@ class DiskTier {
   // before any of ours, from the back.
   std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  // False from a persistent start until Settle is done: no victim of ours is chosen; policy
+  // calls wait in journal_.
+  bool settled_ GUARDED_BY(mu_) = true;
+  std::vector<std::pair<PolicyCall, BlockKey>> journal_ GUARDED_BY(mu_);
   TierStats stats_ GUARDED_BY(mu_);
   // What the last write said about the tier: "" (writable), or why it is not (full, read-only,
   // failing). A change is logged once, not once per block; blocks_lost_ counts the blocks that
-  // did not reach the tier since.
+  // did not reach the tier since (stats_.lost counts them all).
   std::string write_state_ GUARDED_BY(mu_);
   uint64_t blocks_lost_ GUARDED_BY(mu_) = 0;
   // REQUIRES: mu_. Records the outcome of one write (no_victim: refused before writing, as

@@ -187,6 +187,53 @@ TEST(CApiTest, WriteBackCopiesPinnedOnlyBlocksToThePersistentTier) {
   kvo_engine_destroy(e);
 }
 
+// A disk tier that can take nothing (its one block is held for a load): the pinned tier's victims
+// are lost there, and kvo_stats says how many per tier (appended: a shorter struct gets 0s).
+TEST(CApiTest, BlocksThatDidNotReachADiskTierAreCountedPerTier) {
+  TempDir dir;
+  const std::string tiers = R"([{"path":")" + dir.path() +
+                            R"(","kind":"emptyDir","capacityBytes":)" + std::to_string(kSlot) +
+                            "}]";
+  kvo_options o = Options(1);
+  o.tiers_json = tiers.c_str();
+  kvo_engine* e = nullptr;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  std::vector<kvo_key> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+  for (uint64_t i = 0; i < 6; ++i) {
+    keys.push_back(kvo_key{9, i});
+    data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{9, i}, kBlock));
+  }
+  for (auto& d : data) ptrs.push_back(d.data());
+  uint64_t job = 0;
+  ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), 2, &job), KVO_OK);  // 0 on disk0, 1 pinned
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+  size_t prefix = 0;
+  ASSERT_EQ(kvo_hold(e, keys.data(), 1, &prefix, nullptr), KVO_OK);
+  ASSERT_EQ(prefix, 1u);
+  // Blocks 1 to 4 are demoted in turn, and disk0 cannot evict its held block for any of them.
+  for (size_t i = 2; i < keys.size(); ++i) {
+    ASSERT_EQ(kvo_store(e, &keys[i], &ptrs[i], 1, &job), KVO_OK);
+    ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
+  }
+  kvo_stats s{};
+  s.struct_size = sizeof(s);
+  ASSERT_EQ(kvo_get_stats(e, &s), KVO_OK);
+  EXPECT_EQ(s.tier_lost[1], 4u);
+  EXPECT_EQ(s.tier_refused[1], 4u);
+  EXPECT_EQ(s.tier_lost[0], 0u);
+  EXPECT_EQ(s.tiers[0].dropped, 4u);
+  kvo_stats older;
+  std::memset(&older, 0xAB, sizeof(older));
+  older.struct_size = offsetof(kvo_stats, tier_lost);
+  ASSERT_EQ(kvo_get_stats(e, &older), KVO_OK);
+  EXPECT_EQ(older.tier_refused[1], 4u);
+  EXPECT_EQ(older.tier_lost[1], 0xABABABABABABABABULL) << "written past the caller's struct";
+  ASSERT_EQ(kvo_release(e, keys.data(), 1), KVO_OK);
+  kvo_engine_destroy(e);
+}
+
 TEST(CApiTest, HoldReleaseAndEventFeed) {
   kvo_options o = Options(2);
   o.event_capacity = 16;

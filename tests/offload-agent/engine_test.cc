@@ -338,6 +338,46 @@ TEST(EngineTest, PersistentTierServesItsBlocksAfterRestart) {
   ExpectLoadsExactly(*e, first5);
 }
 
+// The recovered blocks are listed, not stat'ed, before serving; their files are checked and
+// ordered in the background before anything is written. The eviction order is still oldest
+// modification time first, and a wrong-size file is removed before the tier takes a write.
+TEST(EngineTest, RestartEvictsOldestFirstAndRemovesWrongSizeFiles) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 5);
+  {
+    auto e = Open(Config(1, {Tier(d0.path(), 4, /*persistent=*/true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());  // 0-3 on disk0
+  }
+  const std::string dir = FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock));
+  // Written in the order 2, 0, 3 (oldest first); 1 is cut short.
+  const int age_hours[] = {2, 0, 3, 1};
+  for (size_t k : {size_t{0}, size_t{2}, size_t{3}}) {
+    const auto when = std::filesystem::file_time_type::clock::now() -
+                      std::chrono::hours(age_hours[k]);
+    std::filesystem::last_write_time(BlockPath(dir, Key(k)), when);
+  }
+  std::filesystem::resize_file(BlockPath(dir, Key(1)), 100);
+  auto e = Open(Config(1, {Tier(d0.path(), 4, true)}));
+  EXPECT_NE(e->Describe().find("4 blocks recovered"), std::string::npos) << e->Describe();
+  // Block 10 takes the empty pinned slot; each later store demotes the one before it to
+  // disk0. The first demotion finds the wrong-size file gone (its room free, no eviction).
+  ASSERT_TRUE(StoreAndWait(*e, Blocks::Make(10, 2)).ok());
+  EXPECT_FALSE(std::filesystem::exists(BlockPath(dir, Key(1)))) << "the wrong-size file";
+  EXPECT_EQ(e->Stats().tiers[1].corrupt, 1u);
+  EXPECT_EQ(e->Stats().tiers[1].evictions, 0u);
+  EXPECT_EQ(e->Lookup(Blocks::Make(1, 1).keys).prefix, 0u);
+  // Full now: the oldest recovered blocks go first, 2 and then 0; 3 stays.
+  ASSERT_TRUE(StoreAndWait(*e, Blocks::Make(12, 1)).ok());
+  EXPECT_FALSE(std::filesystem::exists(BlockPath(dir, Key(2))));
+  EXPECT_TRUE(std::filesystem::exists(BlockPath(dir, Key(0))));
+  ASSERT_TRUE(StoreAndWait(*e, Blocks::Make(13, 1)).ok());
+  EXPECT_FALSE(std::filesystem::exists(BlockPath(dir, Key(0))));
+  EXPECT_TRUE(std::filesystem::exists(BlockPath(dir, Key(3))));
+  EXPECT_EQ(e->Stats().tiers[1].evictions, 2u);
+  EXPECT_EQ(e->Stats().tiers[1].used_bytes, 4 * testing::kSlot);
+  ExpectLoadsExactly(*e, Blocks::Make(3, 1));
+}
+
 TEST(EngineTest, WriteBackPersistsPinnedOnlyBlocksForTheRestart) {
   TempDir d0, d1;
   Blocks b = Blocks::Make(0, 6);

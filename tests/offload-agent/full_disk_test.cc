@@ -74,6 +74,12 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   EXPECT_GT(disk.blocks, 0u) << "what fitted is kept";
   EXPECT_LE(disk.used_bytes, kFsBytes);
   EXPECT_EQ(FilesUnder(fs.path(), ".tmp"), 0u) << "a failed write leaves no temp file behind";
+  // Every block is on disk0, in the one pinned slot (the newest, not demoted yet), or counted
+  // as lost by disk0: each pinned-tier victim that disk0 could not write.
+  EXPECT_GT(disk.lost, 0u);
+  EXPECT_EQ(disk.lost, kStored - disk.blocks - stats.tiers[0].blocks);
+  EXPECT_EQ(disk.lost, stats.tiers[0].dropped) << "the pinned tier's victims nobody took";
+  EXPECT_EQ(disk.lost, disk.io_errors + disk.refused);
 
   uint64_t exact = 0, missed = 0;
   for (uint64_t k = 0; k < kStored; ++k) {
@@ -89,6 +95,9 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   EXPECT_GT(exact, 0u);
   EXPECT_GT(missed, 0u) << "8 MiB cannot all have fitted in 4 MiB";
   EXPECT_EQ(e.Stats().loaded_blocks, exact);
+  // The misses are exactly the lost blocks: the counter says how many the log's one line hid.
+  // (Promoting the first hit demoted the newest block, which the full disk lost too.)
+  EXPECT_EQ(missed, e.Stats().tiers[1].lost);
 
   // Room again (a block evicted by the file system's owner): the tier takes stores again.
   std::error_code ec;
@@ -105,19 +114,37 @@ TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   EXPECT_EQ(e.Stats().tiers[1].io_errors, errors_before) << "writes succeed once there is room";
 }
 
-// A tier directory that exists on a file system that is read-only (a volume mounted ro, a
-// disk the kernel remounted after errors): the engine refuses to start, naming the path and
-// the errno, instead of opening and then dropping every block pushed to that tier.
-TEST(FullDiskTest, ReadOnlyTierIsRefusedAtStart) {
+// A tier whose file system turns read-only under a running engine (the kernel remounts a disk
+// after errors) loses every block demoted to it from then on: each is a miss, the log says so
+// once, and the tier's `lost` counter says how many. Reopened on that file system, the engine
+// refuses to start, naming the path and the errno, instead of opening and then dropping every
+// block pushed to that tier.
+TEST(FullDiskTest, ReadOnlyTierLosesBlocksCountedAndIsRefusedAtStart) {
   SmallTmpfs fs;
   KVO_REQUIRE_CAPABILITY("root (to mount a small tmpfs)", fs.reason());
   {
     auto e = Engine::Open(Config(1, {Tier(fs.path(), 64, /*persistent=*/true)}));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
-    ASSERT_TRUE(StoreAndWait(**e, Blocks::Make(0, 4)).ok());
+    ASSERT_TRUE(StoreAndWait(**e, Blocks::Make(0, 4)).ok());  // 0-2 on disk0, 3 pinned
+    ASSERT_EQ(::mount(nullptr, fs.path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0)
+        << std::strerror(errno);
+    constexpr uint64_t kLost = 6;
+    ::testing::internal::CaptureStderr();
+    // Each store demotes the block before it (3, then 4 ...): all kLost of them are lost.
+    for (uint64_t k = 4; k < 4 + kLost; ++k) {
+      ASSERT_TRUE(StoreAndWait(**e, Blocks::Make(k, 1)).ok()) << "the pinned tier took it";
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(Count(log, "disk0 (" + fs.path() + ") is read-only"), 1u) << log;
+    const EngineStats s = (*e)->Stats();
+    EXPECT_EQ(s.tiers[1].lost, kLost);
+    EXPECT_EQ(s.tiers[0].dropped, kLost);
+    EXPECT_EQ(s.tiers[1].blocks, 3u);
+    for (uint64_t k = 3; k < 3 + kLost; ++k) {
+      EXPECT_EQ((*e)->Lookup(Blocks::Make(k, 1).keys).prefix, 0u) << "key " << k;
+    }
+    EXPECT_EQ((*e)->Lookup(Blocks::Make(0, 3).keys).prefix, 3u) << "what was written stays";
   }
-  ASSERT_EQ(::mount(nullptr, fs.path().c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0)
-      << std::strerror(errno);
   Result<std::unique_ptr<Engine>> e = Engine::Open(Config(1, {Tier(fs.path(), 64, true)}));
   ASSERT_FALSE(e.ok()) << "a read-only tier was accepted";
   EXPECT_NE(e.status().message().find(fs.path()), std::string::npos) << e.status().ToString();
@@ -137,7 +164,14 @@ TEST(FullDiskTest, FullTierStillOpens) {
     out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
   }
   Result<std::unique_ptr<Engine>> e = Engine::Open(Config(1, {Tier(fs.path(), 64, true)}));
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  // Nothing can be written there until the filler goes: the demoted blocks are lost, counted.
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(StoreAndWait(**e, Blocks::Make(0, 4)).ok());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Count(log, "is full (the file system is out of space)"), 1u) << log;
+  EXPECT_EQ((*e)->Stats().tiers[1].lost, 3u);
+  EXPECT_EQ((*e)->Stats().tiers[1].blocks, 0u);
 }
 
 }  // namespace

@@ -101,6 +101,7 @@ TEST_F(LogTest, BurstOfFailingWritesLogsOneLineWhenItStartsAndOneWhenItEnds) {
   for (uint64_t i = 1; i <= kFailing; ++i) ASSERT_TRUE(Store(i).ok());
   EXPECT_EQ(plan_->injected.load(), kFailing);
   EXPECT_EQ(engine_->Stats().tiers[1].io_errors, static_cast<uint64_t>(kFailing));
+  EXPECT_EQ(engine_->Stats().tiers[1].lost, static_cast<uint64_t>(kFailing));
   EXPECT_EQ(Count("is failing"), 1u) << Join(Lines());
   EXPECT_EQ(Count("writable again"), 0u) << Join(Lines());
 
@@ -109,6 +110,7 @@ TEST_F(LogTest, BurstOfFailingWritesLogsOneLineWhenItStartsAndOneWhenItEnds) {
   EXPECT_EQ(Count("is failing"), 1u) << Join(Lines());
   EXPECT_EQ(Count("writable again; " + std::to_string(kFailing) + " blocks did not reach it"), 1u)
       << Join(Lines());
+  EXPECT_EQ(engine_->Stats().tiers[1].lost, static_cast<uint64_t>(kFailing)) << "none since";
   EXPECT_EQ(Count("kvoffload: engine started: "), 1u) << Join(Lines());
   EXPECT_EQ(Lines().size(), 3u) << "start, failing, writable again:\n" << Join(Lines());
 }
@@ -123,6 +125,7 @@ TEST_F(LogTest, PinnedTierFullOfHeldBlocksLogsOnceAndCountsEveryRefusal) {
     EXPECT_EQ(Store(i).code(), StatusCode::kResourceExhausted);
   }
   EXPECT_EQ(engine_->Stats().tiers[0].refused, kRefused);
+  EXPECT_EQ(engine_->Stats().tiers[0].lost, 0u) << "the pinned tier's are in refused";
   EXPECT_EQ(Count("cpu tier (1 slots) is full"), 1u) << Join(Lines());
 
   ASSERT_TRUE(engine_->Release(std::span(&held, 1)).ok());
@@ -143,6 +146,7 @@ TEST_F(LogTest, DiskTierFullOfHeldBlocksLogsOnceAndRecovers) {
   // Each store demotes the block before it, which disk0 refuses: it is dropped.
   for (uint64_t i = 3; i < 3 + kLost; ++i) ASSERT_TRUE(Store(i).ok());
   EXPECT_EQ(engine_->Stats().tiers[1].refused, kLost);
+  EXPECT_EQ(engine_->Stats().tiers[1].lost, kLost);
   EXPECT_EQ(engine_->Stats().tiers[0].dropped, kLost);
   EXPECT_EQ(Count("disk0 (" + dir_.path() + ") is full (no block can be evicted)"), 1u)
       << Join(Lines());

@@ -149,6 +149,6 @@ def test_hits_equal_the_loads_and_bytes_equal_blocks_times_block_size(run):
     assert exp.value("vllm:kvoffload_load_duration_seconds_sum") > 0
     assert exp.value("vllm:kvoffload_store_duration_seconds_count") >= DOCS
     for name in ("vllm:kvoffload_io_errors_total", "vllm:kvoffload_corrupt_blocks_total",
-                 "vllm:kvoffload_refused_blocks_total"):
+                 "vllm:kvoffload_refused_blocks_total", "vllm:kvoffload_lost_blocks_total"):
         assert exp.value(name, tier="disk0") == 0
     assert exp.value("vllm:kvoffload_failed_load_blocks_total") == 0

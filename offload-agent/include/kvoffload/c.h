@@ -92,6 +92,9 @@ typedef struct kvo_stats {
   /* Appended: per tier (same index as tiers), blocks the tier refused because every block it
    * holds was pinned by a transfer or held for a load, so nothing could be evicted. */
   uint64_t tier_refused[KVO_MAX_TIERS];
+  /* Appended: per disk tier (same index as tiers; 0 for the cpu tier), blocks meant for the
+   * tier that did not reach it: full with nothing to evict, out of space, read-only or failing. */
+  uint64_t tier_lost[KVO_MAX_TIERS];
 } kvo_stats;
 
 /* One residency change (kvo_take_events). */

@@ -18,6 +18,10 @@ struct TierStats {
   uint64_t evictions = 0;   // blocks pushed out to make room
   uint64_t dropped = 0;     // evicted blocks that no lower tier took
   uint64_t refused = 0;     // blocks not taken: every block here was pinned or held (no victim)
+  // Disk tiers: blocks meant for this tier that did not reach it, whatever the reason: full with
+  // no victim (also in refused), out of space, read-only, failing writes. The log says when that
+  // starts and stops; this says how many. 0 for the pinned tier (see refused, failed_stores).
+  uint64_t lost = 0;
   uint64_t io_errors = 0;   // failed reads/writes (ENOSPC, EIO, short transfers)
   uint64_t corrupt = 0;     // files that failed their checksum or size check (removed)
   uint64_t bytes_read = 0;

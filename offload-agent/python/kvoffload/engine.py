@@ -67,7 +67,8 @@ class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_size_t), ("num_tiers", ctypes.c_uint32),
                  ("tiers", _TierStats * MAX_TIERS)]
                 + [(name, ctypes.c_uint64) for name in _STATS_FIELDS]
-                + [("tier_refused", ctypes.c_uint64 * MAX_TIERS)])
+                + [("tier_refused", ctypes.c_uint64 * MAX_TIERS)]
+                + [("tier_lost", ctypes.c_uint64 * MAX_TIERS)])
 
 
 class _Event(ctypes.Structure):
@@ -299,7 +300,7 @@ class Engine:
         _check("kvo_get_stats", self._lib.kvo_get_stats(self._live(), ctypes.byref(s)))
         out = {name: getattr(s, name) for name in _STATS_FIELDS}
         out["tiers"] = [{**{name: getattr(s.tiers[i], name) for name in _TIER_FIELDS},
-                         "refused": s.tier_refused[i]}
+                         "refused": s.tier_refused[i], "lost": s.tier_lost[i]}
                         for i in range(min(s.num_tiers, MAX_TIERS))]
         return out
 

@@ -10,7 +10,7 @@ check that table against vLLM's real /metrics text.
 
 Ranks: each rank's engine holds its shard of every block, so bytes (moved, resident, capacity)
 and I/O errors are summed over the ranks, while block counts (lookups, hits, stores, loads,
-evictions, refusals) are rank 0's: every rank is asked the same keys and stores the same
+evictions, refusals, lost blocks) are rank 0's: every rank is asked the same keys and stores the same
 blocks, so a sum would count each block once per rank. Transfer latencies are rank 0's jobs.
 Never imports torch."""
 
@@ -40,6 +40,7 @@ WRITE_TIME = "vllm:kv_offload_tiering_write_time"
 MISSES = "vllm:kvoffload_misses"
 EVICTED = "vllm:kvoffload_evicted_blocks"
 REFUSED = "vllm:kvoffload_refused_blocks"
+LOST = "vllm:kvoffload_lost_blocks"
 IO_ERRORS = "vllm:kvoffload_io_errors"
 CORRUPT = "vllm:kvoffload_corrupt_blocks"
 RESIDENT_BYTES = "vllm:kvoffload_resident_bytes"
@@ -67,8 +68,10 @@ _TIER_COUNTERS = (
     (IO_ERRORS, "io_errors", False),
     (CORRUPT, "corrupt", False),
 )
-# Disk tiers only, as natively (the secondary tiers): bytes and time moved to and from them.
+# Disk tiers only, as natively (the secondary tiers): bytes and time moved to and from them, and
+# the blocks that never got there.
 _DISK_COUNTERS = (
+    (LOST, "lost", False),
     (READ_BYTES, "bytes_read", False),
     (READ_TIME, "read_ns", True),
     (WRITE_BYTES, "bytes_written", False),
@@ -113,6 +116,8 @@ def definitions() -> dict[str, OffloadingMetricMetadata]:
                          "next tier, or dropped.", labels=("tier", "destination")),
         REFUSED: counter("Blocks a tier refused because every block in it was pinned by a "
                          "transfer or held for a load."),
+        LOST: counter("Blocks meant for a disk tier that did not reach it: the tier was full "
+                      "with nothing to evict, out of space, read-only or failing."),
         IO_ERRORS: counter("Failed reads and writes of a disk tier (ENOSPC, EIO, short "
                            "transfers)."),
         CORRUPT: counter("Block files that failed their checksum or size check and were "
