@@ -48,10 +48,13 @@ debootstrap --variant=minbase --include=make,git --cache-dir="${cache}/fresh-deb
   bookworm "${root}" "${mirror}" >"${dir}/debootstrap.log" 2>&1 \
   || { tail -n 20 "${dir}/debootstrap.log" >&2; die "debootstrap failed (log: ${dir}/debootstrap.log)"; }
 log "root ready in $((SECONDS - t0)) s"
-# The site's network settings come along, as a user's machine has them: its resolver, the
+# The site's network settings come along, as a user's machine has them: its resolver and hosts, the
 # local CA certificates that ca-certificates adds to the bundle when install-deps installs it
 # (a proxy that inspects TLS needs them), and the proxy and CA-bundle variables set here.
 cp /etc/resolv.conf "${root}/etc/resolv.conf"
+# debootstrap writes no /etc/hosts, which every installed machine has (the installer or
+# cloud-init writes it): without it the machine's own hostname does not resolve.
+cp /etc/hosts "${root}/etc/hosts"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   mkdir -p "${root}/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "${root}/usr/local/share/ca-certificates/"

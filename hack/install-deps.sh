@@ -11,6 +11,7 @@ packages=(
   libisal-dev   # ISA-L: CRC-32C of every disk block at hardware speed
   clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
   python3 python3-yaml python3-pip python3-venv curl jq shellcheck   # pip: CUDA wheels; venv: vLLM
+  libnuma1   # vLLM's CPU kernels (vllm/_C*.so) link the system's libnuma; its wheel does not carry it
   # The e2e node (e2e/node/): container runtime, CNI plugins, the kubelet's iptables rules.
   containerd runc containernetworking-plugins iptables iproute2
 )
