@@ -20,6 +20,29 @@ using kvoffload::testing::kBlock;
 using kvoffload::testing::kSlot;
 using kvoffload::testing::TempDir;
 
+// Blocks with their pattern payloads, and the pointer array kvo_store and kvo_load take.
+struct Blocks {
+  std::vector<kvo_key> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+};
+
+Blocks MakeBlocks(std::vector<kvo_key> keys) {
+  Blocks b{std::move(keys), {}, {}};
+  for (const kvo_key& k : b.keys) {
+    b.data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{k.hi, k.lo}, kBlock));
+  }
+  for (auto& d : b.data) b.ptrs.push_back(d.data());
+  return b;
+}
+
+// Keys {hi, 0} .. {hi, n-1}.
+std::vector<kvo_key> KeyRun(uint64_t hi, uint64_t n) {
+  std::vector<kvo_key> keys;
+  for (uint64_t i = 0; i < n; ++i) keys.push_back(kvo_key{hi, i});
+  return keys;
+}
+
 kvo_options Options(uint64_t cpu_blocks) {
   kvo_options o{};
   o.struct_size = sizeof(o);
@@ -45,14 +68,10 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
   kvo_engine* e = nullptr;
   ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
 
-  std::vector<kvo_key> keys;
-  std::vector<std::vector<std::byte>> data;
-  std::vector<void*> ptrs;
-  for (uint64_t i = 0; i < 5; ++i) {
-    keys.push_back(kvo_key{100, i});
-    data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{100, i}, kBlock));
-  }
-  for (auto& d : data) ptrs.push_back(d.data());
+  Blocks blocks = MakeBlocks(KeyRun(100, 5));
+  std::vector<kvo_key>& keys = blocks.keys;
+  std::vector<std::vector<std::byte>>& data = blocks.data;
+  std::vector<void*>& ptrs = blocks.ptrs;
   uint64_t job = 0;
   ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), keys.size(), &job), KVO_OK);
   kvo_status polled = KVO_PENDING;
@@ -158,13 +177,9 @@ TEST(CApiTest, WriteBackCopiesPinnedOnlyBlocksToThePersistentTier) {
   o.tiers_json = tiers.c_str();
   kvo_engine* e = nullptr;
   ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
-  std::vector<kvo_key> keys = {kvo_key{5, 0}, kvo_key{5, 1}};
-  std::vector<std::vector<std::byte>> data;
-  std::vector<void*> ptrs;
-  for (const kvo_key& k : keys) {
-    data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{k.hi, k.lo}, kBlock));
-  }
-  for (auto& d : data) ptrs.push_back(d.data());
+  Blocks blocks = MakeBlocks(KeyRun(5, 2));
+  std::vector<kvo_key>& keys = blocks.keys;
+  std::vector<void*>& ptrs = blocks.ptrs;
   uint64_t job = 0;
   ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), keys.size(), &job), KVO_OK);
   ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
@@ -198,14 +213,9 @@ TEST(CApiTest, BlocksThatDidNotReachADiskTierAreCountedPerTier) {
   o.tiers_json = tiers.c_str();
   kvo_engine* e = nullptr;
   ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
-  std::vector<kvo_key> keys;
-  std::vector<std::vector<std::byte>> data;
-  std::vector<void*> ptrs;
-  for (uint64_t i = 0; i < 6; ++i) {
-    keys.push_back(kvo_key{9, i});
-    data.push_back(kvoffload::testing::Pattern(kvoffload::BlockKey{9, i}, kBlock));
-  }
-  for (auto& d : data) ptrs.push_back(d.data());
+  Blocks blocks = MakeBlocks(KeyRun(9, 6));
+  std::vector<kvo_key>& keys = blocks.keys;
+  std::vector<void*>& ptrs = blocks.ptrs;
   uint64_t job = 0;
   ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), 2, &job), KVO_OK);  // 0 on disk0, 1 pinned
   ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
@@ -239,11 +249,9 @@ TEST(CApiTest, HoldReleaseAndEventFeed) {
   o.event_capacity = 16;
   kvo_engine* e = nullptr;
   ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
-  std::vector<kvo_key> keys = {{5, 1}, {5, 2}, {5, 3}};
-  std::vector<std::vector<std::byte>> data;
-  std::vector<void*> ptrs;
-  for (const kvo_key& k : keys) data.push_back(kvoffload::testing::Pattern({k.hi, k.lo}, kBlock));
-  for (auto& d : data) ptrs.push_back(d.data());
+  Blocks blocks = MakeBlocks({{5, 1}, {5, 2}, {5, 3}});
+  std::vector<kvo_key>& keys = blocks.keys;
+  std::vector<void*>& ptrs = blocks.ptrs;
   uint64_t job = 0;
   ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), 2, &job), KVO_OK);
   ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
