@@ -11,6 +11,7 @@ EvictionPolicyRegistry& EvictionPolicies() {
     r->Register("lru", &NewLruPolicy);
     r->Register("arc", &NewArcPolicy);
     r->Register("chain-lru", &NewChainLruPolicy);
+    r->Register("s3fifo", &NewS3FifoPolicy);
     return r;
   }();
   return *registry;

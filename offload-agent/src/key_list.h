@@ -46,7 +46,7 @@ class KeyLists {
     nodes_.reserve(kLists + keys);
     // Node l is list l's sentinel: the lists are circular through it, so linking and unlinking
     // never branch on a list end.
-    for (ListId l = 0; l < kLists; ++l) nodes_.push_back(NodeData{{}, l, l, l});
+    for (ListId l = 0; l < kLists; ++l) nodes_.push_back(NodeData{{}, l, l, l, 0});
     size_t slots = kMinSlots;
     while (!FitsInTable(keys, slots)) slots *= 2;
     ResizeTable(slots);
@@ -66,6 +66,10 @@ class KeyLists {
   }
   ListId list(Node n) const { return nodes_[n].list; }
   const BlockKey& key(Node n) const { return nodes_[n].key; }
+  // A policy's own few bits for the key (S3-FIFO's use count): zero when
+  // the key enters, kept while it moves between lists. It fills the node's padding.
+  uint32_t mark(Node n) const { return nodes_[n].mark; }
+  void set_mark(Node n, uint32_t mark) { nodes_[n].mark = mark; }
   // The least recent key of l. REQUIRES: !empty(l).
   Node back(ListId l) const { return nodes_[l].prev; }
 
@@ -121,7 +125,9 @@ class KeyLists {
     Node prev;
     Node next;  // also the free list's link
     ListId list;
+    uint32_t mark;
   };
+  static_assert(sizeof(NodeData) == 32);
   // A slot keeps the high 32 bits of the key's hash beside the node, so that a probe passes
   // other keys without reading their nodes, and so that growing and erasing (which need each
   // entry's home slot) read no node either. The home is the tag's top bits; the bits below it
@@ -155,6 +161,7 @@ class KeyLists {
       nodes_.emplace_back();
     }
     nodes_[n].key = key;
+    nodes_[n].mark = 0;
     return n;
   }
   void LinkFront(ListId l, Node n) { LinkAfter(l, l, n); }

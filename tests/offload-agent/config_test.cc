@@ -77,7 +77,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
       {{{"KVOFFLOAD_CPU_BYTES", "-5"}}, {"KVOFFLOAD_CPU_BYTES", "\"-5\""}},
       {{{"KVOFFLOAD_CPU_BYTES", "100"}}, {"KVOFFLOAD_CPU_BYTES=100"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_EVICTION_POLICY", "LRU"}},
-       {"KVOFFLOAD_EVICTION_POLICY", "\"LRU\"", "use one of: arc, chain-lru, lru"}},
+       {"KVOFFLOAD_EVICTION_POLICY", "\"LRU\"", "use one of: arc, chain-lru, lru, s3fifo"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", "{oops"}},
        {"KVOFFLOAD_TIERS", "{oops", "not JSON"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", R"({"path":"/x"})"}},

@@ -1,5 +1,5 @@
 // Policy semantics: LRU order, pinned keys skipped, ARC adapting on ghost hits and resisting a
-// one-time scan that flushes LRU, and the name-keyed factory.
+// one-time scan that flushes LRU, S3-FIFO's queues, and the name-keyed factory.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -147,6 +147,57 @@ TEST(ArcPolicyTest, GhostListsStayBounded) {
   EXPECT_EQ(c.resident.size(), 8u);
 }
 
+// New blocks never used again leave from the small queue, before any block that was used.
+TEST(S3FifoPolicyTest, UnusedNewBlocksLeaveBeforeUsedOnes) {
+  Cache c("s3fifo", 20);  // S holds 2
+  for (uint64_t k = 0; k < 20; ++k) c.Access(Key(k));
+  for (uint64_t k = 0; k < 5; ++k) c.Access(Key(k));      // used once more: these move to M
+  for (uint64_t k = 100; k < 200; ++k) c.Access(Key(k));  // a one-time scan, 5x the cache
+  for (uint64_t k = 0; k < 5; ++k) EXPECT_TRUE(c.Access(Key(k))) << "used block " << k;
+  EXPECT_EQ(c.resident.size(), 20u);
+}
+
+TEST(S3FifoPolicyTest, AGhostHitEntersMainAndOutlivesTheSmallQueue) {
+  Cache c("s3fifo", 10);  // S holds 1, G up to 10
+  c.Access(Key(1));
+  for (uint64_t k = 2; k <= 11; ++k) c.Access(Key(k));  // 1 leaves unused: remembered in G
+  EXPECT_FALSE(c.resident.contains(Key(1)));
+  EXPECT_FALSE(c.Access(Key(1))) << "a ghost is no hit";
+  // Stored again from G it went to M: it outlives new blocks passing through S.
+  for (uint64_t k = 20; k < 25; ++k) c.Access(Key(k));
+  EXPECT_TRUE(c.resident.contains(Key(1))) << c.policy->DebugString();
+}
+
+TEST(S3FifoPolicyTest, UseCountsSaturateAndDecayInMain) {
+  Cache c("s3fifo", 10);
+  for (uint64_t k = 0; k < 10; ++k) c.Access(Key(k));
+  for (int i = 0; i < 100; ++i) c.Access(Key(3));
+  // 100 blocks, each used once after its store, pass through M (9 blocks): block 3 goes
+  // round M about 11 times. Its count stopped at 3, so it leaves on the fourth round.
+  for (uint64_t k = 1000; k < 1100; ++k) {
+    c.Access(Key(k));
+    c.Access(Key(k));
+  }
+  EXPECT_FALSE(c.resident.contains(Key(3))) << "a saturated count still decays";
+  EXPECT_EQ(c.resident.size(), 10u);
+}
+
+TEST(S3FifoPolicyTest, PinnedBlocksAreSkippedInBothQueues) {
+  auto p = Make("s3fifo", 10);
+  p->OnInsert(Key(1));
+  p->OnInsert(Key(2));
+  p->OnAccess(Key(2));
+  auto pin_all_but_2 = [](const BlockKey& k) { return k != Key(2); };
+  EXPECT_EQ(p->SelectVictim(pin_all_but_2), Key(2)) << "1 is pinned; 2 moved to M, then left";
+  auto pin_all = [](const BlockKey&) { return true; };
+  EXPECT_EQ(p->SelectVictim(pin_all), std::nullopt);
+  EXPECT_EQ(p->resident(), 1u);
+  EXPECT_EQ(p->SelectVictim(nullptr), Key(1));
+  EXPECT_EQ(p->SelectVictim(nullptr), std::nullopt) << "nothing resident";
+  p->OnRemove(Key(1));  // a ghost now: ignored
+  EXPECT_EQ(p->resident(), 0u);
+}
+
 TEST(ChainLruPolicyTest, KeepsAChainsHeadAndEvictsItsDeepestBlockFirst) {
   auto p = Make("chain-lru", 8);
   for (uint32_t i = 0; i < 4; ++i) p->OnInsertAt(Key(i), i);  // request 1: blocks 0..3
@@ -218,7 +269,7 @@ TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("\"lfu\""), std::string::npos);
-  EXPECT_NE(bad.status().message().find("arc, chain-lru, lru"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("arc, chain-lru, lru, s3fifo"), std::string::npos);
   EXPECT_FALSE(NewEvictionPolicy("lru", 0).ok());
 }
 
