@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
   python3 python3-yaml python3-pip python3-venv curl jq shellcheck   # pip: CUDA wheels; venv: vLLM
   libnuma1   # vLLM's CPU kernels (vllm/_C*.so) link the system's libnuma; its wheel does not carry it
+  python3-dev   # torch.compile (vLLM with tensor parallelism on CPU) builds C++ that includes Python.h
   # The e2e node (e2e/node/): container runtime, CNI plugins, the kubelet's iptables rules.
   containerd runc containernetworking-plugins iptables iproute2
 )
