@@ -4,7 +4,7 @@
 # Builds a root file system with debootstrap (variant minbase, plus make and git: nothing else
 # the project needs is there, no compiler, no Python, no Go), clones the committed HEAD of this
 # repository into it, and runs in a chroot, inside a mount namespace of its own:
-#   full (default)   make test && make demo
+#   full (default)   make test && make demo (DEMO_ONCE=1: it exits when it has shown its pod)
 #   --setup-only     hack/install-deps.sh, the Go toolchain and make build: the set-up half,
 #                    which is what a fresh machine gets wrong (a missing package, an old Go)
 # Package, Go-module, Go-build and pip/uv caches are bound in from this machine so that a run
@@ -77,7 +77,9 @@ binds=("${cache}/fresh-apt-archives:/var/cache/apt/archives" "${gomod}:/root/go/
 if [[ "${mode}" == setup ]]; then
   inner='hack/install-deps.sh && PATH="$(hack/go-toolchain.sh):${PATH}" go version && make build'
 else
-  inner='make test && make demo'
+  # DEMO_ONCE=1: the demo exits once it has shown the injected pod, where a user would
+  # look and press Ctrl-C.
+  inner='make test && DEMO_ONCE=1 make demo'
 fi
 # Everything mounted here ends with the namespace; the root is removed afterwards.
 rc=0
