@@ -66,8 +66,8 @@ class KeyLists {
   }
   ListId list(Node n) const { return nodes_[n].list; }
   const BlockKey& key(Node n) const { return nodes_[n].key; }
-  // A policy's own few bits for the key (S3-FIFO's use count): zero when
-  // the key enters, kept while it moves between lists. It fills the node's padding.
+  // A policy's own few bits for the key (S3-FIFO's use count): zero when the key enters, kept
+  // while it moves between lists. It fills the node's padding.
   uint32_t mark(Node n) const { return nodes_[n].mark; }
   void set_mark(Node n, uint32_t mark) { nodes_[n].mark = mark; }
   // The least recent key of l. REQUIRES: !empty(l).

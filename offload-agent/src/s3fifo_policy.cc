@@ -22,10 +22,10 @@ namespace {
 class S3FifoPolicy final : public EvictionPolicy {
  public:
   // Resident blocks (capacity, one more while an insert waits for its eviction) and the ghosts
-  // (as many as M holds).
+  // (as many as M holds). REQUIRES: capacity > 0 (the factory refuses 0), so S's target fits.
   explicit S3FifoPolicy(size_t capacity)
       : small_target_(std::max<size_t>(1, capacity / 10)),
-        ghost_limit_(capacity - std::min(capacity, small_target_) + 1),
+        ghost_limit_(capacity - small_target_ + 1),
         keys_(2 * capacity + 2) {}
 
   std::string_view name() const override { return "s3fifo"; }
