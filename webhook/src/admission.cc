@@ -92,11 +92,6 @@ std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view
   return std::nullopt;
 }
 
-const json& Member(const json& obj, const char* key) {
-  static const json kNull;
-  return obj.is_object() && obj.contains(key) ? obj[key] : kNull;
-}
-
 // The kinds the validating entries send, by API group.
 bool IsValidatedKind(const std::string& group, const std::string& kind) {
   return (group == "serving.kserve.io" && kind == "LLMInferenceService") ||

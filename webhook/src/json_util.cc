@@ -104,4 +104,11 @@ std::string StringAt(const nlohmann::json& obj, std::string_view key) {
   return it->get<std::string>();
 }
 
+const nlohmann::json& Member(const nlohmann::json& obj, std::string_view key) {
+  static const nlohmann::json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
 }  // namespace kvoffload::webhook

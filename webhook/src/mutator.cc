@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 
 #include "webhook/eviction_policies.h"
 #include "webhook/json_util.h"
@@ -22,13 +23,6 @@ std::string TierMountPath(size_t i) { return "/mnt/kv-cache-" + std::to_string(i
 std::string TierVolumeName(size_t i) { return "kv-cache-secondary-" + std::to_string(i); }
 std::string TierFieldPath(size_t i) {
   return "kvCacheOffloading.secondary[" + std::to_string(i) + "]";
-}
-
-const json& Member(const json& obj, std::string_view key) {
-  static const json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
 }
 
 // One step of a pointer walk: an object member, or an array element by decimal index.
@@ -504,9 +498,16 @@ json BuildPatch(const MutationInput& in, const MutationPlan& plan,
 
   // Environment: ours replaced in place, never duplicated; the user's left alone.
   const json& env = Member(container, "env");
-  std::map<std::string, size_t> env_index;
+  // Views of the names in the pod itself: a KServe pod's env has about a hundred entries.
+  std::unordered_map<std::string_view, size_t> env_index;
   if (env.is_array()) {
-    for (size_t i = 0; i < env.size(); ++i) env_index.emplace(StringAt(env[i], "name"), i);
+    env_index.reserve(env.size());
+    for (size_t i = 0; i < env.size(); ++i) {
+      const json& name = Member(env[i], "name");
+      env_index.emplace(name.is_string() ? std::string_view(name.get_ref<const std::string&>())
+                                         : std::string_view(),
+                        i);
+    }
   }
   ArrayAppend add_env(env, c_path + "/env");
   auto set_env = [&](const std::string& name, const std::string& value) {

@@ -25,6 +25,10 @@ std::string EscapePointerToken(std::string_view token);
 // Reads a string member or returns "" (absent, null or not a string).
 std::string StringAt(const nlohmann::json& obj, std::string_view key);
 
+// A member of an object, or a null value when `obj` is not an object or lacks it. Never copies
+// (nlohmann's value() does): the pod's env alone can be a few KB.
+const nlohmann::json& Member(const nlohmann::json& obj, std::string_view key);
+
 }  // namespace kvoffload::webhook
 
 #endif  // KVOFFLOAD_WEBHOOK_JSON_UTIL_H_
