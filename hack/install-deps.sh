@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   libboost-dev   # Asio + Beast (header-only): the admission port's event-driven server
+  libmimalloc-dev   # the webhook binary's allocator: an admission allocates a DOM of the pod
   liburing-dev libgtest-dev libgmock-dev
   libisal-dev   # ISA-L: CRC-32C of every disk block at hardware speed
   clang libclang-rt-14-dev   # libFuzzer and its sanitizer runtimes (make fuzz)
