@@ -31,7 +31,7 @@
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
 #include "log_sink.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 
 namespace kvoffload {
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "block_file.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 
 namespace kvoffload {
 namespace {

@@ -14,8 +14,8 @@
 #include "hold_set.h"
 #include "kvoffload/device.h"
 #include "log_sink.h"
-#include "mutex.h"
-#include "work_queue.h"
+#include "kvoffload/mutex.h"
+#include "kvoffload/work_queue.h"
 
 namespace kvoffload {
 namespace {

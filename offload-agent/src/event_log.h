@@ -12,7 +12,7 @@
 #include <span>
 
 #include "kvoffload/engine.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 
 namespace kvoffload {
 

@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "kvoffload/block_key.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 
 namespace kvoffload {
 

@@ -13,8 +13,8 @@
 
 #include "device_backends.h"
 #include "io_status.h"
-#include "mutex.h"
-#include "work_queue.h"
+#include "kvoffload/mutex.h"
+#include "kvoffload/work_queue.h"
 
 namespace kvoffload {
 namespace {

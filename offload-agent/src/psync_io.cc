@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "io_status.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 #include "disk_io_backends.h"
-#include "work_queue.h"
+#include "kvoffload/work_queue.h"
 
 namespace kvoffload {
 namespace {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kvoffload/status.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 
 namespace kvoffload {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "io_status.h"
-#include "mutex.h"
+#include "kvoffload/mutex.h"
 
 namespace kvoffload {
 namespace {

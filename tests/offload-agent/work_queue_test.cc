@@ -1,7 +1,8 @@
-// The worker pool under the engine, the host device and the psync backend: every job runs once,
-// oldest first; the workers run at the same time; Stop runs or drops the queued jobs as asked,
-// always lets a started job finish, and refuses jobs pushed after it began.
-#include "work_queue.h"
+// The worker pool under the engine, the host device, the psync backend and the webhook: every
+// job runs once, oldest first; the worker idle last takes the next job; the workers run at the
+// same time; Stop runs or drops the queued jobs as asked, always lets a started job finish, and
+// refuses jobs pushed after it began.
+#include "kvoffload/work_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -83,6 +85,86 @@ TEST(WorkQueueTest, OneWorkerRunsJobsInTheOrderTheyWerePushed) {
   q.Stop();
   ASSERT_EQ(order.size(), 200u);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+}
+
+// Jobs pushed one at a time all go to the worker that went idle last, so a large pool under
+// light load keeps one thread (and its caches) busy rather than rotating through all of them.
+TEST(WorkQueueTest, TheWorkerIdleLastTakesTheNextJob) {
+  constexpr size_t kThreads = 4;
+  WorkQueue q(kThreads, WorkQueue::OnStop::kRunQueued);
+  auto all_idle = [&q] {
+    const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+    while (q.idle_threads() < kThreads) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  };
+  ASSERT_TRUE(all_idle());
+  std::mutex mu;
+  std::set<std::thread::id> ran_on;
+  Counter done;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(q.Push([&] {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ran_on.insert(std::this_thread::get_id());
+      }
+      done.Add();
+    }));
+    ASSERT_TRUE(done.WaitFor(i + 1));
+    ASSERT_TRUE(all_idle());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(ran_on.size(), 1u);
+}
+
+// A queue capped at one running job runs its jobs one after another however many workers it
+// has: each job checks that no other is running while it works.
+TEST(WorkQueueTest, AtMostMaxRunningJobsRunAtOnce) {
+  std::atomic<int> running{0};
+  std::atomic<int> overlaps{0};
+  {
+    WorkQueue q(4, WorkQueue::OnStop::kRunQueued, /*max_running=*/1);
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(q.Push([&] {
+        if (running.fetch_add(1) != 0) ++overlaps;
+        for (int spin = 0; spin < 100; ++spin) std::this_thread::yield();
+        running.fetch_sub(1);
+      }));
+    }
+  }
+  EXPECT_EQ(overlaps.load(), 0);
+}
+
+// A job waiting inside a Blocking scope gives up its place: with one running job allowed, the
+// next job runs while the first waits for it (without the scope the first would wait in vain).
+TEST(WorkQueueTest, AJobInABlockingScopeLetsAnotherRun) {
+  WorkQueue q(2, WorkQueue::OnStop::kRunQueued, /*max_running=*/1);
+  Gate second_ran;
+  std::atomic<bool> first_saw_it{false};
+  Counter done;
+  ASSERT_TRUE(q.Push([&] {
+    const WorkQueue::Blocking waiting;
+    first_saw_it = second_ran.Wait();
+    done.Add();
+  }));
+  ASSERT_TRUE(q.Push([&] {
+    second_ran.Open();
+    done.Add();
+  }));
+  ASSERT_TRUE(done.WaitFor(2));
+  EXPECT_TRUE(first_saw_it.load());
+}
+
+// Outside a queue's worker a Blocking scope does nothing (the webhook's lookups also run on
+// test threads and in `inject`).
+TEST(WorkQueueTest, BlockingOutsideAWorkerIsANoOp) {
+  WorkQueue q(1, WorkQueue::OnStop::kRunQueued, /*max_running=*/1);
+  { const WorkQueue::Blocking waiting; }
+  Counter done;
+  ASSERT_TRUE(q.Push([&done] { done.Add(); }));
+  EXPECT_TRUE(done.WaitFor(1));
 }
 
 TEST(WorkQueueTest, WorkersRunJobsAtTheSameTime) {

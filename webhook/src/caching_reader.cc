@@ -1,5 +1,7 @@
 #include "webhook/caching_reader.h"
 
+#include "kvoffload/work_queue.h"
+
 namespace kvoffload::webhook {
 
 CachingClusterReader::CachingClusterReader(ClusterReader* inner, Clock::duration ttl,
@@ -26,8 +28,12 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
       std::shared_future<Answer> shared = e.inflight;
       lock.unlock();
       // Deadline::max() would overflow inside wait_until's clock arithmetic.
-      if (deadline == Deadline::max() ||
-          shared.wait_until(deadline) == std::future_status::ready) {
+      bool answered = deadline == Deadline::max();
+      if (!answered) {
+        const WorkQueue::Blocking waiting;  // another admission may run meanwhile
+        answered = shared.wait_until(deadline) == std::future_status::ready;
+      }
+      if (answered) {
         Record(ref.kind, LookupResult::kHit);
         return shared.get();
       }
@@ -44,7 +50,10 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
     e.inflight = promise.get_future().share();
   }
 
-  Answer answer = inner_->GetBefore(ref, deadline);
+  Answer answer = [&] {
+    const WorkQueue::Blocking waiting;  // on the API server: another admission may run meanwhile
+    return inner_->GetBefore(ref, deadline);
+  }();
   Answer result = answer;
   {
     std::lock_guard<std::mutex> lock(mu_);

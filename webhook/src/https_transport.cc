@@ -10,7 +10,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -23,6 +22,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "kvoffload/work_queue.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -42,6 +43,10 @@ constexpr std::chrono::milliseconds kLingerTimeout{1000};
 
 class Connection;
 
+// One per core, at most 4: the I/O threads, and the admissions computing at once (those waiting
+// on the API server do not count).
+int PerCore() { return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4); }
+
 }  // namespace
 
 class HttpsTransport::Impl {
@@ -51,7 +56,8 @@ class HttpsTransport::Impl {
         ctx_(ctx),
         handler_(std::move(handler)),
         draining_(std::move(draining)),
-        workers_(static_cast<size_t>(std::max(1, options_.worker_threads))),
+        workers_(static_cast<size_t>(std::max(1, options_.worker_threads)),
+                 WorkQueue::OnStop::kRunQueued, static_cast<size_t>(PerCore())),
         acceptor_(net::make_strand(io_)),
         accept_retry_(acceptor_.get_executor()) {
     SSL_CTX_up_ref(ctx_);
@@ -76,7 +82,12 @@ class HttpsTransport::Impl {
   const Draining draining_;
   net::io_context io_;
   std::atomic<uint64_t> timed_out_{0};
-  net::thread_pool workers_;
+  // Admissions. Up to --threads of them may wait on API server lookups, but only about one per
+  // core computes at a time (PerCore): Asio's thread_pool, used before, woke its
+  // sleeping threads in turn, so under load all 64 ran at once on 2 cores, each admission on a
+  // thread with cold caches, and the server admitted KServe pods at 0.8x the rate it does with
+  // the cap.
+  WorkQueue workers_;
 
  private:
   void Accept();
@@ -267,12 +278,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ++served_;
     phase_ = Phase::kHandling;
     if (req->method == "GET" && req->body.empty()) return Respond(Call(*req), !keep_alive);
-    net::post(server_->workers_, [self = shared_from_this(), req, keep_alive] {
-      HttpsResponse res = self->Call(*req);
-      net::post(self->executor(), [self, res = std::move(res), keep_alive]() mutable {
-        self->Respond(std::move(res), !keep_alive);
-      });
-    });
+    // Refused only once Stop has begun, which waits for this connection to close first.
+    [[maybe_unused]] const bool queued =
+        server_->workers_.Push([self = shared_from_this(), req, keep_alive] {
+          HttpsResponse res = self->Call(*req);
+          net::post(self->executor(), [self, res = std::move(res), keep_alive]() mutable {
+            self->Respond(std::move(res), !keep_alive);
+          });
+        });
   }
 
   HttpsResponse Call(const HttpsRequest& req) const {
@@ -391,7 +404,7 @@ Status HttpsTransport::Impl::Start() {
   started_ = true;
   Accept();
   int n = options_.io_threads;
-  if (n <= 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4);
+  if (n <= 0) n = PerCore();
   for (int i = 0; i < n; ++i) io_threads_.emplace_back([this] { io_.run(); });
   return Status::Ok();
 }
@@ -458,7 +471,7 @@ void HttpsTransport::Impl::Stop() {
     std::unique_lock<std::mutex> lock(mu_);
     all_closed_.wait(lock, [this] { return connections_.empty(); });
   }
-  workers_.join();
+  workers_.Stop();
   work_.reset();
   io_.stop();
   for (std::thread& t : io_threads_) t.join();

@@ -42,7 +42,7 @@ struct HttpsTransportOptions {
   std::chrono::milliseconds request_timeout{10000};   // first byte to the body's last, in total
   std::chrono::milliseconds write_timeout{10000};     // the whole response
   int io_threads = 0;       // 0: one per core (at most 4)
-  int worker_threads = 64;  // handlers running at once (each may wait on API server lookups)
+  int worker_threads = 64;  // handlers in flight (waiting on lookups); one per core computes
 };
 
 // Counts the transport keeps (for tests and metrics).

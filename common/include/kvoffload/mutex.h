@@ -1,8 +1,8 @@
 // Mutex, MutexLock and CondVar with Clang thread-safety annotations (-Wthread-safety checks
 // GUARDED_BY / REQUIRES under clang; the macros are empty elsewhere), after leveldb's port.
 // std::mutex itself carries no annotations, so the analysis needs these thin wrappers.
-#ifndef KVOFFLOAD_SRC_MUTEX_H_
-#define KVOFFLOAD_SRC_MUTEX_H_
+#ifndef KVOFFLOAD_MUTEX_H_
+#define KVOFFLOAD_MUTEX_H_
 
 #include <condition_variable>
 #include <mutex>
@@ -80,4 +80,4 @@ class CondVar {
 
 }  // namespace kvoffload
 
-#endif  // KVOFFLOAD_SRC_MUTEX_H_
+#endif  // KVOFFLOAD_MUTEX_H_
