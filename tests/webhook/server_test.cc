@@ -8,14 +8,17 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "exposition.h"
 #include "test_pki.h"
 #include "webhook/admission.h"
+#include "webhook/caching_reader.h"
 #include "webhook/cluster_reader.h"
 
 namespace kvoffload::webhook {
@@ -340,6 +343,61 @@ TEST_F(ServerTest, ShutdownDrainsInFlightRequests) {
   for (auto& f : inflight) EXPECT_EQ(f.get(), 1);
   stopper.join();
   EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+}
+
+// Holds every lookup until the test opens it (or 10 s pass, so a broken server fails the test
+// rather than hanging it).
+class GatedReader : public ClusterReader {
+ public:
+  Result<std::optional<json>> GetBefore(const ObjectRef& ref, Deadline) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(10), [this] { return open_; });
+    }
+    if (ref.kind != ObjectKind::kLLMInferenceService) return std::optional<json>();
+    return std::optional<json>(json{{"spec", {{"kvCacheOffloading", {{"cpu", "2Gi"}}}}}});
+  }
+  bool Authoritative() const override { return true; }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Only one admission per core computes at a time, but one waiting on the API server (its own
+// lookup, or another admission's lookup of the same object) does not count: with more
+// admissions waiting than there are cores, an admission that needs no lookup is still answered.
+TEST_F(ServerTest, AdmissionsWaitingOnTheApiServerDoNotHoldUpOthers) {
+  GatedReader gated;
+  CachingClusterReader cached(&gated, std::chrono::seconds(30), std::chrono::minutes(5), nullptr);
+  StartServer(&cached);
+  std::vector<std::future<int>> waiting;
+  for (int i = 0; i < 6; ++i) {  // more than the at most 4 that compute at once
+    waiting.push_back(std::async(std::launch::async, [this] {
+      auto c = Client((dir_ / "ca.crt").string());
+      c->set_read_timeout(20, 0);
+      httplib::Result r = c->Post("/mutate-pods", ReviewBody(/*llmisvc=*/true), "application/json");
+      return r ? r->status : -1;
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them reach the lookup
+  const auto start = std::chrono::steady_clock::now();
+  httplib::Result r = Client((dir_ / "ca.crt").string())->Post("/mutate-pods", ReviewBody(),
+                                                               "application/json");
+  const auto took = std::chrono::steady_clock::now() - start;
+  gated.Open();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(took, std::chrono::seconds(4)) << "waited for the lookups of other admissions";
+  for (auto& f : waiting) EXPECT_EQ(f.get(), 200);
 }
 
 TEST_F(ServerTest, ClientCertificatesWhenConfigured) {
