@@ -91,6 +91,10 @@ TEST(WorkQueueTest, OneWorkerRunsJobsInTheOrderTheyWerePushed) {
 // light load keeps one thread (and its caches) busy rather than rotating through all of them.
 TEST(WorkQueueTest, TheWorkerIdleLastTakesTheNextJob) {
   constexpr size_t kThreads = 4;
+  // Before the queue, so that its workers are gone before what their jobs touch.
+  std::mutex mu;
+  std::set<std::thread::id> ran_on;
+  Counter done;
   WorkQueue q(kThreads, WorkQueue::OnStop::kRunQueued);
   auto all_idle = [&q] {
     const auto deadline = std::chrono::steady_clock::now() + seconds(20);
@@ -101,9 +105,6 @@ TEST(WorkQueueTest, TheWorkerIdleLastTakesTheNextJob) {
     return true;
   };
   ASSERT_TRUE(all_idle());
-  std::mutex mu;
-  std::set<std::thread::id> ran_on;
-  Counter done;
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE(q.Push([&] {
       {
@@ -140,10 +141,10 @@ TEST(WorkQueueTest, AtMostMaxRunningJobsRunAtOnce) {
 // A job waiting inside a Blocking scope gives up its place: with one running job allowed, the
 // next job runs while the first waits for it (without the scope the first would wait in vain).
 TEST(WorkQueueTest, AJobInABlockingScopeLetsAnotherRun) {
-  WorkQueue q(2, WorkQueue::OnStop::kRunQueued, /*max_running=*/1);
   Gate second_ran;
   std::atomic<bool> first_saw_it{false};
   Counter done;
+  WorkQueue q(2, WorkQueue::OnStop::kRunQueued, /*max_running=*/1);
   ASSERT_TRUE(q.Push([&] {
     const WorkQueue::Blocking waiting;
     first_saw_it = second_ran.Wait();
@@ -160,9 +161,9 @@ TEST(WorkQueueTest, AJobInABlockingScopeLetsAnotherRun) {
 // Outside a queue's worker a Blocking scope does nothing (the webhook's lookups also run on
 // test threads and in `inject`).
 TEST(WorkQueueTest, BlockingOutsideAWorkerIsANoOp) {
+  Counter done;
   WorkQueue q(1, WorkQueue::OnStop::kRunQueued, /*max_running=*/1);
   { const WorkQueue::Blocking waiting; }
-  Counter done;
   ASSERT_TRUE(q.Push([&done] { done.Add(); }));
   EXPECT_TRUE(done.WaitFor(1));
 }
