@@ -27,12 +27,15 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
       // Someone is already asking: wait for that answer instead of asking again.
       std::shared_future<Answer> shared = e.inflight;
       lock.unlock();
-      // Deadline::max() would overflow inside wait_until's clock arithmetic.
-      bool answered = deadline == Deadline::max();
-      if (!answered) {
+      const bool answered = [&] {
         const WorkQueue::Blocking waiting;  // another admission may run meanwhile
-        answered = shared.wait_until(deadline) == std::future_status::ready;
-      }
+        // Deadline::max() would overflow inside wait_until's clock arithmetic.
+        if (deadline == Deadline::max()) {
+          shared.wait();
+          return true;
+        }
+        return shared.wait_until(deadline) == std::future_status::ready;
+      }();
       if (answered) {
         Record(ref.kind, LookupResult::kHit);
         return shared.get();

@@ -98,10 +98,12 @@ std::string EscapePointerToken(std::string_view token) {
 }
 
 std::string StringAt(const nlohmann::json& obj, std::string_view key) {
-  if (!obj.is_object()) return "";
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) return "";
-  return it->get<std::string>();
+  return std::string(StringView(Member(obj, key)));
+}
+
+std::string_view StringView(const nlohmann::json& value) {
+  return value.is_string() ? std::string_view(value.get_ref<const std::string&>())
+                           : std::string_view();
 }
 
 const nlohmann::json& Member(const nlohmann::json& obj, std::string_view key) {

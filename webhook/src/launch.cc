@@ -20,10 +20,7 @@ std::vector<std::string_view> StringsOf(const json& list) {
   std::vector<std::string_view> out;
   if (!list.is_array()) return out;
   out.reserve(list.size());
-  for (const json& v : list) {
-    out.push_back(v.is_string() ? std::string_view(v.get_ref<const std::string&>())
-                                : std::string_view());
-  }
+  for (const json& v : list) out.push_back(StringView(v));
   return out;
 }
 
@@ -308,7 +305,7 @@ LaunchPlan PlanLaunch(const json& container) {
   bool additional_args_from_ref = false;  // set through valueFrom: nothing we can append to
   if (const json& env = Member(container, "env"); env.is_array()) {
     for (const json& e : env) {
-      if (StringAt(e, "name") != kAdditionalArgs) continue;
+      if (StringView(Member(e, "name")) != kAdditionalArgs) continue;
       additional_args = StringAt(e, "value");
       additional_args_from_ref = e.contains("valueFrom");
     }

@@ -503,10 +503,7 @@ json BuildPatch(const MutationInput& in, const MutationPlan& plan,
   if (env.is_array()) {
     env_index.reserve(env.size());
     for (size_t i = 0; i < env.size(); ++i) {
-      const json& name = Member(env[i], "name");
-      env_index.emplace(name.is_string() ? std::string_view(name.get_ref<const std::string&>())
-                                         : std::string_view(),
-                        i);
+      env_index.emplace(StringView(Member(env[i], "name")), i);
     }
   }
   ArrayAppend add_env(env, c_path + "/env");
