@@ -31,7 +31,7 @@ HttpAnswer Answer(const std::string& uid, json response_fields, std::string log_
   response.update(response_fields);
   json review = {{"apiVersion", kApiVersion}, {"kind", "AdmissionReview"}, {"response", response}};
   HttpAnswer answer;
-  answer.body = review.dump(-1, ' ', false, json::error_handler_t::replace);
+  answer.body = DumpJson(review);
   answer.log_message = std::move(log_message);
   return answer;
 }
@@ -266,13 +266,13 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   // it through the JSON serializer was a fifth of the cost of an admission.
   std::string answer =
       R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":)";
-  answer += json(uid).dump(-1, ' ', false, json::error_handler_t::replace);
+  answer += DumpJson(json(uid));
   answer += R"(,"allowed":true,"patchType":"JSONPatch","patch":")";
-  answer += Base64(mutation.patch.dump(-1, ' ', false, json::error_handler_t::replace));
+  answer += Base64(DumpJson(mutation.patch));
   answer += '"';
   if (!mutation.warnings.empty()) {
     answer += R"(,"warnings":)";
-    answer += json(mutation.warnings).dump(-1, ' ', false, json::error_handler_t::replace);
+    answer += DumpJson(json(mutation.warnings));
   }
   answer += "}}";
   HttpAnswer injected;

@@ -2,6 +2,11 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 
 namespace kvoffload::webhook {
@@ -81,6 +86,149 @@ Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what) {
 }
 
 #pragma GCC diagnostic pop
+
+namespace {
+
+// What a byte becomes inside a JSON string: 0 for itself, kHigh for a byte of a multi-byte
+// UTF-8 sequence (copied as it is, once the string is known to be valid UTF-8), else the
+// letter after the backslash ('u' for \u00XX).
+constexpr char kHigh = 1;
+constexpr std::array<char, 256> kEscapes = [] {
+  std::array<char, 256> t{};
+  for (size_t c = 0; c < 0x20; ++c) t[c] = 'u';
+  for (size_t c = 0x80; c < 0x100; ++c) t[c] = kHigh;
+  t['\b'] = 'b';
+  t['\t'] = 't';
+  t['\n'] = 'n';
+  t['\f'] = 'f';
+  t['\r'] = 'r';
+  t['"'] = '"';
+  t['\\'] = '\\';
+  return t;
+}();
+
+// Whether any of the 8 bytes of w is below 0x20, '"', '\\' or 0x80 and above (the classic
+// "has a zero byte" tests; a false positive only sends the 8 bytes through the byte loop).
+bool AnySpecial(uint64_t w) {
+  constexpr uint64_t kOnes = 0x0101010101010101;
+  constexpr uint64_t kHighBits = 0x8080808080808080;
+  auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHighBits; };
+  return ((((w - kOnes * 0x20) & ~w) | has_zero(w ^ (kOnes * '"')) |
+           has_zero(w ^ (kOnes * '\\')) | w) &
+          kHighBits) != 0;
+}
+
+void AppendString(std::string& out, std::string_view s) {
+  const size_t start = out.size();
+  out += '"';
+  bool ascii = true;
+  size_t run = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (i + 8 <= s.size()) {
+      uint64_t w = 0;
+      std::memcpy(&w, s.data() + i, 8);
+      if (!AnySpecial(w)) {
+        i += 8;
+        continue;
+      }
+    }
+    for (const size_t end = std::min(s.size(), i + 8); i < end; ++i) {
+      const char e = kEscapes[static_cast<unsigned char>(s[i])];
+      if (e == 0) continue;
+      if (e == kHigh) {
+        ascii = false;
+        continue;
+      }
+      out.append(s.data() + run, i - run);
+      const char escaped[] = {'\\', e};
+      out.append(escaped, 2);
+      if (e == 'u') {
+        constexpr char kHex[] = "0123456789abcdef";
+        const auto c = static_cast<unsigned char>(s[i]);
+        const char digits[] = {'0', '0', kHex[c >> 4], kHex[c & 0xf]};
+        out.append(digits, 4);
+      }
+      run = i + 1;
+    }
+  }
+  if (!ascii && !simdjson::validate_utf8(s.data(), s.size())) {
+    // Rare (simdjson validated everything parsed; this is text from elsewhere): nlohmann's
+    // own replacement of the bad bytes.
+    out.resize(start);
+    out += nlohmann::json(std::string(s)).dump(-1, ' ', false,
+                                                nlohmann::json::error_handler_t::replace);
+    return;
+  }
+  out.append(s.data() + run, s.size() - run);
+  out += '"';
+}
+
+template <typename Int>
+void AppendInteger(std::string& out, Int v) {
+  std::array<char, 24> buf{};
+  const std::to_chars_result r = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  out.append(buf.data(), r.ptr);
+}
+
+}  // namespace
+
+void AppendJson(std::string& out, const nlohmann::json& value) {
+  using Type = nlohmann::json::value_t;
+  switch (value.type()) {
+    case Type::object: {
+      out += '{';
+      bool first = true;
+      for (const auto& [key, member] : value.get_ref<const nlohmann::json::object_t&>()) {
+        if (!first) out += ',';
+        first = false;
+        AppendString(out, key);
+        out += ':';
+        AppendJson(out, member);
+      }
+      out += '}';
+      return;
+    }
+    case Type::array: {
+      out += '[';
+      bool first = true;
+      for (const nlohmann::json& item : value.get_ref<const nlohmann::json::array_t&>()) {
+        if (!first) out += ',';
+        first = false;
+        AppendJson(out, item);
+      }
+      out += ']';
+      return;
+    }
+    case Type::string:
+      AppendString(out, value.get_ref<const std::string&>());
+      return;
+    case Type::number_integer:
+      AppendInteger(out, value.get<int64_t>());
+      return;
+    case Type::number_unsigned:
+      AppendInteger(out, value.get<uint64_t>());
+      return;
+    case Type::boolean:
+      out += value.get<bool>() ? "true" : "false";
+      return;
+    case Type::null:
+      out += "null";
+      return;
+    case Type::number_float:
+    case Type::binary:
+    case Type::discarded:
+      // Floats keep nlohmann's shortest round-trip form; none is on the admission's path.
+      out += value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      return;
+  }
+}
+
+std::string DumpJson(const nlohmann::json& value) {
+  std::string out;
+  AppendJson(out, value);
+  return out;
+}
 
 std::string EscapePointerToken(std::string_view token) {
   std::string out;

@@ -6,6 +6,8 @@
 
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include "webhook/json_util.h"
+
 namespace kvoffload::webhook {
 namespace {
 
@@ -48,14 +50,14 @@ void LogEvent(spdlog::level::level_enum level, std::string_view message,
                             {"level", spdlog::level::to_string_view(level).data()},
                             {"msg", message}};
     for (const auto& [key, value] : fields.items()) event[key] = value;
-    spdlog::log(level, "{}", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    spdlog::log(level, "{}", DumpJson(event));
     return;
   }
   std::string line(message);
   for (const auto& [key, value] : fields.items()) {
     line += " " + key + "=" +
             (value.is_string() ? value.get<std::string>()
-                               : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+                               : DumpJson(value));
   }
   spdlog::log(level, "{}", line);
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -114,11 +113,11 @@ std::string Sha256Hex(std::string_view data, size_t hex_chars) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), digest.data(), &len, sha256, nullptr);
+  constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
   for (unsigned int i = 0; i < len && hex.size() < hex_chars; ++i) {
-    std::array<char, 3> buf{};
-    std::snprintf(buf.data(), buf.size(), "%02x", digest[i]);
-    hex += buf.data();
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 0xf];
   }
   return hex;
 }
@@ -165,7 +164,7 @@ std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& co
                     {"container", container},
                     {"tiers", tiers_env}};
   if (mode == Mode::kAgent) canonical["agentImage"] = agent_image;
-  return Sha256Hex(canonical.dump(), 16);
+  return Sha256Hex(DumpJson(canonical), 16);
 }
 
 std::string JoinDenials(const std::vector<std::string>& denials) {
@@ -519,7 +518,7 @@ json BuildPatch(const MutationInput& in, const MutationPlan& plan,
   set_env("KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value()));
   set_env("KVOFFLOAD_EVICTION_POLICY",
           in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy);
-  set_env("KVOFFLOAD_TIERS", tiers_env.dump());
+  set_env("KVOFFLOAD_TIERS", DumpJson(tiers_env));
   set_env("KVOFFLOAD_CONFIG_HASH", hash);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
   if (any_shared && env_index.count("PYTHONHASHSEED") == 0) set_env("PYTHONHASHSEED", "0");
@@ -548,7 +547,7 @@ json BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag;
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
-    const std::string ours = KvTransferConfig(in.spec, mode).dump();
+    const std::string ours = DumpJson(KvTransferConfig(in.spec, mode));
     const LaunchPlan launch = PlanLaunch(container);
     const auto additional = env_index.find("VLLM_ADDITIONAL_ARGS");
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
@@ -560,7 +559,7 @@ json BuildPatch(const MutationInput& in, const MutationPlan& plan,
                                launch.user_flag_where + " reaches vLLM as invalid JSON; quote it");
         vllm_flag = "user";
         vllm_flag_reason = kFlagReasonUserFlagInvalid;
-      } else if (theirs->dump() != ours) {
+      } else if (DumpJson(*theirs) != ours) {
         warnings->push_back("container " + c_name + " already passes --kv-transfer-config in " +
                                launch.user_flag_where + "; kept it instead of ours");
         vllm_flag = "user";
@@ -621,7 +620,7 @@ json BuildPatch(const MutationInput& in, const MutationPlan& plan,
   if (!vllm_flag.empty()) status["vllmFlag"] = vllm_flag;
   status["vllmFlagInjected"] = vllm_flag_reason.empty();
   if (!vllm_flag_reason.empty()) status["vllmFlagReason"] = vllm_flag_reason;
-  patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, status.dump());
+  patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, DumpJson(status));
   return patch.Take();
 }
 

@@ -19,6 +19,16 @@ inline constexpr int kMaxJsonDepth = 128;
 // Parses untrusted JSON; InvalidArgument naming `what` and the byte offset on failure.
 Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
 
+// Compact JSON text of `value`, byte for byte what nlohmann's dump() gives, except that a
+// string which is not valid UTF-8 gets U+FFFD for its bad bytes (dump()'s `replace` handler)
+// instead of an exception. The admission writes several KB of it per pod (the patch, the
+// status annotation, the hashed canonical spec) and nlohmann's serializer, which decodes every
+// byte of every string as UTF-8 and formats integers digit by digit, was a sixth of an
+// admission's instructions; this copies runs of plain bytes and checks UTF-8 with simdjson.
+std::string DumpJson(const nlohmann::json& value);
+// DumpJson(value) appended to `out`.
+void AppendJson(std::string& out, const nlohmann::json& value);
+
 // One RFC 6901 reference token: '~' -> "~0", '/' -> "~1".
 std::string EscapePointerToken(std::string_view token);
 
