@@ -128,8 +128,9 @@ TEST(MutateTest, CheckedPlanBuildsThePatch) {
   ASSERT_TRUE(checked.plan.ephemeral_request.has_value());
   EXPECT_EQ(checked.plan.ephemeral_request->ToString(), "5Gi");
   std::vector<std::string> warnings = checked.plan.warnings;
-  const json patch = BuildPatch(in, checked.plan, &warnings);
-  EXPECT_EQ(patch, Mutate(in).patch);
+  const std::string text = BuildPatch(in, checked.plan, &warnings);
+  EXPECT_EQ(text, Mutate(in).patch);
+  const json patch = json::parse(text);
   const json patched = pod.patch(patch);
   EXPECT_EQ(patched["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"], "5Gi");
 

@@ -149,7 +149,7 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
       if (!m.allowed) return Status::InvalidArgument(what + ": " + m.denial);
       if (m.patch.empty()) continue;
       try {
-        *doc = doc->patch(ojson::parse(Rebase(m.patch, pointer).dump()));
+        *doc = doc->patch(ojson::parse(Rebase(json::parse(m.patch), pointer).dump()));
       } catch (const ojson::exception& e) {
         return Status::Internal(what + ": patch did not apply: " + e.what());
       }

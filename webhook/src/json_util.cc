@@ -118,7 +118,9 @@ bool AnySpecial(uint64_t w) {
           kHighBits) != 0;
 }
 
-void AppendString(std::string& out, std::string_view s) {
+}  // namespace
+
+void AppendJsonString(std::string& out, std::string_view s) {
   const size_t start = out.size();
   out += '"';
   bool ascii = true;
@@ -164,6 +166,8 @@ void AppendString(std::string& out, std::string_view s) {
   out += '"';
 }
 
+namespace {
+
 template <typename Int>
 void AppendInteger(std::string& out, Int v) {
   std::array<char, 24> buf{};
@@ -182,7 +186,7 @@ void AppendJson(std::string& out, const nlohmann::json& value) {
       for (const auto& [key, member] : value.get_ref<const nlohmann::json::object_t&>()) {
         if (!first) out += ',';
         first = false;
-        AppendString(out, key);
+        AppendJsonString(out, key);
         out += ':';
         AppendJson(out, member);
       }
@@ -201,7 +205,7 @@ void AppendJson(std::string& out, const nlohmann::json& value) {
       return;
     }
     case Type::string:
-      AppendString(out, value.get_ref<const std::string&>());
+      AppendJsonString(out, value.get_ref<const std::string&>());
       return;
     case Type::number_integer:
       AppendInteger(out, value.get<int64_t>());

@@ -38,15 +38,13 @@ const json& Child(const json& node, const std::string& token) {
   return Member(node, token);
 }
 
-// Collects RFC 6902 operations. Paths are built by the caller from escaped tokens.
+// Collects RFC 6902 operations as JSON text. Paths are built by the caller from escaped tokens.
+// The answer carries the patch as text, so the operations are written as they come: building
+// them as a DOM only to serialise and free it cost a tenth of an admission.
 class Patch {
  public:
-  void Add(const std::string& path, json value) {
-    ops_.push_back({{"op", "add"}, {"path", path}, {"value", std::move(value)}});
-  }
-  void Replace(const std::string& path, json value) {
-    ops_.push_back({{"op", "replace"}, {"path", path}, {"value", std::move(value)}});
-  }
+  void Add(std::string_view path, const json& value) { Op("add", path, value); }
+  void Replace(std::string_view path, const json& value) { Op("replace", path, value); }
   // Sets root[path...][key] = value, creating missing parent objects in a single add: the API
   // server's JSON patch fails an add whose parent is missing.
   void SetMember(const json& root, const std::vector<std::string>& path, const std::string& key,
@@ -62,17 +60,33 @@ class Patch {
       pointer += "/" + EscapePointerToken(path[depth]);
     }
     if (depth == path.size()) {
-      Add(pointer + "/" + EscapePointerToken(key), std::move(value));
+      Add(pointer + "/" + EscapePointerToken(key), value);
       return;
     }
     json nested = json::object({{key, std::move(value)}});
     for (size_t i = path.size(); i-- > depth + 1;) nested = json::object({{path[i], nested}});
-    Add(pointer + "/" + EscapePointerToken(path[depth]), std::move(nested));
+    Add(pointer + "/" + EscapePointerToken(path[depth]), nested);
   }
-  json Take() { return std::move(ops_); }
+  // The operations as a JSON array; "" when there are none.
+  std::string Take() {
+    if (!ops_.empty()) ops_ += ']';
+    return std::move(ops_);
+  }
 
  private:
-  json ops_ = json::array();
+  // Members in the order nlohmann's sorted objects gave them (op, path, value), so that the
+  // text is the one earlier releases sent.
+  void Op(std::string_view op, std::string_view path, const json& value) {
+    ops_ += ops_.empty() ? "[{\"op\":\"" : ",{\"op\":\"";
+    ops_ += op;
+    ops_ += "\",\"path\":";
+    AppendJsonString(ops_, path);
+    ops_ += ",\"value\":";
+    AppendJson(ops_, value);
+    ops_ += '}';
+  }
+
+  std::string ops_;
 };
 
 // Appends to an array that may be missing (or null) in the original: a missing array is added
@@ -85,7 +99,7 @@ class ArrayAppend {
   void Flush(Patch* patch) {
     if (items_.empty()) return;
     if (exists_) {
-      for (json& item : items_) patch->Add(path_ + "/-", std::move(item));
+      for (const json& item : items_) patch->Add(path_ + "/-", item);
     } else {
       patch->Add(path_, json(std::move(items_)));
     }
@@ -407,7 +421,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   return out;
 }
 
-json BuildPatch(const MutationInput& in, const MutationPlan& plan,
+std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
                 std::vector<std::string>* warnings) {
   const json& pod = in.pod;
   const json& metadata = Member(pod, "metadata");

@@ -28,6 +28,8 @@ Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
 std::string DumpJson(const nlohmann::json& value);
 // DumpJson(value) appended to `out`.
 void AppendJson(std::string& out, const nlohmann::json& value);
+// The JSON string for `text` (quoted, escaped, as AppendJson writes strings) appended to `out`.
+void AppendJsonString(std::string& out, std::string_view text);
 
 // One RFC 6901 reference token: '~' -> "~0", '/' -> "~1".
 std::string EscapePointerToken(std::string_view token);

@@ -121,16 +121,19 @@ struct CheckedMutation {
 
 CheckedMutation CheckMutation(const MutationInput& input);
 
-// The patch for a checked input. Appends its own warnings to `warnings`.
+// The patch for a checked input, as compact JSON text (an array of operations). Appends its own
+// warnings to `warnings`.
 // REQUIRES: `plan` is CheckMutation(input).plan with no denials and not already_injected.
-nlohmann::json BuildPatch(const MutationInput& input, const MutationPlan& plan,
+std::string BuildPatch(const MutationInput& input, const MutationPlan& plan,
                           std::vector<std::string>* warnings);
 
 struct Mutation {
   bool allowed = true;
   std::vector<std::string> denials;  // set when !allowed: every reason
   std::string denial;                // the denials as one message (JoinDenials)
-  nlohmann::json patch = nlohmann::json::array();  // empty: nothing to change
+  // The RFC 6902 patch as compact JSON text, as the AdmissionReview carries it (base64);
+  // empty: nothing to change.
+  std::string patch;
   std::vector<std::string> warnings;  // each under 120 characters
 };
 
