@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <set>
 #include <string_view>
-#include <unordered_map>
 
 #include "webhook/eviction_policies.h"
 #include "webhook/json_util.h"
@@ -511,22 +511,27 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
 
   // Environment: ours replaced in place, never duplicated; the user's left alone.
   const json& env = Member(container, "env");
-  // Views of the names in the pod itself: a KServe pod's env has about a hundred entries.
-  std::unordered_map<std::string_view, size_t> env_index;
+  // Views of the names in the pod itself, searched front to back (the first of a repeated name
+  // is the one found): a KServe pod's env has about a hundred entries and we look up a handful
+  // of names, so building a hash index cost more than the scans it saved.
+  std::vector<std::string_view> env_names;
   if (env.is_array()) {
-    env_index.reserve(env.size());
-    for (size_t i = 0; i < env.size(); ++i) {
-      env_index.emplace(StringView(Member(env[i], "name")), i);
-    }
+    env_names.reserve(env.size());
+    for (const json& e : env) env_names.push_back(StringView(Member(e, "name")));
   }
+  auto env_find = [&env_names](std::string_view name) -> std::optional<size_t> {
+    const auto it = std::find(env_names.begin(), env_names.end(), name);
+    if (it == env_names.end()) return std::nullopt;
+    return static_cast<size_t>(it - env_names.begin());
+  };
   ArrayAppend add_env(env, c_path + "/env");
   auto set_env = [&](const std::string& name, const std::string& value) {
     json entry = {{"name", name}, {"value", value}};
-    auto it = env_index.find(name);
-    if (it == env_index.end()) {
+    const std::optional<size_t> at = env_find(name);
+    if (!at) {
       add_env.Push(std::move(entry));
-    } else if (env[it->second] != entry) {
-      patch.Replace(c_path + "/env/" + std::to_string(it->second), std::move(entry));
+    } else if (env[*at] != entry) {
+      patch.Replace(c_path + "/env/" + std::to_string(*at), entry);
     }
   };
   set_env("KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value()));
@@ -535,14 +540,14 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   set_env("KVOFFLOAD_TIERS", DumpJson(tiers_env));
   set_env("KVOFFLOAD_CONFIG_HASH", hash);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
-  if (any_shared && env_index.count("PYTHONHASHSEED") == 0) set_env("PYTHONHASHSEED", "0");
+  if (any_shared && !env_find("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
   if (mode == Mode::kAgent) {
     set_env("KVOFFLOAD_LIBRARY", kAgentLibrary);
-    auto it = env_index.find("PYTHONPATH");
-    if (it == env_index.end()) {
+    const std::optional<size_t> at = env_find("PYTHONPATH");
+    if (!at) {
       set_env("PYTHONPATH", kAgentPythonPath);
-    } else if (Member(env[it->second], "valueFrom").is_null()) {
-      const std::string cur = StringAt(env[it->second], "value");
+    } else if (Member(env[*at], "valueFrom").is_null()) {
+      const std::string cur = StringAt(env[*at], "value");
       const std::string prefix = std::string(kAgentPythonPath);
       if (cur != prefix && cur.rfind(prefix + ":", 0) != 0) {
         set_env("PYTHONPATH", cur.empty() ? prefix : prefix + ":" + cur);
@@ -563,7 +568,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   if (runs_vllm) {
     const std::string ours = DumpJson(KvTransferConfig(in.spec, mode));
     const LaunchPlan launch = PlanLaunch(container);
-    const auto additional = env_index.find("VLLM_ADDITIONAL_ARGS");
+    const std::optional<size_t> additional = env_find("VLLM_ADDITIONAL_ARGS");
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
     if (launch.has_user_flag) {
@@ -600,7 +605,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       }
       if (env_route) {
         std::string value =
-            additional == env_index.end() ? "" : StringAt(env[additional->second], "value");
+            additional ? StringAt(env[*additional], "value") : "";
         for (const std::string& e : extra) value += (value.empty() ? "" : " ") + e;
         set_env("VLLM_ADDITIONAL_ARGS", value);
         vllm_flag = "VLLM_ADDITIONAL_ARGS";
