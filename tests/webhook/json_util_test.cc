@@ -92,5 +92,15 @@ TEST(DumpJsonTest, AppendsToWhatIsThere) {
   EXPECT_EQ(out, R"(patch={"op":"add"})");
 }
 
+// ParseJson builds objects with insertion hinted at the end (keys usually come sorted): keys in
+// any order land sorted, and a repeated key keeps its first value (the API server never sends
+// one: it serialises the objects it reviews).
+TEST(ParseJsonTest, KeysInAnyOrderAndARepeatedKeyKeepsItsFirstValue) {
+  const std::string text = R"({"z":1,"a":{"y":[3,{"q":1,"p":2}],"b":null},"m":"x","a":5,"z":2})";
+  Result<json> parsed = ParseJson(text, "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(DumpJson(*parsed), R"({"a":{"b":null,"y":[3,{"p":2,"q":1}]},"m":"x","z":1})");
+}
+
 }  // namespace
 }  // namespace kvoffload::webhook

@@ -22,9 +22,13 @@ nlohmann::json ToJson(simdjson::dom::element e) {
   switch (e.type()) {
     case simdjson::dom::element_type::OBJECT: {
       nlohmann::json obj = nlohmann::json::object();
+      auto& map = obj.get_ref<nlohmann::json::object_t&>();
       const simdjson::dom::object members = e.get_object().value_unsafe();
       for (simdjson::dom::key_value_pair kv : members) {
-        obj.emplace(std::string(kv.key), ToJson(kv.value));
+        // Hinted at the end: Kubernetes writes most objects' keys in sorted order (an env
+        // entry's name before its value), and then an insert needs no search. A repeated key
+        // keeps its first value, as emplace does.
+        map.emplace_hint(map.end(), std::string(kv.key), ToJson(kv.value));
       }
       return obj;
     }
@@ -32,6 +36,7 @@ nlohmann::json ToJson(simdjson::dom::element e) {
       nlohmann::json arr = nlohmann::json::array();
       auto& items = arr.get_ref<nlohmann::json::array_t&>();
       const simdjson::dom::array elements = e.get_array().value_unsafe();
+      items.reserve(elements.size());
       for (simdjson::dom::element item : elements) items.push_back(ToJson(item));
       return arr;
     }
