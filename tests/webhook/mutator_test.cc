@@ -158,3 +158,26 @@ TEST(MutateTest, OptOutAndOptIn) {
 
 }  // namespace
 }  // namespace kvoffload::webhook
+
+namespace kvoffload::webhook {
+namespace {
+
+// The config hash is compared with the one in a pod's status annotation on reinvocation and on
+// re-apply, possibly written by an earlier release: the same config must keep its hash. Pinned
+// to the value the release that introduced DumpJson computed through nlohmann's dump().
+TEST(ConfigHashTest, StaysTheSameAcrossReleases) {
+  SpecParse parsed = ParseSpec(json::parse(R"({"cpu": "8Gi", "evictionPolicy": "arc",
+      "secondary": [{"fileSystem": {"emptyDir": {"size": "100Gi"}}},
+                    {"fileSystem": {"pvc": {"ref": {"name": "shared-kv", "path": "m\"odel"}}}},
+                    {"fileSystem": {"pvc": {"spec": {"accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "50Gi"}}}}}}]})"));
+  ASSERT_TRUE(parsed.errors.empty()) << parsed.errors.front().message;
+  const json tiers = TiersEnv(parsed.spec, {});
+  EXPECT_EQ(ConfigHash(parsed.spec, Mode::kAgent, "main", tiers, "registry/agent:1.0"),
+            "d85641b4556d298a");
+  EXPECT_EQ(ConfigHash(parsed.spec, Mode::kVllmNative, "vllm", tiers, "registry/agent:1.0"),
+            "9519f0fd696e714e");
+}
+
+}  // namespace
+}  // namespace kvoffload::webhook

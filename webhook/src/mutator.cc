@@ -173,12 +173,25 @@ bool OptedIn(const json& pod) {
 
 std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& container,
                        const json& tiers_env, const std::string& agent_image) {
-  json canonical = {{"spec", spec.Canonical()},
-                    {"mode", ModeName(mode)},
-                    {"container", container},
-                    {"tiers", tiers_env}};
-  if (mode == Mode::kAgent) canonical["agentImage"] = agent_image;
-  return Sha256Hex(DumpJson(canonical), 16);
+  // The text of the object {agentImage (agent mode only), container, mode, spec, tiers}, keys
+  // sorted as a JSON object's dump writes them (earlier releases hashed that dump), written
+  // directly: built as a DOM, the spec and the tiers were copied into it first.
+  std::string canonical = "{";
+  if (mode == Mode::kAgent) {
+    canonical += "\"agentImage\":";
+    AppendJsonString(canonical, agent_image);
+    canonical += ',';
+  }
+  canonical += "\"container\":";
+  AppendJsonString(canonical, container);
+  canonical += ",\"mode\":";
+  AppendJsonString(canonical, ModeName(mode));
+  canonical += ",\"spec\":";
+  AppendJson(canonical, spec.Canonical());
+  canonical += ",\"tiers\":";
+  AppendJson(canonical, tiers_env);
+  canonical += '}';
+  return Sha256Hex(canonical, 16);
 }
 
 std::string JoinDenials(const std::vector<std::string>& denials) {
