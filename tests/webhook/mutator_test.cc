@@ -140,6 +140,22 @@ TEST(MutateTest, CheckedPlanBuildsThePatch) {
   EXPECT_TRUE(again.plan.already_injected);
 }
 
+// The install step's text is kept per thread for the last image: a webhook given another image
+// (tests, a second handler in one process) must never hand out the first one.
+TEST(MutateTest, TheInstallStepNamesTheImageOfEachCall) {
+  for (const std::string image : {"registry/agent:1", "registry/agent:2", "registry/agent:1"}) {
+    json pod = Pod(EmptyDirSpec("1Gi"));
+    Result<Resolution> res = Resolve(pod, "team-a", nullptr);
+    ASSERT_TRUE(res.ok()) << res.status().message();
+    const Mutation m =
+        Mutate(MutationInput(std::move(pod), "team-a", std::move(*res), {Mode::kAgent, image}));
+    ASSERT_TRUE(m.allowed) << m.denial;
+    const json patched = Pod(EmptyDirSpec("1Gi")).patch(json::parse(m.patch));
+    ASSERT_EQ(patched["spec"]["initContainers"].size(), 1u);
+    EXPECT_EQ(patched["spec"]["initContainers"][0]["image"], image);
+  }
+}
+
 TEST(MutateTest, JoinDenials) {
   EXPECT_EQ(JoinDenials({"a; b"}), "a; b");
   EXPECT_EQ(JoinDenials({"a; b", "c"}), "2 problems: (1) a; b; (2) c");

@@ -43,8 +43,22 @@ const json& Child(const json& node, const std::string& token) {
 // them as a DOM only to serialise and free it cost a tenth of an admission.
 class Patch {
  public:
-  void Add(std::string_view path, const json& value) { Op("add", path, value); }
-  void Replace(std::string_view path, const json& value) { Op("replace", path, value); }
+  void Add(std::string_view path, const json& value) {
+    Open("add", path);
+    AppendJson(ops_, value);
+    ops_ += '}';
+  }
+  // An add whose value is already JSON text.
+  void AddText(std::string_view path, std::string_view value_json) {
+    Open("add", path);
+    ops_ += value_json;
+    ops_ += '}';
+  }
+  void Replace(std::string_view path, const json& value) {
+    Open("replace", path);
+    AppendJson(ops_, value);
+    ops_ += '}';
+  }
   // Sets root[path...][key] = value, creating missing parent objects in a single add: the API
   // server's JSON patch fails an add whose parent is missing.
   void SetMember(const json& root, const std::vector<std::string>& path, const std::string& key,
@@ -76,14 +90,13 @@ class Patch {
  private:
   // Members in the order nlohmann's sorted objects gave them (op, path, value), so that the
   // text is the one earlier releases sent.
-  void Op(std::string_view op, std::string_view path, const json& value) {
+  // An operation up to its value, which the caller appends, then closes.
+  void Open(std::string_view op, std::string_view path) {
     ops_ += ops_.empty() ? "[{\"op\":\"" : ",{\"op\":\"";
     ops_ += op;
     ops_ += "\",\"path\":";
     AppendJsonString(ops_, path);
     ops_ += ",\"value\":";
-    AppendJson(ops_, value);
-    ops_ += '}';
   }
 
   std::string ops_;
@@ -95,13 +108,21 @@ class ArrayAppend {
  public:
   ArrayAppend(const json& current, std::string path)
       : exists_(current.is_array()), path_(std::move(path)) {}
-  void Push(json value) { items_.push_back(std::move(value)); }
+  void Push(const json& value) { items_.push_back(DumpJson(value)); }
+  // An item that is already JSON text.
+  void PushText(std::string value_json) { items_.push_back(std::move(value_json)); }
   void Flush(Patch* patch) {
     if (items_.empty()) return;
     if (exists_) {
-      for (const json& item : items_) patch->Add(path_ + "/-", item);
+      for (const std::string& item : items_) patch->AddText(path_ + "/-", item);
     } else {
-      patch->Add(path_, json(std::move(items_)));
+      std::string array = "[";
+      for (const std::string& item : items_) {
+        if (array.size() > 1) array += ',';
+        array += item;
+      }
+      array += ']';
+      patch->AddText(path_, array);
     }
     items_.clear();
   }
@@ -109,8 +130,33 @@ class ArrayAppend {
  private:
   bool exists_;
   std::string path_;
-  std::vector<json> items_;
+  std::vector<std::string> items_;  // JSON text
 };
+
+// The agent's install step, as JSON text. It depends only on the agent image, which is one per
+// webhook, so each thread writes it once per image instead of building it for every pod.
+const std::string& AgentInitContainer(const std::string& image) {
+  thread_local std::string cached_image;
+  thread_local std::string cached;
+  if (cached.empty() || cached_image != image) {
+    cached_image = image;
+    cached = DumpJson(
+        {{"name", kAgentInitContainer},
+         {"image", image},
+         {"command", {std::string(kAgentMountPath) + "/bin/kvoffload-install", kAgentInstallDest}},
+         {"volumeMounts", {{{"name", kAgentVolume}, {"mountPath", kAgentInstallDest}}}},
+         {"resources",
+          {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"memory", "64Mi"}}}}},
+         {"securityContext",
+          {{"allowPrivilegeEscalation", false},
+           {"capabilities", {{"drop", {"ALL"}}}},
+           {"readOnlyRootFilesystem", true},
+           {"runAsNonRoot", true},
+           {"runAsUser", 65532},
+           {"seccompProfile", {{"type", "RuntimeDefault"}}}}}});
+  }
+  return cached;
+}
 
 bool HasEntry(const json& array, std::string_view key, std::string_view value) {
   if (!array.is_array()) return false;
@@ -502,20 +548,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     const json& init = Member(pod["spec"], "initContainers");
     if (!HasEntry(init, "name", kAgentInitContainer)) {
       ArrayAppend add_init(init, "/spec/initContainers");
-      add_init.Push(
-          {{"name", kAgentInitContainer},
-           {"image", in.options.agent_image},
-           {"command", {std::string(kAgentMountPath) + "/bin/kvoffload-install", kAgentInstallDest}},
-           {"volumeMounts", {{{"name", kAgentVolume}, {"mountPath", kAgentInstallDest}}}},
-           {"resources",
-            {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"memory", "64Mi"}}}}},
-           {"securityContext",
-            {{"allowPrivilegeEscalation", false},
-             {"capabilities", {{"drop", {"ALL"}}}},
-             {"readOnlyRootFilesystem", true},
-             {"runAsNonRoot", true},
-             {"runAsUser", 65532},
-             {"seccompProfile", {{"type", "RuntimeDefault"}}}}}});
+      add_init.PushText(AgentInitContainer(in.options.agent_image));
       add_init.Flush(&patch);
     }
   }
