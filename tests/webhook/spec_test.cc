@@ -127,6 +127,27 @@ TEST(SpecTest, AnnotationTextErrorsNameTheSource) {
   EXPECT_NE(deep.status().message().find("nests deeper than"), std::string::npos);
 }
 
+// Each thread keeps its last answer: the same text from another source, or another text, must
+// each get their own.
+TEST(SpecTest, RepeatedTextsGetTheirOwnSourceAndSpec) {
+  const std::string bad = R"({"cpu": "lots"})";
+  for (int round = 0; round < 2; ++round) {
+    Result<OffloadSpec> a = ParseSpecText(bad, SpecSource::PodAnnotation());
+    Result<OffloadSpec> b = ParseSpecText(bad, SpecSource::NamespaceDefault("team-b"));
+    ASSERT_FALSE(a.ok());
+    ASSERT_FALSE(b.ok());
+    EXPECT_NE(a.status().message().find("from pod annotation"), std::string::npos)
+        << a.status().message();
+    EXPECT_NE(b.status().message().find("from namespace team-b"), std::string::npos)
+        << b.status().message();
+    for (const char* cpu : {"1Gi", "2Gi", "2Gi"}) {
+      Result<OffloadSpec> ok = ParseSpecText(json{{"cpu", cpu}}.dump(), SpecSource::PodAnnotation());
+      ASSERT_TRUE(ok.ok()) << ok.status().message();
+      EXPECT_EQ(ok->cpu.ToString(), cpu);
+    }
+  }
+}
+
 TEST(SpecTest, Dns1123Subdomain) {
   EXPECT_TRUE(IsDns1123Subdomain("my-kv-cache-pvc"));
   EXPECT_TRUE(IsDns1123Subdomain("a.b-c.d"));

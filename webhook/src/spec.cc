@@ -1,5 +1,6 @@
 #include "webhook/spec.h"
 
+#include <optional>
 #include <string_view>
 
 #include "webhook/eviction_policies.h"
@@ -317,7 +318,9 @@ Result<OffloadSpec> ParseSpecFrom(const nlohmann::json& spec, const SpecSource& 
   return std::move(parsed.spec);
 }
 
-Result<OffloadSpec> ParseSpecText(const std::string& text, const SpecSource& source) {
+namespace {
+
+Result<OffloadSpec> ParseSpecTextUncached(const std::string& text, const SpecSource& source) {
   Result<json> spec = ParseJson(text, source.description);
   if (!spec.ok()) {
     return Status::InvalidArgument(spec.status().message() +
@@ -325,6 +328,23 @@ Result<OffloadSpec> ParseSpecText(const std::string& text, const SpecSource& sou
                                    "{\"cpu\":\"10Gi\",\"evictionPolicy\":\"lru\"}");
   }
   return ParseSpecFrom(*spec, source);
+}
+
+}  // namespace
+
+Result<OffloadSpec> ParseSpecText(const std::string& text, const SpecSource& source) {
+  // The pods of one workload carry the same text from the same source, so each thread keeps
+  // its last answer: parsing and checking it again was a tenth of a small pod's admission.
+  struct Last {
+    std::string text;
+    std::string source;
+    Result<OffloadSpec> answer = Status::Internal("unset");
+  };
+  thread_local std::optional<Last> last;
+  if (!last || last->text != text || last->source != source.description) {
+    last = Last{text, source.description, ParseSpecTextUncached(text, source)};
+  }
+  return last->answer;
 }
 
 }  // namespace kvoffload::webhook
