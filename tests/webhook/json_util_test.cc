@@ -54,9 +54,9 @@ TEST(DumpJsonTest, MatchesNlohmannForEveryKindOfValue) {
 
 TEST(DumpJsonTest, ReplacesInvalidUtf8AsNlohmannDoes) {
   const std::string bad[] = {
-      "\xff",                 // never valid
-      "ok \xc3 cut short",    // truncated sequence
-      "\xc0\xaf overlong",    // overlong '/'
+      "\xff",               // never valid
+      "ok \xc3 cut short",  // truncated sequence
+      "\xc0\xaf overlong",  // overlong '/'
       "\xed\xa0\x80 surrogate",
       "\xf4\x90\x80\x80 over U+10FFFF",
   };
@@ -71,9 +71,10 @@ TEST(DumpJsonTest, ReplacesInvalidUtf8AsNlohmannDoes) {
 // Strings are scanned 8 bytes at a time: every kind of byte at every offset and length, valid
 // UTF-8 or not, against the reference.
 TEST(DumpJsonTest, MatchesNlohmannAtEveryOffset) {
-  const std::string pieces[] = {"a", "Z", "\"", "\\", "\n", std::string(1, '\0'), "\x1f", " ",
-                                "\x7f", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
-                                "\xff", "\xc3"};
+  const std::string pieces[] = {
+      "a",    "Z",   "\"",   "\\",       "\n",           std::string(1, '\0'),
+      "\x1f", " ",   "\x7f", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+      "\xff", "\xc3"};
   std::mt19937 rng(7);
   for (int round = 0; round < 20000; ++round) {
     std::string s;

@@ -141,7 +141,8 @@ TEST(SpecTest, RepeatedTextsGetTheirOwnSourceAndSpec) {
     EXPECT_NE(b.status().message().find("from namespace team-b"), std::string::npos)
         << b.status().message();
     for (const char* cpu : {"1Gi", "2Gi", "2Gi"}) {
-      Result<OffloadSpec> ok = ParseSpecText(json{{"cpu", cpu}}.dump(), SpecSource::PodAnnotation());
+      Result<OffloadSpec> ok =
+          ParseSpecText(json{{"cpu", cpu}}.dump(), SpecSource::PodAnnotation());
       ASSERT_TRUE(ok.ok()) << ok.status().message();
       EXPECT_EQ(ok->cpu.ToString(), cpu);
     }

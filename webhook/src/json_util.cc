@@ -118,9 +118,11 @@ bool AnySpecial(uint64_t w) {
   constexpr uint64_t kOnes = 0x0101010101010101;
   constexpr uint64_t kHighBits = 0x8080808080808080;
   auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHighBits; };
-  return ((((w - kOnes * 0x20) & ~w) | has_zero(w ^ (kOnes * '"')) |
-           has_zero(w ^ (kOnes * '\\')) | w) &
-          kHighBits) != 0;
+  const uint64_t below_space = (w - kOnes * 0x20) & ~w;
+  const uint64_t quote = has_zero(w ^ (kOnes * '"'));
+  const uint64_t backslash = has_zero(w ^ (kOnes * '\\'));
+  // w itself: a byte of 0x80 or above has its high bit set already.
+  return ((below_space | quote | backslash | w) & kHighBits) != 0;
 }
 
 }  // namespace
@@ -163,8 +165,8 @@ void AppendJsonString(std::string& out, std::string_view s) {
     // Rare (simdjson validated everything parsed; this is text from elsewhere): nlohmann's
     // own replacement of the bad bytes.
     out.resize(start);
-    out += nlohmann::json(std::string(s)).dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+    out += nlohmann::json(std::string(s))
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return;
   }
   out.append(s.data() + run, s.size() - run);

@@ -88,9 +88,8 @@ class Patch {
   }
 
  private:
-  // Members in the order nlohmann's sorted objects gave them (op, path, value), so that the
-  // text is the one earlier releases sent.
-  // An operation up to its value, which the caller appends, then closes.
+  // An operation up to its value, which the caller appends, then closes. Members come in the
+  // order nlohmann's sorted objects gave them (op, path, value): the text earlier releases sent.
   void Open(std::string_view op, std::string_view path) {
     ops_ += ops_.empty() ? "[{\"op\":\"" : ",{\"op\":\"";
     ops_ += op;
@@ -481,7 +480,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
 }
 
 std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
-                std::vector<std::string>* warnings) {
+                       std::vector<std::string>* warnings) {
   const json& pod = in.pod;
   const json& metadata = Member(pod, "metadata");
   const json& annotations = Member(metadata, "annotations");

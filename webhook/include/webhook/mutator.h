@@ -125,7 +125,7 @@ CheckedMutation CheckMutation(const MutationInput& input);
 // warnings to `warnings`.
 // REQUIRES: `plan` is CheckMutation(input).plan with no denials and not already_injected.
 std::string BuildPatch(const MutationInput& input, const MutationPlan& plan,
-                          std::vector<std::string>* warnings);
+                       std::vector<std::string>* warnings);
 
 struct Mutation {
   bool allowed = true;
