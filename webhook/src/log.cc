@@ -55,9 +55,7 @@ void LogEvent(spdlog::level::level_enum level, std::string_view message,
   }
   std::string line(message);
   for (const auto& [key, value] : fields.items()) {
-    line += " " + key + "=" +
-            (value.is_string() ? value.get<std::string>()
-                               : DumpJson(value));
+    line += " " + key + "=" + (value.is_string() ? value.get<std::string>() : DumpJson(value));
   }
   spdlog::log(level, "{}", line);
 }
