@@ -320,7 +320,11 @@ void DiskTier::Settle(std::vector<Recovered> files) {
     }
     policy_->OnRemove(key);
     entries_.erase(it);
-    ledger_->Free(file_bytes_, [] { return true; });
+    // A private tier's ledger started from the listing, so the name's bytes go back. A shared
+    // tier's was recounted from the files that exist, and whoever removed this one since the
+    // listing gave its bytes back then: freeing them again let the tier's files outgrow its
+    // capacity by a block each time a replica opened while another evicted.
+    if (!options_.config.shared) ledger_->Free(file_bytes_, [] { return true; });
   }
   // A tier reopened with a smaller capacity sheds its oldest blocks (dropped: a lower tier
   // might not be connected yet).
