@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "huge_pages.h"
 #include "kvoffload/block_key.h"
 #include "kvoffload/eviction_policy.h"
 
@@ -46,7 +47,7 @@ class KeyLists {
     nodes_.reserve(kLists + keys);
     // Node l is list l's sentinel: the lists are circular through it, so linking and unlinking
     // never branch on a list end.
-    for (ListId l = 0; l < kLists; ++l) nodes_.push_back(NodeData{{}, l, l, l, 0});
+    for (ListId l = 0; l < kLists; ++l) nodes_.push_back(NodeData{{}, l, l, l});
     size_t slots = kMinSlots;
     while (!FitsInTable(keys, slots)) slots *= 2;
     ResizeTable(slots);
@@ -66,10 +67,6 @@ class KeyLists {
   }
   ListId list(Node n) const { return nodes_[n].list; }
   const BlockKey& key(Node n) const { return nodes_[n].key; }
-  // A policy's own few bits for the key (S3-FIFO's use count): zero when the key enters, kept
-  // while it moves between lists. It fills the node's padding.
-  uint32_t mark(Node n) const { return nodes_[n].mark; }
-  void set_mark(Node n, uint32_t mark) { nodes_[n].mark = mark; }
   // The least recent key of l. REQUIRES: !empty(l).
   Node back(ListId l) const { return nodes_[l].prev; }
 
@@ -125,7 +122,6 @@ class KeyLists {
     Node prev;
     Node next;  // also the free list's link
     ListId list;
-    uint32_t mark;
   };
   static_assert(sizeof(NodeData) == 32);
   // A slot keeps the high 32 bits of the key's hash beside the node, so that a probe passes
@@ -161,7 +157,6 @@ class KeyLists {
       nodes_.emplace_back();
     }
     nodes_[n].key = key;
-    nodes_[n].mark = 0;
     return n;
   }
   void LinkFront(ListId l, Node n) { LinkAfter(l, l, n); }
@@ -211,7 +206,7 @@ class KeyLists {
   void ResizeTable(size_t slots) {
     // The home is taken from the top bits of a 32-bit tag.
     if (slots > (size_t{1} << 32)) throw std::length_error("KeyLists: too many keys");
-    std::vector<Slot> old = std::move(slots_);
+    std::vector<Slot, HugePageAllocator<Slot>> old = std::move(slots_);
     slots_.assign(slots, Slot{0, kNone});
     mask_ = slots - 1;
     shift_ = 32 - std::countr_zero(slots);
@@ -220,10 +215,11 @@ class KeyLists {
     }
   }
 
-  std::vector<NodeData> nodes_;  // kLists sentinels, then the keys' nodes
+  // kLists sentinels, then the keys' nodes.
+  std::vector<NodeData, HugePageAllocator<NodeData>> nodes_;
   Node free_ = kNone;
   std::array<size_t, kLists> sizes_{};
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   size_t count_ = 0;  // occupied slots
   size_t mask_ = 0;
   int shift_ = 0;

@@ -1,8 +1,15 @@
 // Policy semantics: LRU order, pinned keys skipped, ARC adapting on ghost hits and resisting a
-// one-time scan that flushes LRU, S3-FIFO's queues, and the name-keyed factory.
+// one-time scan that flushes LRU, S3-FIFO's queues (and the policy against a plain model of
+// it), and the name-keyed factory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
 #include <set>
+#include <vector>
 
 #include "kvoffload/eviction_policy.h"
 #include "test_util.h"
@@ -196,6 +203,123 @@ TEST(S3FifoPolicyTest, PinnedBlocksAreSkippedInBothQueues) {
   EXPECT_EQ(p->SelectVictim(nullptr), std::nullopt) << "nothing resident";
   p->OnRemove(Key(1));  // a ghost now: ignored
   EXPECT_EQ(p->resident(), 0u);
+}
+
+// S3-FIFO as the paper describes it, written for clarity: three deques and a map. The policy
+// keeps its queues as rings of hash tags with lazily skipped stale positions, compacts them and
+// grows its table; each of those must leave the victims and the order exactly these.
+class S3FifoModel {
+ public:
+  explicit S3FifoModel(size_t capacity)
+      : small_target_(std::max<size_t>(1, capacity / 10)),
+        ghost_limit_(capacity - small_target_ + 1) {}
+
+  void Insert(const BlockKey& k) {
+    auto it = info_.find(k);
+    if (it == info_.end()) {
+      info_[k] = {'S', 0};
+      s_.push_back(k);
+    } else if (it->second.queue == 'G') {
+      std::erase(g_, k);
+      it->second = {'M', 0};
+      m_.push_back(k);
+    }
+  }
+  void Access(const BlockKey& k) {
+    auto it = info_.find(k);
+    if (it != info_.end() && it->second.queue != 'G') {
+      it->second.uses = std::min(it->second.uses + 1, 3);
+    }
+  }
+  void Remove(const BlockKey& k) {
+    auto it = info_.find(k);
+    if (it == info_.end() || it->second.queue == 'G') return;
+    std::erase(it->second.queue == 'S' ? s_ : m_, k);
+    info_.erase(it);
+  }
+  std::optional<BlockKey> Victim(const EvictionPolicy::IsPinned& pinned) {
+    size_t pinned_s = 0, pinned_m = 0;
+    for (size_t budget = 5 * (s_.size() + m_.size() + 1); budget > 0; --budget) {
+      const bool s_ok = !s_.empty() && pinned_s < s_.size();
+      const bool m_ok = !m_.empty() && pinned_m < m_.size();
+      if (!s_ok && !m_ok) return std::nullopt;
+      const bool from_s = s_ok && (s_.size() > small_target_ || !m_ok);
+      std::deque<BlockKey>& q = from_s ? s_ : m_;
+      const BlockKey k = q.front();
+      q.pop_front();
+      Info& i = info_[k];
+      if (pinned && pinned(k)) {
+        q.push_back(k);
+        ++(from_s ? pinned_s : pinned_m);
+      } else if (i.uses > 0) {
+        i = {'M', from_s ? 0 : i.uses - 1};
+        m_.push_back(k);
+      } else if (from_s) {
+        i.queue = 'G';
+        g_.push_back(k);
+        if (g_.size() > ghost_limit_) {
+          info_.erase(g_.front());
+          g_.pop_front();
+        }
+        return k;
+      } else {
+        info_.erase(k);
+        return k;
+      }
+    }
+    return std::nullopt;
+  }
+  std::vector<BlockKey> Order() const {
+    std::vector<BlockKey> out(s_.begin(), s_.end());
+    out.insert(out.end(), m_.begin(), m_.end());
+    return out;
+  }
+
+ private:
+  struct Info {
+    char queue;
+    int uses;
+  };
+  const size_t small_target_;
+  const size_t ghost_limit_;
+  std::deque<BlockKey> s_, m_, g_;
+  std::map<BlockKey, Info> info_;
+};
+
+// Random stores, loads, removals and evictions (some with pinned keys) over a key space a few
+// times the capacity; removal-heavy phases without evictions pile up stale ring positions (the
+// policy compacts its rings), and phases that store far past the capacity grow its table.
+TEST(S3FifoPolicyTest, MatchesAPlainModelOfTheAlgorithm) {
+  for (const size_t capacity : {size_t{1}, size_t{2}, size_t{10}, size_t{37}, size_t{300}}) {
+    std::mt19937_64 rng(capacity);
+    auto p = Make("s3fifo", capacity);
+    S3FifoModel model(capacity);
+    const uint64_t keys = 4 * capacity + 3;
+    for (uint64_t phase = 0; phase < 24; ++phase) {
+      const uint64_t kind = phase % 4;  // 0, 1: mixed; 2: removals outpace evictions; 3: overfill
+      for (uint64_t op = 0; op < 2000; ++op) {
+        const uint64_t r = rng() % 100;
+        const BlockKey k = Key(kind == 3 ? 1'000'000 * (phase + 1) + op : rng() % keys);
+        if (kind == 3 || r < 35) {
+          p->OnInsert(k);
+          model.Insert(k);
+        } else if (r < 60) {
+          p->OnAccess(k);
+          model.Access(k);
+        } else if (r < (kind == 2 ? 100 : 70)) {
+          p->OnRemove(k);
+          model.Remove(k);
+        } else {
+          EvictionPolicy::IsPinned pinned;
+          if (r % 2 == 1) pinned = [m = r % 3](const BlockKey& x) { return x.lo % 3 == m; };
+          const std::optional<BlockKey> want = model.Victim(pinned);
+          ASSERT_EQ(p->SelectVictim(pinned), want) << "capacity " << capacity << " phase " << phase;
+        }
+      }
+      ASSERT_EQ(p->EvictionOrder(), model.Order()) << "capacity " << capacity << " phase " << phase;
+      ASSERT_EQ(p->resident(), model.Order().size());
+    }
+  }
 }
 
 TEST(ChainLruPolicyTest, KeepsAChainsHeadAndEvictsItsDeepestBlockFirst) {
