@@ -216,18 +216,24 @@ def policy(p):
     lines += [table(["policy", "resident", "operation", "measured", "limit", "ratio to limit", "target", ""],
                     rows), "",
               "Command: " + " ; ".join(f"`{r['command']}`" for r in p["rows"]), "",
-              "Steady state: filled to 1M first (not timed), then rounds of 1024 lookups of random "
-              "resident blocks, 1024 evictions and 1024 fresh inserts, timed per batch.", ""]
+              "Steady state: filled to 1M first, then rounds of 1024 lookups of random resident "
+              "blocks, 1024 evictions and 1024 fresh inserts, timed per batch once twice the "
+              "resident count was evicted (before that the victims are the fill's keys in the "
+              "order they were stored, and the ghost queues are not full yet).", ""]
     if misses:
-        lines += ["Why the miss (reasoned, not profiled): at 1M blocks the key index and the list "
-                  "slab (src/key_list.h, tens of MiB) are far beyond the few MiB of cache the "
-                  "shared machine leaves us, so an operation is a chain of dependent cache misses: "
-                  "a lookup is index slot -> list node -> its neighbours, three in a row; an "
-                  "eviction or insert pays one or two. The CPU overlaps the chains of consecutive "
-                  "operations, so a figure is well under their sum, but it moves with the cost of "
-                  "one miss: about 160 ns on a quiet machine (pointer chasing over 64 MiB), over "
-                  "200 ns while other tenants load the memory system, which the load average does "
-                  "not show. The 64K rows, in cache, separate that from the code's cost.", ""]
+        lines += ["Why the misses (reasoned, not profiled): at 1M blocks the policies' tables "
+                  "(tens of MiB) are far beyond the few MiB of cache the shared machine leaves us, "
+                  "so an operation costs its chain of dependent cache misses. On the key lists "
+                  "that lru, arc and chain-lru share (src/key_list.h) a lookup is index slot -> "
+                  "list node -> its neighbours, three in a row; an eviction or insert pays one or "
+                  "two. s3fifo keeps one entry per key in its table and its queues as rings "
+                  "(src/s3fifo_policy.cc): a lookup or an insert is one miss, an eviction's misses "
+                  "are prefetched a few ring positions ahead. The CPU overlaps the misses of "
+                  "consecutive operations, so a figure is well under their sum, but it moves with "
+                  "the cost of one miss: about 160 ns on a quiet machine (pointer chasing over 64 "
+                  "MiB), over 200 ns while other tenants load the memory system, which the load "
+                  "average does not show. The 64K rows, in cache, separate that from the code's "
+                  "cost.", ""]
     return lines
 
 
