@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # ctest entry of the vLLM adapter tests: builds (once, cached by version outside the repo) the
-# pinned vLLM virtualenv with hack/vllm-venv.sh, then runs pytest on tests/vllm against the
-# given libkvoffload.so. Fails when the venv cannot be built or when pytest collects no test.
-#   run.sh /path/to/libkvoffload.so
+# pinned vLLM virtualenv with hack/vllm-venv.sh, then runs pytest on the given test files (all
+# of tests/vllm when none is given) against the given libkvoffload.so. Fails when the venv
+# cannot be built or when pytest collects no test.
+#   run.sh /path/to/libkvoffload.so [tests/vllm/test_x.py ...]
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-lib="${1:?usage: run.sh LIBKVOFFLOAD_SO}"
+lib="${1:?usage: run.sh LIBKVOFFLOAD_SO [TEST_FILE ...]}"
+shift
+((${#} > 0)) || set -- "${repo}/tests/vllm"
 venv="$("${repo}/hack/vllm-venv.sh")"
 export KVOFFLOAD_LIBRARY="${lib}"
 export PYTHONPATH="${repo}/offload-agent/python:${repo}/tests/vllm"
 # No bytecode in the source tree (stage-agent.sh copies offload-agent/python as is).
 export PYTHONDONTWRITEBYTECODE=1
 set +e
-"${venv}/bin/python" -m pytest -p no:cacheprovider -q "${repo}/tests/vllm"
+"${venv}/bin/python" -m pytest -p no:cacheprovider -q "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
