@@ -4,6 +4,11 @@ BUILD_TYPE   ?= RelWithDebInfo
 CMAKE_FLAGS  ?=
 CTEST_FLAGS  ?=
 JOBS         ?= $(shell nproc)
+# ccache (installed by deps) in front of the compilers: a rebuild, another build type's tree of
+# the same sources, or another clone at the same path compiles only what changed. Recursive
+# (=), so it is looked up after deps installed it. CCACHE= turns it off.
+CCACHE        = $(shell command -v ccache)
+LAUNCHER      = $(if $(CCACHE),-DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 
 .PHONY: all deps configure build test demo clean
 all: build
@@ -12,7 +17,7 @@ deps:
 	./hack/install-deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVOFFLOAD_WERROR=ON $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVOFFLOAD_WERROR=ON $(LAUNCHER) $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

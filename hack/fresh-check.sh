@@ -7,9 +7,11 @@
 #   full (default)   make test && make demo (DEMO_ONCE=1: it exits when it has shown its pod)
 #   --setup-only     hack/install-deps.sh, the Go toolchain and make build: the set-up half,
 #                    which is what a fresh machine gets wrong (a missing package, an old Go)
-# Package, Go-module, Go-build and pip/uv caches are bound in from this machine so that a run
-# takes minutes, not an hour; nothing built is shared (no build tree, no control plane binaries,
-# no vLLM virtualenv). Needs root and debootstrap (installed when missing); where chroot or
+# Package, Go-module, Go-build, pip/uv and compiler (ccache) caches are bound in from this machine
+# so that a run takes minutes, not an hour; no build tree, control plane binary or vLLM
+# virtualenv is shared. The clone sits at this repository's own path inside the root, so a
+# compile whose sources, headers, flags and compiler are identical to one this machine did comes
+# from ccache; anything the fresh root has differently (a header, a package version) compiles. Needs root and debootstrap (installed when missing); where chroot or
 # mounts are not allowed it says so and fails, it never passes without having run.
 #
 #   FRESH_DIR    where the root lives while the check runs (default /var/tmp/kvoffload-fresh)
@@ -64,15 +66,17 @@ for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CER
          CURL_CA_BUNDLE REQUESTS_CA_BUNDLE PIP_CERT GIT_SSL_CAINFO; do
   [[ -n "${!v:-}" ]] && site_env+=("${v}=${!v}")
 done
-git clone --quiet "${repo}" "${root}/src"
-log "cloned $(git -C "${repo}" rev-parse --short HEAD) (committed state only) into ${root}/src"
+git clone --quiet "${repo}" "${root}${repo}"
+log "cloned $(git -C "${repo}" rev-parse --short HEAD) (committed state only) into ${root}${repo}"
 
 # Caches bound in: what a user would also keep between attempts. A folder this machine lacks is
 # created so the bind works (an empty cache is a cold one, which is still a valid check).
 gomod="$(command -v go >/dev/null && go env GOMODCACHE || echo /root/go/pkg/mod)"
 gobuild="$(command -v go >/dev/null && go env GOCACHE || echo /root/.cache/go-build)"
+ccache_dir="$(command -v ccache >/dev/null && ccache -k cache_dir || echo /root/.cache/ccache)"
 binds=("${cache}/fresh-apt-archives:/var/cache/apt/archives" "${gomod}:/root/go/pkg/mod"
-       "${gobuild}:/root/.cache/go-build" "/root/.cache/pip:/root/.cache/pip" "/root/.cache/uv:/root/.cache/uv")
+       "${gobuild}:/root/.cache/go-build" "/root/.cache/pip:/root/.cache/pip" "/root/.cache/uv:/root/.cache/uv"
+       "${ccache_dir}:/root/.cache/ccache")
 
 if [[ "${mode}" == setup ]]; then
   inner='hack/install-deps.sh && PATH="$(hack/go-toolchain.sh):${PATH}" go version && make build'
@@ -84,7 +88,7 @@ fi
 # Everything mounted here ends with the namespace; the root is removed afterwards.
 rc=0
 unshare --mount --propagation private -- bash -euo pipefail -c '
-root="$1" inner="$2" site_env="$3"; shift 3
+root="$1" inner="$2" site_env="$3" workdir="$4"; shift 4
 mount -t proc proc "${root}/proc"
 mount --rbind /sys "${root}/sys"
 mount --rbind /dev "${root}/dev"
@@ -96,8 +100,8 @@ done
 # shellcheck disable=SC2086  # site_env: NAME=VALUE words, none with spaces
 exec chroot "${root}" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ${site_env} \
-  /bin/bash -euo pipefail -c "cd /src && ${inner}"
-' fresh "${root}" "${inner}" "${site_env[*]}" "${binds[@]}" || rc=$?
+  /bin/bash -euo pipefail -c "cd \"${workdir}\" && ${inner}"
+' fresh "${root}" "${inner}" "${site_env[*]}" "${repo}" "${binds[@]}" || rc=$?
 
 if [[ "${FRESH_KEEP:-0}" != 1 ]]; then rm -rf "${dir}"; fi
 if ((rc != 0)); then

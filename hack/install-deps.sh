@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
+  ccache   # the Makefile's compiler launcher: rebuilds and other clones reuse identical compiles
   libcpp-httplib-dev libssl-dev openssl nlohmann-json3-dev libsimdjson-dev libspdlog-dev libyaml-cpp-dev
   libboost-dev   # Asio + Beast (header-only): the admission port's event-driven server
   libmimalloc-dev   # the webhook binary's allocator: an admission allocates a DOM of the pod

@@ -12,7 +12,8 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 600
 SAN_JOBS     ?= $(JOBS)
 # Sanitized builds skip the bench tools and the CUDA tree: they test behaviour, not speed.
-SAN_FLAGS    = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WERROR=ON -DKVOFFLOAD_WITH_CUDA=OFF
+SAN_FLAGS    = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WERROR=ON -DKVOFFLOAD_WITH_CUDA=OFF \
+               $(LAUNCHER)
 
 .PHONY: test-asan test-tsan fuzz fuzz-ci fuzz-build reliability
 test-asan: deps
@@ -30,7 +31,8 @@ test-tsan: deps
 # libFuzzer needs clang; Debian's clang-14 + libclang-rt-14-dev (hack/install-deps.sh).
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DKVOFFLOAD_SANITIZE=fuzz -DKVOFFLOAD_BUILD_TESTS=OFF -DKVOFFLOAD_WITH_CUDA=OFF $(CMAKE_FLAGS)
+	  -DKVOFFLOAD_SANITIZE=fuzz -DKVOFFLOAD_BUILD_TESTS=OFF -DKVOFFLOAD_WITH_CUDA=OFF \
+	  $(LAUNCHER) $(CMAKE_FLAGS)
 	cmake --build $(FUZZ_BUILD) -j $(SAN_JOBS) --target fuzz_targets
 
 fuzz: fuzz-build
