@@ -12,7 +12,13 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 600
 SAN_JOBS     ?= $(JOBS)
 # Sanitized builds skip the bench tools and the CUDA tree: they test behaviour, not speed.
+# -O1 -g1: the ASan and TSan documentation ask for -O1 or more, libFuzzer's builds with -O1, and
+# line tables (-g1) are enough for a report's stack to name files and lines. Compiling is most
+# of these targets' time: `make test-asan` took 13 minutes on 2 cores with -O2 -g and 8 with
+# -O1 -g1 (one webhook test file: 119 s against 47 s).
+SAN_OPT      = -O1 -g1 -DNDEBUG
 SAN_FLAGS    = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVOFFLOAD_WERROR=ON -DKVOFFLOAD_WITH_CUDA=OFF \
+               -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(SAN_OPT)" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SAN_OPT)" \
                $(LAUNCHER)
 
 .PHONY: test-asan test-tsan fuzz fuzz-ci fuzz-build reliability
@@ -31,6 +37,7 @@ test-tsan: deps
 # libFuzzer needs clang; Debian's clang-14 + libclang-rt-14-dev (hack/install-deps.sh).
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(SAN_OPT)" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SAN_OPT)" \
 	  -DKVOFFLOAD_SANITIZE=fuzz -DKVOFFLOAD_BUILD_TESTS=OFF -DKVOFFLOAD_WITH_CUDA=OFF \
 	  $(LAUNCHER) $(CMAKE_FLAGS)
 	cmake --build $(FUZZ_BUILD) -j $(SAN_JOBS) --target fuzz_targets
