@@ -490,7 +490,10 @@ std::string DiskTier::Describe() const {
          std::to_string(c.capacity_bytes) + " bytes, policy " + options_.policy +
          (c.persistent ? ", persistent" : "") + (c.shared ? ", shared" : "") + "): " +
          io_->Describe() + ", O_DIRECT " + (direct_ ? "on" : "off (file system refuses it)") +
-         ", " + std::to_string(recovered_) + " blocks recovered";
+         ", " + std::to_string(recovered_) + " blocks recovered" +
+         (listing_streams_ > 1
+              ? " (directory listed in " + std::to_string(listing_streams_) + " streams)"
+              : "");
 }
 
 }  // namespace kvoffload

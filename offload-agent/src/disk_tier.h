@@ -154,6 +154,7 @@ class DiskTier {
   bool direct_ = false;
   bool tmpfile_ = false;  // temp files are O_TMPFILE (nameless until published)
   size_t recovered_ = 0;  // block files listed at open (set before another thread sees the tier)
+  size_t listing_streams_ = 0;  // how many streams listed them (likewise)
   std::atomic<bool> stop_settling_{false};
   std::thread settler_;  // joined by the destructor before anything else goes
 

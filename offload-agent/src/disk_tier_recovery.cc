@@ -12,8 +12,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
-#include <deque>
-#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "block_file.h"
+#include "dir_listing.h"
 #include "kvoffload/mutex.h"
 
 namespace kvoffload {
@@ -45,112 +44,6 @@ bool StatFile(int dirfd, const std::string& name, uint64_t* size, int64_t* mtime
   *size = st.stx_size;
   *mtime_ns = MtimeNs(st);
   return true;
-}
-
-// Reads a directory's raw entries (getdents64 records) on a thread of its own, a few buffers
-// ahead of the caller. At a million entries the kernel's share of a listing (ext4 hashes and
-// sorts every name of a hashed directory's block as it returns it) and the caller's (parsing
-// the names, indexing the keys) are each about half of a tier's open, so on two cores the two
-// halves overlap instead of taking turns (bench/RESULTS.md, section 9).
-class DirectoryReader {
- public:
-  // Takes fd (a directory opened for reading) and closes it.
-  explicit DirectoryReader(int fd) : fd_(fd), thread_([this] { Run(); }) {}
-  ~DirectoryReader() {
-    {
-      MutexLock lock(&mu_);
-      stopping_ = true;
-      cv_.SignalAll();
-    }
-    thread_.join();
-    ::close(fd_);
-  }
-  DirectoryReader(const DirectoryReader&) = delete;
-  DirectoryReader& operator=(const DirectoryReader&) = delete;
-
-  // The next buffer of records; empty once the directory is read (or reading it failed: the
-  // caller sees the entries read until then, as with readdir). The buffer stays valid until
-  // the next call.
-  std::span<const char> Next() {
-    MutexLock lock(&mu_);
-    if (!current_.empty()) {
-      free_.push_back(std::move(current_));
-      current_ = {};
-      cv_.SignalAll();
-    }
-    while (full_.empty() && !finished_) cv_.Wait();
-    if (full_.empty()) return {};
-    current_ = std::move(full_.front());
-    full_.pop_front();
-    return current_;
-  }
-
- private:
-  // Large buffers: each getdents64 call returns as many entries as fit, and the pair of
-  // threads meets once per buffer rather than once per entry.
-  static constexpr size_t kBufferBytes = size_t{256} << 10;
-  static constexpr size_t kBuffers = 4;
-
-  void Run() {
-    std::vector<char> buf;
-    for (;;) {
-      {
-        MutexLock lock(&mu_);
-        while (free_.empty() && buffers_ == kBuffers && !stopping_) cv_.Wait();
-        if (stopping_) break;
-        if (!free_.empty()) {
-          buf = std::move(free_.back());
-          free_.pop_back();
-        } else {
-          ++buffers_;
-        }
-      }
-      buf.resize(kBufferBytes);
-      const ssize_t n = ::getdents64(fd_, buf.data(), buf.size());
-      if (n <= 0) break;
-      buf.resize(static_cast<size_t>(n));
-      MutexLock lock(&mu_);
-      full_.push_back(std::move(buf));
-      buf = {};
-      cv_.SignalAll();
-    }
-    MutexLock lock(&mu_);
-    finished_ = true;
-    cv_.SignalAll();
-  }
-
-  const int fd_;
-  Mutex mu_;
-  CondVar cv_{&mu_};
-  std::deque<std::vector<char>> full_ GUARDED_BY(mu_);  // read, in order, not yet handed out
-  std::vector<std::vector<char>> free_ GUARDED_BY(mu_);  // handed back, for reuse
-  std::vector<char> current_ GUARDED_BY(mu_);            // handed out by the last Next
-  size_t buffers_ GUARDED_BY(mu_) = 0;                   // made so far, at most kBuffers
-  bool finished_ GUARDED_BY(mu_) = false;
-  bool stopping_ GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: started once the members above exist
-};
-
-// Calls fn(name, d_type, d_ino) for each entry of the directory `dirfd` but . and .. (dirfd
-// stays open). d_type spares a stat per entry where the file system fills it in (ext4, xfs,
-// btrfs, tmpfs); elsewhere it is DT_UNKNOWN and callers stat what they need.
-template <typename Fn>
-void ForEachEntry(int dirfd, Fn&& fn) {
-  const int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  DirectoryReader reader(fd);
-  for (std::span<const char> buf = reader.Next(); !buf.empty(); buf = reader.Next()) {
-    for (size_t at = 0; at < buf.size();) {
-      // The kernel aligns each record to 8 bytes; copying the fixed part keeps the read
-      // aligned whatever the buffer's own alignment.
-      struct dirent64 e;
-      std::memcpy(&e, buf.data() + at, offsetof(struct dirent64, d_name));
-      const std::string_view name(buf.data() + at + offsetof(struct dirent64, d_name));
-      at += e.d_reclen;
-      if (name == "." || name == "..") continue;
-      fn(name, e.d_type, static_cast<ino_t>(e.d_ino));
-    }
-  }
 }
 
 // Calls fn(fingerprint, directory name, directory fd) for each fingerprint directory (32 hex
@@ -206,15 +99,16 @@ Status DiskTier::Scan(uint64_t* bytes, std::vector<Recovered>* own) {
       entries_.reserve(
           std::min<uint64_t>(EstimatedEntries(fd), options_.config.capacity_bytes / file_bytes_));
     }
-    ForEachEntry(fd, [&](std::string_view name, unsigned char type, ino_t ino)
-                         NO_THREAD_SAFETY_ANALYSIS {
+    const size_t streams = ForEachEntry(fd, [&](std::string_view name, unsigned char type,
+                                                ino_t ino) NO_THREAD_SAFETY_ANALYSIS {
       if (!MaybeFile(type)) return;
       BlockKey key;
       const bool block = ParseBlockFileName(name, &key);
       if (ours && block) {
         // Indexed as listed, while the directory reader lists the next entries. Counted at
-        // the size it must have; Settle removes it if it has another.
-        entries_.emplace(key, Entry{});
+        // the size it must have; Settle removes it if it has another. Counted once, should a
+        // name ever be listed twice.
+        if (!entries_.emplace(key, Entry{}).second) return;
         own->push_back(Recovered{ino, key});
         *bytes += file_bytes_;
         return;
@@ -236,6 +130,7 @@ Status DiskTier::Scan(uint64_t* bytes, std::vector<Recovered>* own) {
       foreign.emplace_back(mtime, root + "/" + dir + "/" + file, size);
       *bytes += size;
     });
+    if (ours) listing_streams_ = streams;
   });
   std::sort(foreign.rbegin(), foreign.rend());
   recovered_ = own->size();
