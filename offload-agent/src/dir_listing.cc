@@ -15,17 +15,6 @@ namespace {
 constexpr size_t kBufferBytes = size_t{256} << 10;
 constexpr size_t kBuffersPerStream = 4;
 
-// The record at `at` of buf: its length and the position of the entry after it (d_off).
-std::pair<size_t, uint64_t> Record(const std::vector<char>& buf, size_t at) {
-  struct dirent64 e;
-  std::memcpy(&e, buf.data() + at, offsetof(struct dirent64, d_name));
-  return {e.d_reclen, static_cast<uint64_t>(e.d_off)};
-}
-
-std::string_view Name(const std::vector<char>& buf, size_t at) {
-  return buf.data() + at + offsetof(struct dirent64, d_name);
-}
-
 }  // namespace
 
 bool HashOrderedDirectory(int fd) {
@@ -103,7 +92,7 @@ std::string DirectoryReader::FirstNameFrom(uint64_t pos) const {
   std::string name;
   if (::lseek(fd, static_cast<off_t>(pos), SEEK_SET) >= 0 &&
       ::getdents64(fd, buf.data(), buf.size()) > 0) {
-    name = Name(buf, 0);
+    name = NameAt(buf, 0);
   }
   ::close(fd);
   return name;
@@ -136,9 +125,9 @@ void DirectoryReader::Run(int fd, uint64_t last) {
       // An entry's own position is the one the record before it gives as its successor's
       // (d_off). The stream ends with the first entry whose successor is at `last` or past.
       for (size_t at = 0; at < buf.size();) {
-        const auto [len, next] = Record(buf, at);
-        at += len;
-        if (next >= last) {
+        const struct dirent64 e = RecordAt(buf, at);
+        at += e.d_reclen;
+        if (static_cast<uint64_t>(e.d_off) >= last) {
           buf.resize(at);
           done = true;
           break;
@@ -147,8 +136,8 @@ void DirectoryReader::Run(int fd, uint64_t last) {
       // The first entry's own position is only known to be at `first` or past. When the
       // stream ends with it, it is ours only if the first entry at `last` or past is another
       // one (else a later stream lists it: its part of the hash space is empty).
-      if (first_buffer && done && buf.size() == Record(buf, 0).first &&
-          FirstNameFrom(last) == Name(buf, 0)) {
+      if (first_buffer && done && buf.size() == RecordAt(buf, 0).d_reclen &&
+          FirstNameFrom(last) == NameAt(buf, 0)) {
         buf.clear();
       }
     }

@@ -77,6 +77,17 @@ class DirectoryReader {
   std::vector<std::thread> threads_;  // started in the constructor, after the members above
 };
 
+// The fixed part of the getdents64 record at `at` of buf, copied out: the kernel aligns each
+// record to 8 bytes, the copy keeps the read aligned whatever the buffer's own alignment.
+inline struct dirent64 RecordAt(std::span<const char> buf, size_t at) {
+  struct dirent64 e;
+  std::memcpy(&e, buf.data() + at, offsetof(struct dirent64, d_name));
+  return e;
+}
+inline std::string_view NameAt(std::span<const char> buf, size_t at) {
+  return buf.data() + at + offsetof(struct dirent64, d_name);
+}
+
 // Calls fn(name, d_type, d_ino) for each entry of the directory `dirfd` but . and .. (dirfd
 // stays open), listed by `streams` streams (0: as many as ListingStreams allows). d_type
 // spares a stat per entry where the file system fills it in (ext4, xfs, btrfs, tmpfs);
@@ -91,11 +102,8 @@ size_t ForEachEntry(int dirfd, Fn&& fn, size_t streams = 0) {
   streams = reader.streams();
   for (std::span<const char> buf = reader.Next(); !buf.empty(); buf = reader.Next()) {
     for (size_t at = 0; at < buf.size();) {
-      // The kernel aligns each record to 8 bytes; copying the fixed part keeps the read
-      // aligned whatever the buffer's own alignment.
-      struct dirent64 e;
-      std::memcpy(&e, buf.data() + at, offsetof(struct dirent64, d_name));
-      const std::string_view name(buf.data() + at + offsetof(struct dirent64, d_name));
+      const struct dirent64 e = RecordAt(buf, at);
+      const std::string_view name = NameAt(buf, at);
       at += e.d_reclen;
       if (name == "." || name == "..") continue;
       fn(name, e.d_type, static_cast<ino_t>(e.d_ino));
