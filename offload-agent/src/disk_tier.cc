@@ -92,6 +92,8 @@ DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
 DiskTier::~DiskTier() {
   stop_settling_.store(true);
   if (settler_.joinable()) settler_.join();
+  MutexLock lock(&mu_);
+  for (const std::string& spare : spares_) ::unlink(spare.c_str());
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
@@ -218,7 +220,8 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
   inserting_.insert(key);
   PolicyOn(PolicyCall::kInsert, key);
-  Status s = Reserve();
+  std::string spare;
+  Status s = Reserve(&spare);
   if (!s.ok()) {
     ++stats_.refused;  // every file of ours is pinned, held or being evicted
     inserting_.erase(key);
@@ -229,7 +232,7 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   }
   lock.Unlock();
   if (encode) encode();
-  Result<bool> published = WriteFile(key, file);
+  Result<bool> published = WriteFile(key, file, spare);
   lock.Lock();
   inserting_.erase(key);
   // WriteFile settled the reservation: kept when our file (or another process's) holds the
@@ -246,8 +249,13 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   return published.status();
 }
 
-Status DiskTier::Reserve() {
+Status DiskTier::Reserve(std::string* spare) {
   for (;;) {
+    if (!spares_.empty()) {
+      *spare = std::move(spares_.back());
+      spares_.pop_back();
+      return Status::Ok();
+    }
     // Recovered blocks are counted at the size this format writes, so a write that fits goes
     // ahead before they are checked; other fingerprints' files were ordered at open.
     if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
@@ -298,7 +306,7 @@ void DiskTier::Evict(const BlockKey& key) {
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   if (!taken) ++stats_.dropped;
   // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks.
-  RemoveLocked(key);
+  RecycleLocked(key);
 }
 
 void DiskTier::NoteWrite(const Status& result, bool no_victim) {
@@ -337,18 +345,41 @@ void DiskTier::RemoveLocked(const BlockKey& key) {
   cv_.SignalAll();
 }
 
-Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
+void DiskTier::RecycleLocked(const BlockKey& key) {
+  // In a shared tier another process may have the victim open for a read (it opened the file
+  // before we chose it), and would read our new block's bytes: a checksum miss, but a miss.
+  if (options_.config.shared) return RemoveLocked(key);
+  std::string spare = TempPath("spare");
+  if (::rename(BlockPath(dir_, key).c_str(), spare.c_str()) != 0) return RemoveLocked(key);
+  PolicyOn(PolicyCall::kRemove, key);
+  entries_.erase(key);
+  if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
+  spares_.push_back(std::move(spare));
+  cv_.SignalAll();
+}
+
+std::string DiskTier::TempPath(std::string_view stem) const {
   static std::atomic<uint64_t> counter{0};
+  return dir_ + "/" + std::string(stem) + "." + std::to_string(::getpid()) + "." +
+         std::to_string(counter.fetch_add(1)) + ".tmp";
+}
+
+Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const std::string& spare) {
   const std::string final_path = BlockPath(dir_, key);
+  const bool reuse = !spare.empty();
   // Without O_TMPFILE: a named temp file, linked and then unlinked.
-  const std::string tmp = tmpfile_ ? std::string() :
-      dir_ + "/" + key.ToHex() + "." + std::to_string(::getpid()) + "." +
-      std::to_string(counter.fetch_add(1)) + ".tmp";
-  const int fd = tmpfile_ ? ::open(dir_.c_str(), OpenFlags(O_TMPFILE | O_WRONLY), 0644)
-                          : ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
+  const std::string tmp = reuse ? spare : tmpfile_ ? std::string() : TempPath(key.ToHex());
+  const int fd = reuse      ? ::open(tmp.c_str(), OpenFlags(O_WRONLY))
+                 : tmpfile_ ? ::open(dir_.c_str(), OpenFlags(O_TMPFILE | O_WRONLY), 0644)
+                            : ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
+  const std::string what = tmp.empty() ? final_path + " (temp file)" : tmp;
   if (fd < 0) {
-    const Status s = ErrnoStatus(errno, "create " + (tmpfile_ ? "a temp file in " + dir_ : tmp));
-    ledger_->Settle(file_bytes_, [] { return false; });
+    const Status s = ErrnoStatus(errno, (reuse ? "open " : "create ") + what);
+    if (reuse) {
+      ledger_->Free(file_bytes_, [&tmp] { return ::unlink(tmp.c_str()) == 0; });
+    } else {
+      ledger_->Settle(file_bytes_, [] { return false; });
+    }
     return s;
   }
   IoOp op{IoOp::Kind::kWrite, fd, file, file_bytes_, 0, 0, Status::Ok()};
@@ -360,28 +391,38 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file) {
     stats_.bytes_written += op.done;
     stats_.write_ns += t1 - t0;
   }
-  // link(2) publishes atomically and, unlike rename, never replaces a block another process
-  // published meanwhile (so the shared ledger counts every file exactly once). An O_TMPFILE
-  // is linked through /proc/self/fd, which needs no capability (AT_EMPTY_PATH may).
-  // Published under the ledger's lock, so a recount sees the file or the reservation, not both
-  // and not neither. Our bytes stay reserved only when our link made the file.
   int rc = -1;
   int err = 0;
-  ledger_->Settle(file_bytes_, [&] {
-    if (!op.status.ok()) return false;
-    rc = tmpfile_ ? ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(),
-                             AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW)
-                  : ::link(tmp.c_str(), final_path.c_str());
-    err = errno;
-    return rc == 0;
-  });
-  ::close(fd);  // an O_TMPFILE that was not linked is freed here
-  if (!tmpfile_) ::unlink(tmp.c_str());
+  if (reuse) {
+    // A private tier: no other process publishes this key, so rename may replace nothing,
+    // and the spare's bytes were counted all along; they are given back only if it goes.
+    ::close(fd);
+    if (op.status.ok()) {
+      rc = ::rename(tmp.c_str(), final_path.c_str());
+      err = errno;
+    }
+    if (rc != 0) ledger_->Free(file_bytes_, [&tmp] { return ::unlink(tmp.c_str()) == 0; });
+  } else {
+    // link(2) publishes atomically and, unlike rename, never replaces a block another process
+    // published meanwhile (so the shared ledger counts every file exactly once). An O_TMPFILE
+    // is linked through /proc/self/fd, which needs no capability (AT_EMPTY_PATH may).
+    // Published under the ledger's lock, so a recount sees the file or the reservation, not
+    // both and not neither. Our bytes stay reserved only when our link made the file.
+    ledger_->Settle(file_bytes_, [&] {
+      if (!op.status.ok()) return false;
+      rc = tmpfile_ ? ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(),
+                               AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW)
+                    : ::link(tmp.c_str(), final_path.c_str());
+      err = errno;
+      return rc == 0;
+    });
+    ::close(fd);  // an O_TMPFILE that was not linked is freed here
+    if (!tmpfile_) ::unlink(tmp.c_str());
+  }
   if (!op.status.ok()) {
-    const std::string what = tmpfile_ ? "write " + final_path + " (temp file)" : "write " + tmp;
     return Status(op.status.code() == StatusCode::kResourceExhausted
                       ? op.status
-                      : Status::IOError(what + ": " + op.status.message()));
+                      : Status::IOError("write " + what + ": " + op.status.message()));
   }
   if (rc == 0) return true;
   if (err == EEXIST) return false;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -132,14 +133,22 @@ class DiskTier {
   // block is verified as its read completes, while the others are in flight.
   void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
                  std::span<Status> results, const BlockRead& on_read);
-  // Makes room for one file; mu_ is released while victims are cascaded.
-  Status Reserve() REQUIRES(mu_);
+  // Makes room for one file; mu_ is released while victims are cascaded. Sets *spare to the
+  // path of an evicted block's file when the new block is to be written over it (its bytes
+  // are still counted), or leaves it empty when bytes were reserved for a new file.
+  Status Reserve(std::string* spare) REQUIRES(mu_);
   void Evict(const BlockKey& key);
-  // True when this call published the file; false when another process had already.
-  Result<bool> WriteFile(const BlockKey& key, std::byte* file);
+  // True when this call published the file; false when another process had already. Writes
+  // over `spare` when it is not empty, into a new file otherwise.
+  Result<bool> WriteFile(const BlockKey& key, std::byte* file, const std::string& spare);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
   void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
+  // REQUIRES: as RemoveLocked. Forgets the block and keeps its file, renamed out of the
+  // index's sight, in spares_ for the next write (private tiers; others remove it).
+  void RecycleLocked(const BlockKey& key) REQUIRES(mu_);
   bool IsPinnedLocked(const BlockKey& key) const REQUIRES(mu_);
+  // A new temp file's path: <stem>.<pid>.<n>.tmp in our fingerprint directory.
+  std::string TempPath(std::string_view stem) const;
   int OpenFlags(int base) const;
 
   const DiskTierOptions options_;
@@ -162,6 +171,12 @@ class DiskTier {
   CondVar cv_{&mu_};  // an eviction or an insert finished
   std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, BlockKeyHash> inserting_ GUARDED_BY(mu_);
+  // Files of evicted blocks, renamed to temp names, still counted in the ledger, waiting to
+  // be overwritten in place by the write that evicted them (FORMAT.md, Reuse). Overwriting a
+  // file's allocated blocks costs the file system no inode or block allocation, which is most
+  // of a new small file's cost. At most one per thread inside Reserve, as each eviction there
+  // is followed by that thread taking a spare.
+  std::vector<std::string> spares_ GUARDED_BY(mu_);
   // Other fingerprints' block files (path, bytes) in a persistent tier, newest first: evicted
   // before any of ours, from the back.
   std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);

@@ -1,12 +1,16 @@
 // The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
 // its capacity, a slot still read by a copy is not reused, reads report each verified block as
-// it arrives, and publishing through named temp files (no O_TMPFILE) works the same.
+// it arrives, publishing through named temp files (no O_TMPFILE) works the same, and a full
+// disk tier writes new blocks over its victims' files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "block_file.h"
 #include "cpu_tier.h"
@@ -205,6 +209,64 @@ TEST_F(DiskTierTest, NamedTempFilesPublishTheSameAndLeaveNothingBehind) {
   std::vector<Status> results;
   EXPECT_EQ(PinAndRead(*t, {Key(1)}, results), std::vector<size_t>{0});
   EXPECT_EQ(t->Stats().used_bytes, kSlot) << "the failed write gave its bytes back";
+}
+
+// Inode numbers of the block files under dir.
+std::set<ino_t> BlockInodes(const std::string& dir) {
+  std::set<ino_t> inodes;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    if (e.path().extension() == ".blk" && ::stat(e.path().c_str(), &st) == 0) {
+      inodes.insert(st.st_ino);
+    }
+  }
+  return inodes;
+}
+
+// A full tier is its steady state: each new block evicts one. Its file is the victim's, renamed
+// aside, overwritten in place and renamed to the new key, so the file system allocates nothing.
+TEST_F(DiskTierTest, FullTierWritesNewBlocksOverItsVictimsFiles) {
+  auto t = Open(4);
+  for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  const std::set<ino_t> before = BlockInodes(dir_.path());
+  ASSERT_EQ(before.size(), 4u);
+  // A second link to each file keeps its inode alive, so that a new file can never be given a
+  // freed inode's number: the same numbers below mean the same files.
+  testing::TempDir keep;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path())) {
+    if (e.path().extension() == ".blk") {
+      std::filesystem::create_hard_link(e.path(), keep.path() + "/" + e.path().filename().string());
+    }
+  }
+  for (uint64_t k = 5; k <= 12; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  EXPECT_EQ(BlockInodes(dir_.path()), before) << "the new blocks live in the victims' files";
+  EXPECT_EQ(t->Stats().evictions, 8u);
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "every spare file was taken";
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot);
+  for (uint64_t k = 1; k <= 8; ++k) EXPECT_FALSE(t->Contains(Key(k))) << k;
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*t, {Key(9), Key(10), Key(11), Key(12)}, results).size(), 4u)
+      << "each reused file holds its new block, verified";
+  for (const Status& r : results) EXPECT_TRUE(r.ok()) << r.ToString();
+}
+
+// A write over a spare that fails removes the spare and gives its bytes back: nothing is left
+// behind, and the tier has room for the next block.
+TEST_F(DiskTierTest, FailedWriteOverAVictimsFileGivesItsBytesBack) {
+  auto faults = std::make_shared<testing::FaultPlan>();
+  auto t = Open(2, /*named_temp_files=*/false, faults);
+  ASSERT_TRUE(Put(*t, 1).ok());
+  ASSERT_TRUE(Put(*t, 2).ok());
+  faults->FailWrites(testing::Fault::kEio, 1);
+  EXPECT_EQ(Put(*t, 3).code(), StatusCode::kIOError);
+  EXPECT_FALSE(t->Contains(Key(3)));
+  EXPECT_FALSE(t->Contains(Key(1))) << "the victim went before the write";
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "the spare went with the failure";
+  EXPECT_EQ(t->Stats().used_bytes, kSlot);
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), kSlot);
+  ASSERT_TRUE(Put(*t, 4).ok()) << "its bytes were given back";
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*t, {Key(2), Key(4)}, results).size(), 2u);
 }
 
 }  // namespace
