@@ -302,11 +302,15 @@ void DiskTier::Evict(const BlockKey& key) {
     ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1), {});
     taken = result.ok() && sink_(key, dst);
   }
+  // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks,
+  // so its file can be renamed before the lock is taken.
+  std::string spare = SetAside(key);
   MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   if (!taken) ++stats_.dropped;
-  // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks.
-  RecycleLocked(key);
+  if (spare.empty()) return RemoveLocked(key);
+  ForgetLocked(key);
+  spares_.push_back(std::move(spare));
 }
 
 void DiskTier::NoteWrite(const Status& result, bool no_victim) {
@@ -336,26 +340,26 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
 }
 
 void DiskTier::RemoveLocked(const BlockKey& key) {
-  PolicyOn(PolicyCall::kRemove, key);
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
   const std::string path = BlockPath(dir_, key);
   ledger_->Free(file_bytes_, [&path] { return ::unlink(path.c_str()) == 0; });
+  ForgetLocked(key);
+}
+
+void DiskTier::ForgetLocked(const BlockKey& key) {
+  PolicyOn(PolicyCall::kRemove, key);
   entries_.erase(key);
   if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
   cv_.SignalAll();
 }
 
-void DiskTier::RecycleLocked(const BlockKey& key) {
+std::string DiskTier::SetAside(const BlockKey& key) const {
   // In a shared tier another process may have the victim open for a read (it opened the file
   // before we chose it), and would read our new block's bytes: a checksum miss, but a miss.
-  if (options_.config.shared) return RemoveLocked(key);
+  if (options_.config.shared) return {};
   std::string spare = TempPath("spare");
-  if (::rename(BlockPath(dir_, key).c_str(), spare.c_str()) != 0) return RemoveLocked(key);
-  PolicyOn(PolicyCall::kRemove, key);
-  entries_.erase(key);
-  if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
-  spares_.push_back(std::move(spare));
-  cv_.SignalAll();
+  if (::rename(BlockPath(dir_, key).c_str(), spare.c_str()) != 0) return {};
+  return spare;
 }
 
 std::string DiskTier::TempPath(std::string_view stem) const {

@@ -143,9 +143,11 @@ class DiskTier {
   Result<bool> WriteFile(const BlockKey& key, std::byte* file, const std::string& spare);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
   void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
-  // REQUIRES: as RemoveLocked. Forgets the block and keeps its file, renamed out of the
-  // index's sight, in spares_ for the next write (private tiers; others remove it).
-  void RecycleLocked(const BlockKey& key) REQUIRES(mu_);
+  // Forgets the block, leaving its file to the caller.
+  void ForgetLocked(const BlockKey& key) REQUIRES(mu_);
+  // Renames an evicting block's file out of the index's sight, for the next write to go over
+  // it (private tiers): its new path, or empty when the caller must remove it instead.
+  std::string SetAside(const BlockKey& key) const;
   bool IsPinnedLocked(const BlockKey& key) const REQUIRES(mu_);
   // A new temp file's path: <stem>.<pid>.<n>.tmp in our fingerprint directory.
   std::string TempPath(std::string_view stem) const;
