@@ -10,6 +10,9 @@
 //   and, by default, one-block load jobs. --load-batch / --load-jobs give other load shapes
 //   (--load-batch=8 --load-jobs=1 is one 8-block job at a time, whose queue drains to
 //   nothing at the end of every job, which fio's never does).
+//   --state=empty times an empty tier; --state=full the steady state of a tier that serves
+//   traffic: the tier holds exactly the blocks of one pass and is filled by an untimed pass
+//   first, so every timed store evicts a block from disk, and the loads read a full tier.
 // cpu: the pinned tier alone, large enough for every block; one warm round (pages touched,
 //   tier full), then timed rounds of fresh blocks (store evicts the old ones) and loads,
 //   each followed by memcpy of the same bytes in the same block-sized pieces; best of each.
@@ -124,12 +127,15 @@ int RunDisk(Flags& flags) {
   const std::string io = flags.GetString("disk-io", "auto");
   const size_t load_batch = flags.GetU64("load-batch", 1);
   const size_t load_jobs = flags.GetU64("load-jobs", qd);
+  const std::string state = flags.GetString("state", "empty");
   if (!flags.Done("disk")) return 2;
-  if (dir_flag.empty() || block == 0 || qd == 0 || load_batch == 0 || load_jobs == 0) {
+  if (dir_flag.empty() || block == 0 || qd == 0 || load_batch == 0 || load_jobs == 0 ||
+      (state != "empty" && state != "full")) {
     std::cerr << "kvoffload-bench disk: --dir is required; --block-size, --qd, --load-batch and "
-                 "--load-jobs > 0\n";
+                 "--load-jobs > 0; --state is empty or full\n";
     return 2;
   }
+  const bool full = state == "full";
   const std::string dir = std::filesystem::absolute(dir_flag).string();  // tiers need absolute paths
   const size_t n = std::max<uint64_t>(total / block, 8 * qd);
   EngineConfig config;
@@ -141,31 +147,47 @@ int RunDisk(Flags& flags) {
   // Room for the jobs in flight plus as many evicted slots; everything else lives on disk.
   const size_t cpu_blocks = 2 * qd;
   config.cpu_bytes = cpu_blocks * SlotBytes(block);
-  config.tiers.push_back(DiskTierConfig{dir, "emptyDir", (n + cpu_blocks + 1) * SlotBytes(block),
-                                        false, false});
+  // Empty: room for every block, so nothing is evicted from disk. Full: room for one pass.
+  const size_t disk_blocks = full ? n : n + cpu_blocks + 1;
+  config.tiers.push_back(
+      DiskTierConfig{dir, "emptyDir", disk_blocks * SlotBytes(block), false, false});
   Result<std::unique_ptr<Engine>> engine = Engine::Open(config);
   if (!engine.ok()) return Fail("disk", engine.status());
   std::fprintf(stderr, "[kvoffload-bench] %s\n", (*engine)->Describe().c_str());
   DeviceBuffer dev(std::max(qd, load_jobs * load_batch) * block);
 
-  Result<uint64_t> store_ns = RunJobs(**engine, true, 0, 0, n, 1, qd, dev, block, "disk store");
+  // Full: round 0 fills the disk tier (and the pinned one); the timed round 1 evicts it.
+  const uint64_t round = full ? 1 : 0;
+  if (full) {
+    Result<uint64_t> fill =
+        RunJobs(**engine, true, 0, 0, n + cpu_blocks, 1, qd, dev, block, "disk fill");
+    if (!fill.ok()) return Fail("disk", fill.status());
+  }
+  const TierStats before = (*engine)->Stats().tiers.at(1);
+  Result<uint64_t> store_ns = RunJobs(**engine, true, round, 0, n, 1, qd, dev, block, "disk store");
   if (!store_ns.ok()) return Fail("disk", store_ns.status());
-  const uint64_t on_disk = (*engine)->Stats().tiers.at(1).blocks;
+  // Blocks the timed stores wrote to disk (the last ones stored are still only pinned).
+  const TierStats after = (*engine)->Stats().tiers.at(1);
+  const uint64_t on_disk = (after.bytes_written - before.bytes_written) / SlotBytes(block);
+  const uint64_t evicted_during_store = after.evictions - before.evictions;
   // The last blocks stored are still only in the pinned tier. Loading the first cpu_blocks
   // (untimed) promotes them, which writes those back to disk; from then on every pinned block
   // is also on disk (tiers are inclusive on promotion), so the timed loads below evict
   // without writing and measure the read path alone.
-  Result<uint64_t> warm = RunJobs(**engine, false, 0, 0, cpu_blocks, qd, 1, dev, block, "disk warm");
+  Result<uint64_t> warm =
+      RunJobs(**engine, false, round, 0, cpu_blocks, qd, 1, dev, block, "disk warm");
   if (!warm.ok()) return Fail("disk", warm.status());
   const uint64_t written_before_load = (*engine)->Stats().tiers.at(1).bytes_written;
   Result<uint64_t> load_ns =
-      RunJobs(**engine, false, 0, cpu_blocks, n, load_batch, load_jobs, dev, block, "disk load");
+      RunJobs(**engine, false, round, cpu_blocks, n, load_batch, load_jobs, dev, block, "disk load");
   if (!load_ns.ok()) return Fail("disk", load_ns.status());
   const EngineStats s = (*engine)->Stats();
   const nlohmann::json out = {
       {"block_bytes", block},
       {"qd", qd},
+      {"state", state},
       {"blocks", n},
+      {"disk_evictions_during_store", evicted_during_store},
       {"describe", (*engine)->Describe()},
       {"store_gibps", GiBps(on_disk * block, *store_ns)},
       {"load_gibps", GiBps((n - cpu_blocks) * block, *load_ns)},

@@ -51,11 +51,13 @@ def bench(*args):
     return json.loads(out), " ".join(shlex.quote(a) for a in cmd)
 
 
-def fio(rw, bs):
-    """fio's bandwidth in GiB/s for one sequential pass of DISK_TOTAL, O_DIRECT, io_uring."""
+def fio(rw, bs, overwrite=False):
+    """fio's bandwidth in GiB/s for one sequential pass of DISK_TOTAL, O_DIRECT, io_uring.
+    overwrite: the file is written whole before the timed pass, which then writes over
+    allocated blocks, as a full tier does."""
     cmd = ["fio", f"--name=kvoffload-{rw}", f"--directory={DISK_DIR}", f"--rw={rw}", f"--bs={bs}",
            f"--iodepth={QD}", "--direct=1", "--ioengine=io_uring", f"--size={DISK_TOTAL}",
-           "--unlink=1", "--output-format=json"]
+           *(["--overwrite=1"] if overwrite else []), "--unlink=1", "--output-format=json"]
     log(" ".join(cmd))
     job = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)["jobs"][0]
     return job["read" if rw == "read" else "write"]["bw_bytes"] / 2**30, " ".join(cmd)
@@ -72,26 +74,34 @@ def disk():
     if fstype == "tmpfs":
         sys.exit(f"run.py: {DISK_DIR} is tmpfs (no O_DIRECT); set BENCH_DISK_DIR to a disk")
     rows = []
-    for bs in ("256K", "2M", "8M"):
+    for bs in ("64K", "256K", "2M", "8M"):
         # Alternating runs, best of each: the machine is shared and its neighbours come and go.
-        agent, fio_write, fio_read = None, 0.0, 0.0
+        # Both states of the tier (empty; full, so that every store evicts) share fio's figures.
+        # Each state's write limit: fio writing a new file (empty) or over a written one (full).
+        agent, cmds, fio_write, fio_read = {}, {}, {"empty": 0.0, "full": 0.0}, 0.0
+        fio_write_cmd = {}
         for _ in range(DISK_REPS):
-            got, cmd = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}", f"--qd={QD}",
-                             f"--total={DISK_TOTAL}")
-            if agent is None:
-                agent = got
-            agent["store_gibps"] = max(agent["store_gibps"], got["store_gibps"])
-            agent["load_gibps"] = max(agent["load_gibps"], got["load_gibps"])
-            w, fio_write_cmd = fio("write", bs)
+            for state in ("empty", "full"):
+                got, cmds[state] = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}",
+                                         f"--qd={QD}", f"--total={DISK_TOTAL}", f"--state={state}")
+                best = agent.setdefault(state, got)
+                best["store_gibps"] = max(best["store_gibps"], got["store_gibps"])
+                best["load_gibps"] = max(best["load_gibps"], got["load_gibps"])
+            for state in ("empty", "full"):
+                w, fio_write_cmd[state] = fio("write", bs, overwrite=state == "full")
+                fio_write[state] = max(fio_write[state], w)
             r, fio_read_cmd = fio("read", bs)
-            fio_write, fio_read = max(fio_write, w), max(fio_read, r)
-        rows.append({"block_size": bs, "agent": agent, "command": cmd,
-                     "fio_write_gibps": fio_write, "fio_read_gibps": fio_read,
-                     "fio_write_command": fio_write_cmd, "fio_read_command": fio_read_cmd,
-                     "store_ratio": agent["store_gibps"] / fio_write,
-                     "load_ratio": agent["load_gibps"] / fio_read})
-        log(f"disk {bs}: store {agent['store_gibps']:.2f} GiB/s vs fio {fio_write:.2f}; "
-            f"load {agent['load_gibps']:.2f} vs fio {fio_read:.2f}")
+            fio_read = max(fio_read, r)
+        for state in ("empty", "full"):
+            a, w = agent[state], fio_write[state]
+            rows.append({"block_size": bs, "state": state, "agent": a, "command": cmds[state],
+                         "fio_write_gibps": w, "fio_read_gibps": fio_read,
+                         "fio_write_command": fio_write_cmd[state],
+                         "fio_read_command": fio_read_cmd,
+                         "store_ratio": a["store_gibps"] / w,
+                         "load_ratio": a["load_gibps"] / fio_read})
+            log(f"disk {bs} {state}: store {a['store_gibps']:.2f} GiB/s vs fio {w:.2f}; "
+                f"load {a['load_gibps']:.2f} vs fio {fio_read:.2f}")
     shutil.rmtree(DISK_DIR, ignore_errors=True)
     # When, and how busy the machine was: the shared disk's figures move with its neighbours.
     return {"dir": DISK_DIR, "fstype": fstype, "qd": QD, "total": DISK_TOTAL, "rows": rows,
