@@ -158,8 +158,12 @@ def disk(d):
                   "more CPU the more churn there was. In a profile of a 64 KiB fill (new files "
                   "amid that churn) about half of all CPU samples were that scan "
                   "(recently_deleted, find_inode_bit); small blocks pay it most often. A "
-                  "journalled ext4 or xfs does not scan. A tier leaves this state once it is "
-                  "full: from then on no store creates a file (next paragraph).", ""]
+                  "journalled ext4 does not scan: on one made on this disk (mkfs.ext4 defaults "
+                  "on a 3 GiB loop device with direct I/O), runs of the same commands one after "
+                  "another stored 64 KiB blocks to an empty tier at 0.56-0.68 GiB/s (fio "
+                  "0.92-1.01) and 256 KiB at 1.15-1.37 (fio 1.77-1.85), still short of the "
+                  "target by the cost of a new file per block. A tier leaves this state once it "
+                  "is full: from then on no store creates a file (next paragraph).", ""]
     if ("store", "full") in missed:
         lines += ["Stores to a full tier write over the files of the blocks they evict (renamed "
                   "aside, overwritten in place, renamed to the new key; FORMAT.md, Reuse), so "
