@@ -10,7 +10,7 @@ agent-trace.json, agent-crc.json, agent-recovery.json).
 usage: run.py BUILD_DIR RESULTS_DIR
 env:   BENCH_DISK_DIR (default BUILD_DIR/bench-scratch: must not be tmpfs), BENCH_DISK_TOTAL
        (bytes per block size, default 256M), BENCH_DISK_QD (8), BENCH_CPU_TOTAL (256M),
-       BENCH_DISK_REPS (2: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
+       BENCH_DISK_REPS (3: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
        BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_RECOVERY_BLOCKS (1048576),
        BENCH_RECOVERY_DIR (default BUILD_DIR/bench-recovery, kept: the 4 GiB tree takes minutes
        to build and is reused by the next run), BENCH_AGENT_ONLY (comma-separated subset of
@@ -29,7 +29,7 @@ BENCH = os.path.join(BUILD, "bench", "kvoffload-bench")
 DISK_DIR = os.path.abspath(os.environ.get("BENCH_DISK_DIR", os.path.join(BUILD, "bench-scratch")))
 DISK_TOTAL = os.environ.get("BENCH_DISK_TOTAL", "256M")
 QD = int(os.environ.get("BENCH_DISK_QD", "8"))
-DISK_REPS = int(os.environ.get("BENCH_DISK_REPS", "2"))
+DISK_REPS = int(os.environ.get("BENCH_DISK_REPS", "3"))
 CPU_TOTAL = os.environ.get("BENCH_CPU_TOTAL", "256M")
 POLICY_OPS = os.environ.get("BENCH_POLICY_OPS", "1000000")
 TRACE_REQUESTS = os.environ.get("BENCH_TRACE_REQUESTS", "20000")
