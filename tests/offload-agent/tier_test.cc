@@ -1,12 +1,16 @@
 // The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
 // its capacity, a slot still read by a copy is not reused, reads report each verified block as
-// it arrives, publishing through named temp files (no O_TMPFILE) works the same, and a full
-// disk tier writes new blocks over its victims' files.
+// it arrives, publishing through named temp files (no O_TMPFILE) works the same, a full disk
+// tier writes new blocks over its victims' files, and a block file that goes between a
+// persistent tier's listing and its check is counted once.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -100,8 +104,9 @@ TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
 class DiskTierTest : public ::testing::Test {
  protected:
   std::unique_ptr<DiskTier> Open(size_t blocks, bool named_temp_files = false,
-                                 std::shared_ptr<testing::FaultPlan> faults = nullptr) {
-    DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks), kBlock,
+                                 std::shared_ptr<testing::FaultPlan> faults = nullptr,
+                                 bool persistent = false, bool shared = false) {
+    DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks, persistent, shared), kBlock,
                       testing::TestModel().Digest(), "lru"};
     o.named_temp_files = named_temp_files;
     std::unique_ptr<DiskIo> io = std::move(NewDiskIo("psync", DiskIoOptions{})).value();
@@ -267,6 +272,48 @@ TEST_F(DiskTierTest, FailedWriteOverAVictimsFileGivesItsBytesBack) {
   ASSERT_TRUE(Put(*t, 4).ok()) << "its bytes were given back";
   std::vector<Status> results;
   EXPECT_EQ(PinAndRead(*t, {Key(2), Key(4)}, results).size(), 2u);
+}
+
+// A block file listed when a persistent tier opens but no regular file by the time the tier's
+// thread checks it (another replica removed it in between) is forgotten, and its bytes are
+// counted once: given back in a private tier, whose count started from the listing; not again
+// in a shared one, whose count started from the files on disk. The window is made to last by
+// mounting /dev/null over the file: the directory still lists a regular file, and every stat
+// of its name sees a character device.
+TEST_F(DiskTierTest, BlockGoneBetweenListingAndCheckIsCountedOnce) {
+  // A mount namespace of this test process's own, so that the mount is never the host's.
+  std::string missing;
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    missing = std::strerror(errno);
+  }
+  KVO_REQUIRE_CAPABILITY("a mount namespace (root)", missing);
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared" : "private");
+    {
+      auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
+      for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+    }
+    const std::string gone =
+        BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(2));
+    ASSERT_EQ(::mount("/dev/null", gone.c_str(), nullptr, MS_BIND, nullptr), 0)
+        << std::strerror(errno);
+    {
+      auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
+      // Room for 5 and 6 needs a victim of ours, and victims are chosen only once the tier's
+      // thread has checked the listed files: these stores return after that check.
+      ASSERT_TRUE(Put(*t, 5).ok());
+      ASSERT_TRUE(Put(*t, 6).ok());
+      EXPECT_FALSE(t->Contains(Key(2)));
+      EXPECT_EQ(t->Stats().blocks, 4u);
+      // BytesUnder counts regular files only: the masked name is not one.
+      EXPECT_EQ(t->Stats().used_bytes, testing::BytesUnder(dir_.path()))
+          << "the count and the files on disk agree";
+      EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+    }
+    ASSERT_EQ(::umount2(gone.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
 }
 
 }  // namespace
