@@ -1,7 +1,7 @@
 // Crash safety: a writer killed with SIGKILL at random moments, then a restart on the
 // same directory, never serves a wrong block; two processes hammering one shared tier never
 // read a torn block. The default sizes keep `make test` short; `make reliability` runs the
-// issue's sizes through KVO_CRASH_TRIALS (100) and KVO_HAMMER_SECONDS (60) and records the
+// full sizes through KVO_CRASH_TRIALS (100) and KVO_HAMMER_SECONDS (60) and records the
 // figures printed here.
 #include <signal.h>
 #include <spawn.h>
