@@ -2,7 +2,8 @@
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
 // its capacity, a slot still read by a copy is not reused, reads report each verified block as
 // it arrives, publishing through named temp files (no O_TMPFILE) works the same, a full disk
-// tier writes new blocks over its victims' files, and a block file that goes between a
+// tier writes new blocks over its victims' files, a private tier reopened after a crash
+// removes the spare and temp files the crash left, and a block file that goes between a
 // persistent tier's listing and its check is counted once.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -253,6 +254,27 @@ TEST_F(DiskTierTest, FullTierWritesNewBlocksOverItsVictimsFiles) {
   EXPECT_EQ(PinAndRead(*t, {Key(9), Key(10), Key(11), Key(12)}, results).size(), 4u)
       << "each reused file holds its new block, verified";
   for (const Status& r : results) EXPECT_TRUE(r.ok()) << r.ToString();
+}
+
+// A crash leaves the spare a write was going over (or a named temp file) behind: a private
+// tier removes them when it opens again, and serves and counts its blocks alone.
+TEST_F(DiskTierTest, PrivateTierReopenedAfterACrashRemovesItsTempFiles) {
+  {
+    auto t = Open(4, false, nullptr, /*persistent=*/true);
+    for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  }
+  const std::string fp = FingerprintDir(dir_.path(), testing::TestModel().Digest());
+  const std::string leftovers[] = {"spare.999999.0.tmp", Key(5).ToHex() + ".999999.1.tmp"};
+  for (const std::string& name : leftovers) {
+    std::ofstream(fp + "/" + name) << std::string(kSlot, 'x');
+  }
+  ASSERT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 2u);
+  auto t = Open(4, false, nullptr, /*persistent=*/true);
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u);
+  EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot);
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*t, {Key(1), Key(2), Key(3), Key(4)}, results).size(), 4u);
 }
 
 // A write over a spare that fails removes the spare and gives its bytes back: nothing is left
