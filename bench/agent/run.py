@@ -26,7 +26,8 @@ import time
 
 BUILD, RESULTS = sys.argv[1], sys.argv[2]
 BENCH = os.path.join(BUILD, "bench", "kvoffload-bench")
-DISK_DIR = os.path.abspath(os.environ.get("BENCH_DISK_DIR", os.path.join(BUILD, "bench-scratch")))
+# Relative as given (kvoffload-bench makes it absolute): the commands go into RESULTS.md.
+DISK_DIR = os.environ.get("BENCH_DISK_DIR", os.path.join(BUILD, "bench-scratch"))
 DISK_TOTAL = os.environ.get("BENCH_DISK_TOTAL", "256M")
 QD = int(os.environ.get("BENCH_DISK_QD", "8"))
 DISK_REPS = int(os.environ.get("BENCH_DISK_REPS", "3"))
