@@ -364,7 +364,7 @@ std::string DiskTier::SetAside(const BlockKey& key) const {
 
 std::string DiskTier::TempPath(std::string_view stem) const {
   static std::atomic<uint64_t> counter{0};
-  return dir_ + "/" + std::string(stem) + "." + std::to_string(::getpid()) + "." +
+  return dir_ + "/" + std::string(stem) + "." + pid_ + "." +
          std::to_string(counter.fetch_add(1)) + ".tmp";
 }
 

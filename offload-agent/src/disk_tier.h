@@ -10,6 +10,7 @@
 #define KVOFFLOAD_SRC_DISK_TIER_H_
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
@@ -156,6 +157,8 @@ class DiskTier {
   const DiskTierOptions options_;
   const size_t file_bytes_;
   const std::string dir_;
+  // Temp file names carry it (one syscall at open, not one per eviction).
+  const std::string pid_ = std::to_string(::getpid());
   std::unique_ptr<DiskIo> io_;
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   // Set once in Init(), before any other thread sees the tier; thread-safe itself, and WriteFile
