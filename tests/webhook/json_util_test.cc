@@ -103,5 +103,82 @@ TEST(ParseJsonTest, KeysInAnyOrderAndARepeatedKeyKeepsItsFirstValue) {
   EXPECT_EQ(DumpJson(*parsed), R"({"a":{"b":null,"y":[3,{"p":2,"q":1}]},"m":"x","z":1})");
 }
 
+// JsonView reads what Member()/StringAt() read on the nlohmann value of the same text: the
+// admission switched from one to the other, and the mutator's decisions must not change.
+TEST(JsonViewTest, ReadsWhatTheNlohmannValueHolds) {
+  const std::string text =
+      R"({"s":"text","n":null,"i":-7,"u":18446744073709551615,"d":1.5,"b":true,)"
+      R"("o":{"k":"v","k":"second"},"a":["x",{"name":"y"},3],"e":[],"esc":"a\"b\u00e9"})";
+  Result<JsonDocument> doc = JsonDocument::Parse(text, "test");
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  const JsonView root = doc->Root();
+  EXPECT_TRUE(root.IsObject());
+  EXPECT_EQ(root.Size(), 10u);
+  EXPECT_EQ(root["s"].String(), "text");
+  EXPECT_TRUE(root["s"].IsString());
+  EXPECT_TRUE(root["n"].IsNull());
+  EXPECT_TRUE(root.Contains("n"));  // null, but there
+  EXPECT_TRUE(root["missing"].IsNull());
+  EXPECT_FALSE(root.Contains("missing"));
+  EXPECT_EQ(root["i"].Int(), -7);
+  EXPECT_EQ(root["u"].Int(), std::nullopt);  // does not fit int64_t
+  EXPECT_EQ(root["d"].Int(), std::nullopt);
+  EXPECT_EQ(root["s"].Int(), std::nullopt);
+  EXPECT_EQ(root["b"].String(), "");  // not a string
+  EXPECT_EQ(root["o"]["k"].String(), "v");  // a repeated key: the first, as ParseJson keeps
+  EXPECT_EQ(root["esc"].String(), "a\"b\xc3\xa9");
+  // Members of what is not an object, elements of what is not an array: absent, never a crash.
+  EXPECT_TRUE(root["s"]["k"].IsNull());
+  EXPECT_TRUE(root["a"]["k"].IsNull());
+  EXPECT_TRUE(root["missing"]["k"]["j"].IsNull());
+  EXPECT_TRUE(root["o"].Elements().empty());
+  EXPECT_TRUE(JsonView().Elements().empty());
+  EXPECT_EQ(JsonView().Size(), 0u);
+  const std::vector<JsonView> items = root["a"].Elements();
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(root["a"].Size(), 3u);
+  EXPECT_EQ(items[0].String(), "x");
+  EXPECT_EQ(items[1]["name"].String(), "y");
+  EXPECT_EQ(items[2].Int(), 3);
+  EXPECT_TRUE(root["e"].IsArray());
+  EXPECT_TRUE(root["e"].Elements().empty());
+  EXPECT_EQ(StringAt(root["a"].Elements()[1], "name"), "y");
+
+  Result<json> reference = ParseJson(text, "test");
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ(root.ToJson(), *reference);
+  EXPECT_EQ(JsonView().ToJson(), json());
+}
+
+// The document owns its tape: views stay valid when it moves, and Of() reads an nlohmann value.
+TEST(JsonViewTest, DocumentsOwnTheirTextAndMoveWithIt) {
+  const json value = {{"metadata", {{"labels", {{"app", "x"}}}}}, {"list", {1, 2}}};
+  JsonDocument doc = JsonDocument::Of(value);
+  const JsonView labels = doc.Root()["metadata"]["labels"];
+  JsonDocument moved = std::move(doc);
+  EXPECT_EQ(labels["app"].String(), "x");
+  EXPECT_EQ(moved.Root().ToJson(), value);
+  // Another parse on this thread leaves the first document as it was.
+  Result<JsonDocument> other = JsonDocument::Parse(R"({"metadata":{"labels":{"app":"y"}}})", "t");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(labels["app"].String(), "x");
+  EXPECT_EQ(other->Root()["metadata"]["labels"]["app"].String(), "y");
+}
+
+// The same refusals, word for word, as ParseJson: the admission's error answers quote them.
+TEST(JsonViewTest, ParseRefusesWhatParseJsonRefuses) {
+  const std::string deep = std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']');
+  for (const std::string& text : {std::string("{\"a\":"), std::string("[1,]"), deep,
+                                   std::string("\"\xff\"")}) {
+    Result<JsonDocument> doc = JsonDocument::Parse(text, "AdmissionReview");
+    Result<json> reference = ParseJson(text, "AdmissionReview");
+    ASSERT_FALSE(doc.ok()) << text;
+    ASSERT_FALSE(reference.ok()) << text;
+    EXPECT_EQ(doc.status().message(), reference.status().message());
+  }
+  EXPECT_NE(JsonDocument::Parse(deep, "x").status().message().find("nests deeper than 128"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvoffload::webhook

@@ -315,7 +315,7 @@ std::string IdempotencyProblem(const Case& c, const json& patched) {
 
 json* TargetOf(json& pod) {
   std::string error;
-  const int index = TargetContainer(pod, &error);
+  const int index = TargetContainer(JsonDocument::Of(pod).Root(), &error);
   return index < 0 ? nullptr : &pod["spec"]["containers"][static_cast<size_t>(index)];
 }
 

@@ -162,14 +162,16 @@ TEST(MutateTest, JoinDenials) {
 }
 
 TEST(MutateTest, OptOutAndOptIn) {
+  auto opted_out = [](const json& pod) { return OptedOut(JsonDocument::Of(pod).Root()); };
+  auto opted_in = [](const json& pod) { return OptedIn(JsonDocument::Of(pod).Root()); };
   json pod = {{"metadata", {{"labels", {{kLabelInject, "false"}}}}}};
-  EXPECT_TRUE(OptedOut(pod));
-  EXPECT_FALSE(OptedIn(pod));
+  EXPECT_TRUE(opted_out(pod));
+  EXPECT_FALSE(opted_in(pod));
   pod["metadata"]["labels"][kLabelInject] = "true";
-  EXPECT_FALSE(OptedOut(pod));
-  EXPECT_TRUE(OptedIn(pod));
-  EXPECT_FALSE(OptedOut(json::object()));
-  EXPECT_FALSE(OptedOut({{"metadata", {{"labels", "not an object"}}}}));
+  EXPECT_FALSE(opted_out(pod));
+  EXPECT_TRUE(opted_in(pod));
+  EXPECT_FALSE(opted_out(json::object()));
+  EXPECT_FALSE(opted_out({{"metadata", {{"labels", "not an object"}}}}));
 }
 
 }  // namespace

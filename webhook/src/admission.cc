@@ -55,9 +55,9 @@ HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warning
 }
 
 // Checks what every AdmissionReview must carry. Returns the answer for a malformed one; else
-// fills `review` and `uid`.
-std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view body, json* review,
-                                 std::string* uid) {
+// fills `review` and `uid`. The review is read in place (JsonView), never built as a DOM.
+std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view body,
+                                 std::optional<JsonDocument>* review, std::string* uid) {
   // Media type check ignores parameters such as "; charset=utf-8".
   const std::string_view media = content_type.substr(0, content_type.find(';'));
   if (media != "application/json") {
@@ -75,20 +75,20 @@ std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view
     answer.log_message = "body too large";
     return answer;
   }
-  Result<json> parsed = ParseJson(body, "AdmissionReview");
+  Result<JsonDocument> parsed = JsonDocument::Parse(body, "AdmissionReview");
   if (!parsed.ok()) return Reject("", 400, parsed.status().message());
-  if (!parsed->is_object() || StringAt(*parsed, "kind") != "AdmissionReview") {
+  const JsonView root = parsed->Root();
+  if (!root.IsObject() || root["kind"].String() != "AdmissionReview") {
     return Reject("", 400, "body is not an AdmissionReview (kind must be AdmissionReview)");
   }
-  if (StringAt(*parsed, "apiVersion") != kApiVersion) {
+  if (root["apiVersion"].String() != kApiVersion) {
     return Reject("", 400,
-                  "AdmissionReview apiVersion \"" + StringAt(*parsed, "apiVersion") +
+                  "AdmissionReview apiVersion \"" + StringAt(root, "apiVersion") +
                       "\" is not supported; configure admissionReviewVersions: [v1]");
   }
-  if (!parsed->contains("request")) (*parsed)["request"] = json();
-  *uid = StringAt((*parsed)["request"], "uid");
+  *uid = StringAt(root["request"], "uid");
   if (uid->empty()) return Reject("", 400, "AdmissionReview has no request.uid");
-  *review = std::move(*parsed);
+  review->emplace(std::move(*parsed));
   return std::nullopt;
 }
 
@@ -102,13 +102,13 @@ bool IsValidatedKind(const std::string& group, const std::string& kind) {
 }
 
 // What the checks read: the default-config annotation of a Namespace, the spec of the rest.
-bool CheckedPartUnchanged(const std::string& kind, const json& object, const json& old) {
-  if (!old.is_object()) return false;
+bool CheckedPartUnchanged(const std::string& kind, const JsonView& object, const JsonView& old) {
+  if (!old.IsObject()) return false;
   if (kind == "Namespace") {
-    return StringAt(Member(Member(object, "metadata"), "annotations"), kAnnotationDefaultConfig) ==
-           StringAt(Member(Member(old, "metadata"), "annotations"), kAnnotationDefaultConfig);
+    return object["metadata"]["annotations"][kAnnotationDefaultConfig].String() ==
+           old["metadata"]["annotations"][kAnnotationDefaultConfig].String();
   }
-  return Member(object, "spec") == Member(old, "spec");
+  return object["spec"].ToJson() == old["spec"].ToJson();
 }
 
 HttpAnswer Verdicted(HttpAnswer answer, Verdict verdict) {
@@ -125,13 +125,13 @@ HttpAnswer Counted(HttpAnswer answer, AdmissionResult result) {
 
 HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string_view body,
                                       bool pods_need_label) const {
-  json review;
+  std::optional<JsonDocument> review;
   std::string uid;
   if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {
     return Verdicted(std::move(*bad), Verdict::kError);
   }
-  const json& request = review["request"];
-  const json& kind = Member(request, "kind");
+  const JsonView request = review->Root()["request"];
+  const JsonView kind = request["kind"];
   const std::string group = StringAt(kind, "group");
   const std::string kind_name = StringAt(kind, "kind");
   if (!IsValidatedKind(group, kind_name) || !StringAt(request, "subResource").empty()) {
@@ -147,22 +147,25 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string
   if (op != "CREATE" && op != "UPDATE") {
     return Verdicted(Allow(uid, {}, "not a CREATE or UPDATE"), Verdict::kSkipped);
   }
-  const json& object = Member(request, "object");
-  if (!object.is_object()) {
+  const JsonView object_view = request["object"];
+  if (!object_view.IsObject()) {
     return Verdicted(Reject(uid, 400, "AdmissionReview has no request.object"),
                      Verdict::kError);
   }
-  const json& metadata = Member(object, "metadata");
-  if (!Member(metadata, "deletionTimestamp").is_null()) {
+  const JsonView metadata = object_view["metadata"];
+  if (!metadata["deletionTimestamp"].IsNull()) {
     return Verdicted(Allow(uid, {}, "being deleted"), Verdict::kSkipped);
   }
-  if (op == "UPDATE" && CheckedPartUnchanged(kind_name, object, Member(request, "oldObject"))) {
+  if (op == "UPDATE" && CheckedPartUnchanged(kind_name, object_view, request["oldObject"])) {
     return Verdicted(Allow(uid, {}, "checked part unchanged"),
                      Verdict::kSkipped);
   }
   std::string ns = StringAt(request, "namespace");
   if (ns.empty()) ns = StringAt(metadata, "namespace");
   if (kind_name == "Namespace") ns = StringAt(metadata, "name");
+  // The checks walk an nlohmann value: objects are validated on apply, far less often than
+  // pods are admitted.
+  const json object = object_view.ToJson();
 
   ValidationOptions vo;
   vo.default_mode = options_.default_mode;
@@ -198,14 +201,14 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string
 }
 
 HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_view body) const {
-  json review;
+  std::optional<JsonDocument> review;
   std::string uid;
   if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {
     return Counted(std::move(*bad), AdmissionResult::Failed(FailureType::kBadRequest));
   }
-  json& request = review["request"];
+  const JsonView request = review->Root()["request"];
 
-  const json& kind = request.contains("kind") ? request["kind"] : json();
+  const JsonView kind = request["kind"];
   if (StringAt(kind, "kind") != "Pod" || !StringAt(kind, "group").empty() ||
       !StringAt(request, "subResource").empty()) {
     return Counted(Reject(uid, 400,
@@ -218,18 +221,17 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
     return Counted(Allow(uid, {}, "not a CREATE"),
                    AdmissionResult::Skipped(SkipReason::kNotCreate));
   }
-  if (!request.contains("object") || !request["object"].is_object()) {
+  const JsonView pod = request["object"];
+  if (!pod.IsObject()) {
     return Counted(Reject(uid, 400, "AdmissionReview has no request.object"),
                    AdmissionResult::Failed(FailureType::kBadRequest));
   }
-  json& pod = request["object"];
   if (OptedOut(pod)) {
     return Counted(Allow(uid, {}, "opted out"), AdmissionResult::Skipped(SkipReason::kOptedOut));
   }
-  const json& metadata = pod.contains("metadata") ? pod["metadata"] : json();
 
   std::string ns = StringAt(request, "namespace");
-  if (ns.empty()) ns = StringAt(metadata, "namespace");
+  if (ns.empty()) ns = StringAt(pod["metadata"], "namespace");
 
   BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
   Result<Resolution> resolution = Resolve(pod, ns, reader_ != nullptr ? &budget : nullptr);
@@ -251,9 +253,10 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_v
   }
 
   const std::string source = resolution->source.description;
-  // The review is not read again: the pod is moved, not copied (pods can be large).
-  Mutation mutation = Mutate(MutationInput(std::move(pod), ns, std::move(*resolution),
-                                           {options_.default_mode, options_.agent_image}));
+  // The review is not read again: its document moves into the input, the pod is not copied.
+  Mutation mutation =
+      Mutate(MutationInput(std::move(*review), pod, ns, std::move(*resolution),
+                           {options_.default_mode, options_.agent_image}));
   if (!mutation.allowed) {
     return Counted(Reject(uid, 403, mutation.denial),
                    AdmissionResult::Failed(FailureType::kRejected));

@@ -131,7 +131,8 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
       const std::string what = DescribeObject(whole, ns);
       // Validation found the template; the template as it is: a missing metadata stays
       // missing, so the patch adds it whole.
-      json pod = whole.at(json::json_pointer(pointer));
+      JsonDocument document = JsonDocument::Of(whole.at(json::json_pointer(pointer)));
+      const JsonView pod = document.Root();
       if (OptedOut(pod)) continue;
       Result<Resolution> res = Resolve(pod, ns, &reader);
       if (!res.ok()) return Status::InvalidArgument(what + ": " + res.status().message());
@@ -143,7 +144,7 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
       }
       if (!res->spec) continue;
       // Its warnings are the validation's, already collected.
-      Mutation m = Mutate(MutationInput(std::move(pod), ns, std::move(*res),
+      Mutation m = Mutate(MutationInput(std::move(document), pod, ns, std::move(*res),
                                         {options.default_mode, options.agent_image},
                                         WorkloadReplicas(whole)));
       if (!m.allowed) return Status::InvalidArgument(what + ": " + m.denial);

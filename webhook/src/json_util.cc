@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
+#include <type_traits>
 
 namespace kvoffload::webhook {
 
@@ -68,26 +70,128 @@ simdjson::dom::parser MakeParser(size_t capacity) {
   return parser;
 }
 
-}  // namespace
-
-// simdjson parses (and validates UTF-8) several times faster than nlohmann's parser; the
-// mutator still works on an nlohmann DOM, built from simdjson's tape.
-Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what) {
+// The parser for `size` bytes of text: the thread's own, or for large text one made in `own`.
+simdjson::dom::parser& ParserFor(size_t size, std::optional<simdjson::dom::parser>& own) {
   thread_local simdjson::dom::parser reused = MakeParser(kReusedParserBytes);
-  std::optional<simdjson::dom::parser> own;
-  simdjson::dom::parser* parser = &reused;
-  if (text.size() > kReusedParserBytes) parser = &own.emplace(MakeParser(text.size()));
-  simdjson::dom::element root;
-  const simdjson::error_code err = parser->parse(text.data(), text.size()).get(root);
+  return size > kReusedParserBytes ? own.emplace(MakeParser(size)) : reused;
+}
+
+Status ParseError(simdjson::error_code err, std::string_view what) {
   if (err == simdjson::DEPTH_ERROR) {
     return Status::InvalidArgument(std::string(what) + " nests deeper than " +
                                    std::to_string(kMaxJsonDepth) + " levels");
   }
-  if (err != simdjson::SUCCESS) {
-    return Status::InvalidArgument(std::string(what) + " is not valid JSON (" +
-                                   simdjson::error_message(err) + ")");
-  }
+  return Status::InvalidArgument(std::string(what) + " is not valid JSON (" +
+                                 simdjson::error_message(err) + ")");
+}
+
+// JsonView keeps a simdjson::dom::element as bytes; these two convert.
+static_assert(std::is_trivially_copyable_v<simdjson::dom::element>);
+static_assert(sizeof(simdjson::dom::element) == 16);
+
+simdjson::dom::element ElementOf(const std::array<unsigned char, 16>& bytes) {
+  simdjson::dom::element e;
+  std::memcpy(static_cast<void*>(&e), bytes.data(), sizeof e);
+  return e;
+}
+
+}  // namespace
+
+// simdjson parses (and validates UTF-8) several times faster than nlohmann's parser; callers
+// that need an nlohmann value get one built from simdjson's tape.
+Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what) {
+  std::optional<simdjson::dom::parser> own;
+  simdjson::dom::element root;
+  const simdjson::error_code err = ParserFor(text.size(), own).parse(text.data(), text.size()).get(root);
+  if (err != simdjson::SUCCESS) return ParseError(err, what);
   return ToJson(root);
+}
+
+struct JsonDocument::Tape {
+  simdjson::dom::document doc;
+  simdjson::dom::element root;
+};
+
+JsonDocument::JsonDocument() : tape_(std::make_unique<Tape>()) {}
+JsonDocument::JsonDocument(JsonDocument&&) noexcept = default;
+JsonDocument& JsonDocument::operator=(JsonDocument&&) noexcept = default;
+JsonDocument::~JsonDocument() = default;
+
+Result<JsonDocument> JsonDocument::Parse(std::string_view text, std::string_view what) {
+  JsonDocument out;
+  std::optional<simdjson::dom::parser> own;
+  const simdjson::error_code err = ParserFor(text.size(), own)
+                                       .parse_into_document(out.tape_->doc, text.data(), text.size())
+                                       .get(out.tape_->root);
+  if (err != simdjson::SUCCESS) return ParseError(err, what);
+  return out;
+}
+
+JsonDocument JsonDocument::Of(const nlohmann::json& value) {
+  Result<JsonDocument> doc = Parse(DumpJson(value), "value");
+  // Only the depth can fail: text DumpJson wrote is valid JSON.
+  if (!doc.ok()) throw std::invalid_argument("JsonDocument::Of: " + doc.status().message());
+  return std::move(*doc);
+}
+
+JsonView JsonDocument::Root() const { return JsonView(&tape_->root); }
+
+JsonView::JsonView(const void* element) : present_(true) {
+  std::memcpy(element_.data(), element, element_.size());
+}
+
+bool JsonView::IsNull() const { return !present_ || ElementOf(element_).is_null(); }
+
+bool JsonView::IsObject() const { return present_ && ElementOf(element_).is_object(); }
+
+bool JsonView::IsArray() const { return present_ && ElementOf(element_).is_array(); }
+
+bool JsonView::IsString() const { return present_ && ElementOf(element_).is_string(); }
+
+std::optional<int64_t> JsonView::Int() const {
+  if (!present_) return std::nullopt;
+  const simdjson::dom::element e = ElementOf(element_);
+  if (e.is_int64()) return e.get_int64().value_unsafe();
+  return std::nullopt;
+}
+
+std::string_view JsonView::String() const {
+  if (!present_) return {};
+  const simdjson::dom::element e = ElementOf(element_);
+  return e.is_string() ? e.get_string().value_unsafe() : std::string_view();
+}
+
+JsonView JsonView::operator[](std::string_view key) const {
+  if (!IsObject()) return {};
+  simdjson::dom::element member;
+  if (ElementOf(element_).get_object().value_unsafe().at_key(key).get(member) !=
+      simdjson::SUCCESS) {
+    return {};
+  }
+  return JsonView(&member);
+}
+
+bool JsonView::Contains(std::string_view key) const { return (*this)[key].present_; }
+
+size_t JsonView::Size() const {
+  if (!present_) return 0;
+  const simdjson::dom::element e = ElementOf(element_);
+  if (e.is_array()) return e.get_array().value_unsafe().size();
+  if (e.is_object()) return e.get_object().value_unsafe().size();
+  return 0;
+}
+
+std::vector<JsonView> JsonView::Elements() const {
+  std::vector<JsonView> out;
+  if (!IsArray()) return out;
+  const simdjson::dom::array items = ElementOf(element_).get_array().value_unsafe();
+  out.reserve(items.size());
+  for (simdjson::dom::element item : items) out.push_back(JsonView(&item));
+  return out;
+}
+
+nlohmann::json JsonView::ToJson() const {
+  return present_ ? webhook::ToJson(ElementOf(element_)) : nlohmann::json();
 }
 
 #pragma GCC diagnostic pop
@@ -258,6 +362,10 @@ std::string EscapePointerToken(std::string_view token) {
 
 std::string StringAt(const nlohmann::json& obj, std::string_view key) {
   return std::string(StringView(Member(obj, key)));
+}
+
+std::string StringAt(const JsonView& obj, std::string_view key) {
+  return std::string(obj[key].String());
 }
 
 std::string_view StringView(const nlohmann::json& value) {

@@ -9,18 +9,14 @@
 namespace kvoffload::webhook {
 namespace {
 
-using nlohmann::json;
-
 constexpr std::array<std::string_view, 2> kFlagNames = {"--kv-transfer-config",
                                                         "--kv_transfer_config"};
 constexpr std::string_view kAdditionalArgs = "VLLM_ADDITIONAL_ARGS";
 
 // Views into the pod's own strings: the launch script is a few KB and is only read.
-std::vector<std::string_view> StringsOf(const json& list) {
+std::vector<std::string_view> StringsOf(const JsonView& list) {
   std::vector<std::string_view> out;
-  if (!list.is_array()) return out;
-  out.reserve(list.size());
-  for (const json& v : list) out.push_back(StringView(v));
+  for (const JsonView& v : list.Elements()) out.push_back(v.String());
   return out;
 }
 
@@ -294,21 +290,19 @@ std::string FlagArgument(FlagRoute route, std::string_view config_json) {
   return "";
 }
 
-LaunchPlan PlanLaunch(const json& container) {
+LaunchPlan PlanLaunch(const JsonView& container) {
   LaunchPlan plan;
-  const std::vector<std::string_view> command = StringsOf(Member(container, "command"));
-  const std::vector<std::string_view> args = StringsOf(Member(container, "args"));
+  const std::vector<std::string_view> command = StringsOf(container["command"]);
+  const std::vector<std::string_view> args = StringsOf(container["args"]);
   std::vector<std::string_view> argv = command;
   argv.insert(argv.end(), args.begin(), args.end());
 
   std::string additional_args;  // VLLM_ADDITIONAL_ARGS as a literal value, when set that way
   bool additional_args_from_ref = false;  // set through valueFrom: nothing we can append to
-  if (const json& env = Member(container, "env"); env.is_array()) {
-    for (const json& e : env) {
-      if (StringView(Member(e, "name")) != kAdditionalArgs) continue;
-      additional_args = StringAt(e, "value");
-      additional_args_from_ref = e.contains("valueFrom");
-    }
+  for (const JsonView& e : container["env"].Elements()) {
+    if (e["name"].String() != kAdditionalArgs) continue;
+    additional_args = StringAt(e, "value");
+    additional_args_from_ref = e.Contains("valueFrom");
   }
   // Anywhere in the launch: an element, a script's text (KServe's renders one from the pod's
   // termination grace period) or the variable.

@@ -25,17 +25,17 @@ std::string TierFieldPath(size_t i) {
 }
 
 // One step of a pointer walk: an object member, or an array element by decimal index.
-const json& Child(const json& node, const std::string& token) {
-  static const json kNull;
-  if (node.is_array()) {
+JsonView Child(const JsonView& node, const std::string& token) {
+  if (node.IsArray()) {
     size_t index = 0;
     for (char c : token) {
-      if (c < '0' || c > '9') return kNull;
+      if (c < '0' || c > '9') return {};
       index = index * 10 + static_cast<size_t>(c - '0');
     }
-    return !token.empty() && index < node.size() ? node[index] : kNull;
+    const std::vector<JsonView> items = node.Elements();
+    return !token.empty() && index < items.size() ? items[index] : JsonView();
   }
-  return Member(node, token);
+  return node[token];
 }
 
 // Collects RFC 6902 operations as JSON text. Paths are built by the caller from escaped tokens.
@@ -61,16 +61,16 @@ class Patch {
   }
   // Sets root[path...][key] = value, creating missing parent objects in a single add: the API
   // server's JSON patch fails an add whose parent is missing.
-  void SetMember(const json& root, const std::vector<std::string>& path, const std::string& key,
-                 json value) {
-    const json* node = &root;
+  void SetMember(const JsonView& root, const std::vector<std::string>& path,
+                 const std::string& key, json value) {
+    JsonView node = root;
     std::string pointer;
     size_t depth = 0;
     for (; depth < path.size(); ++depth) {
-      const json& next = Child(*node, path[depth]);
+      const JsonView next = Child(node, path[depth]);
       // Arrays along the way are walked, never created: only objects are filled in.
-      if (!next.is_object() && !next.is_array()) break;
-      node = &next;
+      if (!next.IsObject() && !next.IsArray()) break;
+      node = next;
       pointer += "/" + EscapePointerToken(path[depth]);
     }
     if (depth == path.size()) {
@@ -105,8 +105,8 @@ class Patch {
 // whole, an existing one gets "/-" adds, so the patch applies on the API server either way.
 class ArrayAppend {
  public:
-  ArrayAppend(const json& current, std::string path)
-      : exists_(current.is_array()), path_(std::move(path)) {}
+  ArrayAppend(const JsonView& current, std::string path)
+      : exists_(current.IsArray()), path_(std::move(path)) {}
   void Push(const json& value) { items_.push_back(DumpJson(value)); }
   // An item that is already JSON text.
   void PushText(std::string value_json) { items_.push_back(std::move(value_json)); }
@@ -157,12 +157,17 @@ const std::string& AgentInitContainer(const std::string& image) {
   return cached;
 }
 
-bool HasEntry(const json& array, std::string_view key, std::string_view value) {
-  if (!array.is_array()) return false;
-  for (const json& e : array) {
-    if (StringAt(e, key) == value) return true;
+bool HasEntry(const JsonView& array, std::string_view key, std::string_view value) {
+  for (const JsonView& e : array.Elements()) {
+    if (e[key].String() == value) return true;
   }
   return false;
+}
+
+// Whether `entry` is exactly the env entry {"name": name, "value": value}.
+bool IsEnvEntry(const JsonView& entry, std::string_view name, std::string_view value) {
+  return entry.IsObject() && entry.Size() == 2 && entry["name"].String() == name &&
+         entry["value"].IsString() && entry["value"].String() == value;
 }
 
 std::string Sha256Hex(std::string_view data, size_t hex_chars) {
@@ -198,9 +203,11 @@ Result<Mode> ParseMode(const std::string& text) {
   return Status::InvalidArgument("\"" + text + "\" is not a mode: use agent or vllm-native");
 }
 
-MutationInput::MutationInput(json pod_in, std::string namespace_name_in, Resolution resolution,
+MutationInput::MutationInput(JsonDocument document_in, JsonView pod_in,
+                             std::string namespace_name_in, Resolution resolution,
                              const MutationOptions& options_in, int workload_replicas)
-    : pod(std::move(pod_in)),
+    : document(std::move(document_in)),
+      pod(pod_in),
       namespace_name(std::move(namespace_name_in)),
       spec(std::move(*resolution.spec)),
       source(std::move(resolution.source)),
@@ -208,12 +215,20 @@ MutationInput::MutationInput(json pod_in, std::string namespace_name_in, Resolut
       replicas(std::max(resolution.replicas, workload_replicas)),
       pvcs(std::move(resolution.pvcs)) {}
 
-bool OptedOut(const json& pod) {
-  return StringAt(Member(Member(pod, "metadata"), "labels"), kLabelInject) == "false";
+MutationInput::MutationInput(const json& pod_in, std::string namespace_name_in,
+                             Resolution resolution, const MutationOptions& options_in,
+                             int workload_replicas)
+    : MutationInput(JsonDocument::Of(pod_in), JsonView(), std::move(namespace_name_in),
+                    std::move(resolution), options_in, workload_replicas) {
+  pod = document.Root();
 }
 
-bool OptedIn(const json& pod) {
-  return StringAt(Member(Member(pod, "metadata"), "labels"), kLabelInject) == "true";
+bool OptedOut(const JsonView& pod) {
+  return pod["metadata"]["labels"][kLabelInject].String() == "false";
+}
+
+bool OptedIn(const JsonView& pod) {
+  return pod["metadata"]["labels"][kLabelInject].String() == "true";
 }
 
 std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& container,
@@ -248,27 +263,27 @@ std::string JoinDenials(const std::vector<std::string>& denials) {
   return out;
 }
 
-int TargetContainer(const json& pod, std::string* error) {
-  const json& containers = Member(Member(pod, "spec"), "containers");
-  if (!containers.is_array() || containers.empty()) {
+int TargetContainer(const JsonView& pod, std::string* error) {
+  const std::vector<JsonView> containers = pod["spec"]["containers"].Elements();
+  if (containers.empty()) {
     *error = "the pod has no containers";
     return -1;
   }
-  const std::string wanted =
-      StringAt(Member(Member(pod, "metadata"), "annotations"), kAnnotationContainer);
+  const std::string_view wanted = pod["metadata"]["annotations"][kAnnotationContainer].String();
   std::string names;
   for (size_t i = 0; i < containers.size(); ++i) {
-    const std::string name = StringAt(containers[i], "name");
+    const std::string_view name = containers[i]["name"].String();
     if (!wanted.empty() && name == wanted) return static_cast<int>(i);
-    names += (names.empty() ? "" : ", ") + name;
+    names += names.empty() ? "" : ", ";
+    names += name;
   }
   if (!wanted.empty()) {
-    *error = std::string("annotation ") + kAnnotationContainer + " names container \"" + wanted +
-             "\" but the pod's containers are [" + names + "]";
+    *error = std::string("annotation ") + kAnnotationContainer + " names container \"" +
+             std::string(wanted) + "\" but the pod's containers are [" + names + "]";
     return -1;
   }
   for (size_t i = 0; i < containers.size(); ++i) {
-    if (StringAt(containers[i], "name") == "main") return static_cast<int>(i);
+    if (containers[i]["name"].String() == "main") return static_cast<int>(i);
   }
   return 0;
 }
@@ -324,8 +339,8 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   CheckedMutation out;
   MutationPlan& plan = out.plan;
   std::vector<std::string>& denials = out.denials;
-  const json& pod = in.pod;
-  const json& annotations = Member(Member(pod, "metadata"), "annotations");
+  const JsonView& pod = in.pod;
+  const JsonView annotations = pod["metadata"]["annotations"];
   const std::string from = " (kvCacheOffloading from " + in.source.description + ")";
 
   // Checks that need the mode or the container are skipped when those are unknown: their
@@ -383,14 +398,13 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   if (c_index < 0 || !mode_known) return out;
 
   plan.container = static_cast<size_t>(c_index);
-  const json& container = pod["spec"]["containers"][plan.container];
+  const JsonView container = pod["spec"]["containers"].Elements()[plan.container];
   plan.container_name = StringAt(container, "name");
   const std::string& c_name = plan.container_name;
 
   // The pinned CPU tier is charged to the container's memory cgroup.
-  const json& resources = Member(container, "resources");
-  const json& limits = Member(resources, "limits");
-  const json& requests = Member(resources, "requests");
+  const JsonView limits = container["resources"]["limits"];
+  const JsonView requests = container["resources"]["requests"];
   if (const std::string mem = StringAt(limits, "memory"); !mem.empty()) {
     if (Result<Quantity> limit = Quantity::Parse(mem); limit.ok() && limit->Sign() > 0) {
       if (in.spec.cpu.Compare(*limit) >= 0) {
@@ -426,7 +440,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
 
   // Tier volumes the pod lacks are added; the emptyDir ones among them raise the container's
   // ephemeral-storage request, which must stay within its limit.
-  const json& volumes = Member(pod["spec"], "volumes");
+  const JsonView volumes = pod["spec"]["volumes"];
   std::optional<Quantity> ephemeral_added;
   bool sum_ok = true;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
@@ -481,13 +495,12 @@ CheckedMutation CheckMutation(const MutationInput& in) {
 
 std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
                        std::vector<std::string>* warnings) {
-  const json& pod = in.pod;
-  const json& metadata = Member(pod, "metadata");
-  const json& annotations = Member(metadata, "annotations");
-  const json& labels = Member(metadata, "labels");
+  const JsonView& pod = in.pod;
+  const JsonView annotations = pod["metadata"]["annotations"];
+  const JsonView labels = pod["metadata"]["labels"];
   const Mode mode = plan.mode;
   const size_t c_index = plan.container;
-  const json& container = pod["spec"]["containers"][c_index];
+  const JsonView container = pod["spec"]["containers"].Elements()[c_index];
   const std::string& c_name = plan.container_name;
   const std::string c_path = "/spec/containers/" + std::to_string(c_index);
   const std::string& hash = plan.config_hash;
@@ -495,8 +508,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const bool any_shared = plan.any_shared;
 
   Patch patch;
-  const json& volumes = Member(pod["spec"], "volumes");
-  const json& mounts = Member(container, "volumeMounts");
+  const JsonView volumes = pod["spec"]["volumes"];
+  const JsonView mounts = container["volumeMounts"];
   ArrayAppend add_volumes(volumes, "/spec/volumes");
   ArrayAppend add_mounts(mounts, c_path + "/volumeMounts");
 
@@ -544,7 +557,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     if (!HasEntry(mounts, "name", kAgentVolume)) {
       add_mounts.Push({{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
     }
-    const json& init = Member(pod["spec"], "initContainers");
+    const JsonView init = pod["spec"]["initContainers"];
     if (!HasEntry(init, "name", kAgentInitContainer)) {
       ArrayAppend add_init(init, "/spec/initContainers");
       add_init.PushText(AgentInitContainer(in.options.agent_image));
@@ -555,15 +568,14 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   add_mounts.Flush(&patch);
 
   // Environment: ours replaced in place, never duplicated; the user's left alone.
-  const json& env = Member(container, "env");
+  const JsonView env = container["env"];
+  const std::vector<JsonView> env_items = env.Elements();
   // Views of the names in the pod itself, searched front to back (the first of a repeated name
   // is the one found): a KServe pod's env has about a hundred entries and we look up a handful
   // of names, so building a hash index cost more than the scans it saved.
   std::vector<std::string_view> env_names;
-  if (env.is_array()) {
-    env_names.reserve(env.size());
-    for (const json& e : env) env_names.push_back(StringView(Member(e, "name")));
-  }
+  env_names.reserve(env_items.size());
+  for (const JsonView& e : env_items) env_names.push_back(e["name"].String());
   auto env_find = [&env_names](std::string_view name) -> std::optional<size_t> {
     const auto it = std::find(env_names.begin(), env_names.end(), name);
     if (it == env_names.end()) return std::nullopt;
@@ -571,11 +583,12 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   };
   ArrayAppend add_env(env, c_path + "/env");
   auto set_env = [&](const std::string& name, const std::string& value) {
-    json entry = {{"name", name}, {"value", value}};
     const std::optional<size_t> at = env_find(name);
+    if (at && IsEnvEntry(env_items[*at], name, value)) return;
+    const json entry = {{"name", name}, {"value", value}};
     if (!at) {
-      add_env.Push(std::move(entry));
-    } else if (env[*at] != entry) {
+      add_env.Push(entry);
+    } else {
       patch.Replace(c_path + "/env/" + std::to_string(*at), entry);
     }
   };
@@ -591,8 +604,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     const std::optional<size_t> at = env_find("PYTHONPATH");
     if (!at) {
       set_env("PYTHONPATH", kAgentPythonPath);
-    } else if (Member(env[*at], "valueFrom").is_null()) {
-      const std::string cur = StringAt(env[*at], "value");
+    } else if (env_items[*at]["valueFrom"].IsNull()) {
+      const std::string cur = StringAt(env_items[*at], "value");
       const std::string prefix = std::string(kAgentPythonPath);
       if (cur != prefix && cur.rfind(prefix + ":", 0) != 0) {
         set_env("PYTHONPATH", cur.empty() ? prefix : prefix + ":" + cur);
@@ -641,21 +654,20 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       std::vector<std::string> extra = {FlagArgument(launch.route, ours)};
       if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
         extra.push_back("--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds));
-        const json& grace = Member(pod["spec"], "terminationGracePeriodSeconds");
-        if (grace.is_number_integer() && grace.get<int64_t>() < kAgentShutdownTimeoutSeconds + 5) {
-          warnings->push_back("terminationGracePeriodSeconds " +
-                                 std::to_string(grace.get<int64_t>()) +
+        const std::optional<int64_t> grace = pod["spec"]["terminationGracePeriodSeconds"].Int();
+        if (grace && *grace < kAgentShutdownTimeoutSeconds + 5) {
+          warnings->push_back("terminationGracePeriodSeconds " + std::to_string(*grace) +
                                  " ends vLLM before the agent writes back; use 25 or more");
         }
       }
       if (env_route) {
         std::string value =
-            additional ? StringAt(env[*additional], "value") : "";
+            additional ? StringAt(env_items[*additional], "value") : "";
         for (const std::string& e : extra) value += (value.empty() ? "" : " ") + e;
         set_env("VLLM_ADDITIONAL_ARGS", value);
         vllm_flag = "VLLM_ADDITIONAL_ARGS";
       } else {
-        ArrayAppend add_args(Member(container, "args"), c_path + "/args");
+        ArrayAppend add_args(container["args"], c_path + "/args");
         if (launch.needs_arg0) add_args.Push("--");
         for (std::string& e : extra) add_args.Push(std::move(e));
         add_args.Flush(&patch);

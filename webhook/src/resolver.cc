@@ -66,12 +66,11 @@ Result<std::map<std::string, PvcInfo>> LookupPvcs(const OffloadSpec& spec,
   return pvcs;
 }
 
-Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
+Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_name,
                            ClusterReader* reader) {
   Resolution res;
-  const json& metadata = Field(pod, "metadata");
-  const json& annotations = Field(metadata, "annotations");
-  const json& labels = Field(metadata, "labels");
+  const JsonView annotations = pod["metadata"]["annotations"];
+  const JsonView labels = pod["metadata"]["labels"];
 
   if (const std::string text = StringAt(annotations, kAnnotationConfig); !text.empty()) {
     res.source = SpecSource::PodAnnotation();
@@ -128,6 +127,11 @@ Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
   if (!pvcs.ok()) return pvcs.status();
   res.pvcs = std::move(*pvcs);
   return res;
+}
+
+Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
+                           ClusterReader* reader) {
+  return Resolve(JsonDocument::Of(pod).Root(), namespace_name, reader);
 }
 
 }  // namespace kvoffload::webhook

@@ -189,7 +189,8 @@ Status ValidateWorkload(const json& object, const std::string& namespace_name,
       report->errors.push_back(where + "no pod template here");
       continue;
     }
-    const json& pod = object[p];
+    JsonDocument document = JsonDocument::Of(object[p]);
+    const JsonView pod = document.Root();
     if (OptedOut(pod) || (options.pods_need_label && !OptedIn(pod))) continue;
 
     std::optional<ApplyTimeReader> apply_time;
@@ -213,8 +214,9 @@ Status ValidateWorkload(const json& object, const std::string& namespace_name,
     }
     if (!res->spec) continue;
     report->checked = true;
-    const Mutation m = Mutate(MutationInput(pod, namespace_name, std::move(*res),
-                                            ForMutation(options), WorkloadReplicas(object)));
+    const Mutation m =
+        Mutate(MutationInput(std::move(document), pod, namespace_name, std::move(*res),
+                             ForMutation(options), WorkloadReplicas(object)));
     if (!m.allowed) {
       for (const std::string& d : m.denials) report->errors.push_back(where + d);
       continue;

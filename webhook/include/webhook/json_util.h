@@ -3,8 +3,13 @@
 #ifndef KVOFFLOAD_WEBHOOK_JSON_UTIL_H_
 #define KVOFFLOAD_WEBHOOK_JSON_UTIL_H_
 
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +42,10 @@ std::string EscapePointerToken(std::string_view token);
 // Reads a string member or returns "" (absent, null or not a string).
 std::string StringAt(const nlohmann::json& obj, std::string_view key);
 
+class JsonView;
+// The same for a value read through a JsonView.
+std::string StringAt(const JsonView& obj, std::string_view key);
+
 // A string value as a view into the JSON it lives in, or "" when it is not a string. For the
 // admission's hot loops (a KServe pod's env has about a hundred entries), where a copy per
 // entry showed in the profile.
@@ -45,6 +54,70 @@ std::string_view StringView(const nlohmann::json& value);
 // A member of an object, or a null value when `obj` is not an object or lacks it. Never copies
 // (nlohmann's value() does): the pod's env alone can be a few KB.
 const nlohmann::json& Member(const nlohmann::json& obj, std::string_view key);
+
+class JsonDocument;
+
+// A read-only value inside a JsonDocument: an object member, an array element or the root. The
+// admission reads the pod through these instead of an nlohmann DOM: building and freeing that
+// tree (a KServe pod's 640 values, a hundred env entries) was half of an admission's
+// instructions, and the mutator reads a few dozen of them. Copying one is copying two words.
+// Valid while its document lives. An absent value (a missing member, a member of a non-object)
+// reads as null, as Member() does for nlohmann values.
+class JsonView {
+ public:
+  JsonView() = default;  // absent
+
+  bool IsNull() const;  // absent, or JSON null
+  bool IsObject() const;
+  bool IsArray() const;
+  bool IsString() const;
+  // A whole number that fits int64_t; nullopt for anything else.
+  std::optional<int64_t> Int() const;
+  // The string, as a view into the document; "" when this is not a string.
+  std::string_view String() const;
+
+  // The member `key` (the first, if the object repeats it); absent unless this is an object
+  // that has it.
+  JsonView operator[](std::string_view key) const;
+  // Whether this is an object that has `key`, even with a null value.
+  bool Contains(std::string_view key) const;
+  // The members of an object or the elements of an array; 0 for anything else.
+  size_t Size() const;
+  // The elements of an array, in order; empty for anything else.
+  std::vector<JsonView> Elements() const;
+
+  // This value as an nlohmann value (a copy), for the code that builds JSON from what it read.
+  nlohmann::json ToJson() const;
+
+ private:
+  friend class JsonDocument;
+  // A present value: `element` points at a simdjson::dom::element.
+  explicit JsonView(const void* element);
+  // The bytes of a simdjson::dom::element (a document pointer and a tape index; json_util.cc
+  // checks the size): this header is included by every layer, and simdjson's is 1.2 MB.
+  std::array<unsigned char, 16> element_{};
+  bool present_ = false;
+};
+
+// JSON text parsed with simdjson into a tape it owns, read through JsonView.
+class JsonDocument {
+ public:
+  // Parses untrusted JSON, with ParseJson's limits and error messages.
+  static Result<JsonDocument> Parse(std::string_view text, std::string_view what);
+  // The document of an nlohmann value (its text, parsed again): for callers that hold one.
+  static JsonDocument Of(const nlohmann::json& value);
+
+  JsonDocument(JsonDocument&&) noexcept;
+  JsonDocument& operator=(JsonDocument&&) noexcept;
+  ~JsonDocument();
+
+  JsonView Root() const;
+
+ private:
+  struct Tape;
+  JsonDocument();
+  std::unique_ptr<Tape> tape_;
+};
 
 }  // namespace kvoffload::webhook
 

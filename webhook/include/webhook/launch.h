@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include "webhook/json_util.h"
 
 namespace kvoffload::webhook {
 
@@ -38,7 +38,7 @@ struct LaunchPlan {
 
 // Reads `container` (a Pod's container object). Never fails: what it cannot reach is
 // kUnreachable, and the caller warns.
-LaunchPlan PlanLaunch(const nlohmann::json& container);
+LaunchPlan PlanLaunch(const JsonView& container);
 
 // `text` as one shell word: single-quoted, with each ' written as '\''.
 std::string ShellQuote(std::string_view text);

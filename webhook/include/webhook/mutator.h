@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvoffload/status.h"
+#include "webhook/json_util.h"
 #include "webhook/quantity.h"
 #include "webhook/spec.h"
 
@@ -72,14 +73,19 @@ struct MutationOptions {
 };
 
 struct MutationInput {
-  // The only way to build an input, so every caller hands Mutate() the same facts.
+  // The only ways to build an input, so every caller hands Mutate() the same facts.
   // `workload_replicas`: pods of the workload the pod template belongs to, when the caller
   // sees it (offline, apply time); the larger of it and the resolver's count is used.
   // REQUIRES: resolution.spec is set (a pod without a spec is never mutated).
-  MutationInput(nlohmann::json pod, std::string namespace_name, Resolution resolution,
+  // The pod as parsed from the AdmissionReview: `pod` is a value inside `document`.
+  MutationInput(JsonDocument document, JsonView pod, std::string namespace_name,
+                Resolution resolution, const MutationOptions& options, int workload_replicas = 1);
+  // A pod held as an nlohmann value (offline, apply-time checks, tests): read from a copy.
+  MutationInput(const nlohmann::json& pod, std::string namespace_name, Resolution resolution,
                 const MutationOptions& options, int workload_replicas = 1);
 
-  nlohmann::json pod;  // the Pod (or a pod template shaped as one: metadata + spec)
+  JsonDocument document;  // holds what `pod` reads
+  JsonView pod;           // the Pod (or a pod template shaped as one: metadata + spec)
   std::string namespace_name;
   OffloadSpec spec;
   SpecSource source;
@@ -91,9 +97,9 @@ struct MutationInput {
 
 // kvoffload.io/inject=false: the pod is left alone before anything is looked up or checked.
 // The one place that decides it; the webhook, `inject` and the apply-time checks all ask here.
-bool OptedOut(const nlohmann::json& pod);
+bool OptedOut(const JsonView& pod);
 // kvoffload.io/inject=true: the pod asked to be injected.
-bool OptedIn(const nlohmann::json& pod);
+bool OptedIn(const JsonView& pod);
 
 // What CheckMutation() settled for BuildPatch(): with it, building the patch cannot fail.
 struct MutationPlan {
@@ -152,7 +158,7 @@ std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& co
 
 // Which container gets the tiers: annotation kvoffload.io/container, else "main", else the
 // first. -1 with `error` set when the annotation names a missing container or there is none.
-int TargetContainer(const nlohmann::json& pod, std::string* error);
+int TargetContainer(const JsonView& pod, std::string* error);
 
 // Space kept free in a tier of `size_bytes` for the file system's own use: directory entries
 // (about 44 bytes a block file of at least 4 KiB, so under 1/64 of the size), the format root,

@@ -27,6 +27,9 @@ struct Resolution {
 // `reader` may be null: then only the pod annotation is consulted and PVCs are not checked.
 // Errors: InvalidArgument for an invalid spec (deny with its message), Unavailable when a
 // lookup could not be answered.
+Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_name,
+                           ClusterReader* reader);
+// The same for a pod held as an nlohmann value (tests, and callers that build one).
 Result<Resolution> Resolve(const nlohmann::json& pod, const std::string& namespace_name,
                            ClusterReader* reader);
 
