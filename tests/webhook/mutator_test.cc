@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -153,6 +154,48 @@ TEST(MutateTest, TheInstallStepNamesTheImageOfEachCall) {
     const json patched = Pod(EmptyDirSpec("1Gi")).patch(json::parse(m.patch));
     ASSERT_EQ(patched["spec"]["initContainers"].size(), 1u);
     EXPECT_EQ(patched["spec"]["initContainers"][0]["image"], image);
+  }
+}
+
+// The launch plan is kept per thread for the last launch: pods whose launches differ in any
+// part the plan reads (args, the script, VLLM_ADDITIONAL_ARGS or how it is set) must each get
+// their own, as a thread that saw none of the others gives them.
+TEST(MutateTest, EachLaunchGetsItsOwnPlan) {
+  auto vllm_pod = [](const json& container_fields) {
+    json pod = Pod(EmptyDirSpec("1Gi"));
+    pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+    pod["spec"]["containers"][0].update(container_fields);
+    return pod;
+  };
+  const std::string script = "exec vllm serve /models \"$@\"";
+  const std::vector<json> pods = {
+      vllm_pod({{"command", {"vllm", "serve"}}, {"args", {"/m", R"(--kv-transfer-config={})"}}}),
+      vllm_pod({{"command", {"vllm", "serve"}}, {"args", {"/m"}}}),
+      vllm_pod({{"command", {"/bin/bash", "-c", script}}}),
+      vllm_pod({{"command", {"/bin/bash", "-c", script, "--"}}}),
+      vllm_pod({{"command", {"/bin/bash", "-c", "exec vllm serve /m $VLLM_ADDITIONAL_ARGS"}},
+                {"env", {{{"name", "VLLM_ADDITIONAL_ARGS"}, {"value", ""}}}}}),
+      vllm_pod({{"command", {"/bin/bash", "-c", "exec vllm serve /m $VLLM_ADDITIONAL_ARGS"}},
+                {"env", {{{"name", "VLLM_ADDITIONAL_ARGS"},
+                          {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "k"}}}}}}}}}),
+  };
+  auto mutate = [](const json& pod) {
+    const Mutation m = Mutate(Input(pod));
+    return m.patch + "|" + JoinDenials(m.warnings);
+  };
+  std::vector<std::string> on_fresh_threads;
+  for (const json& pod : pods) {
+    std::string answer;
+    std::thread([&] { answer = mutate(pod); }).join();
+    on_fresh_threads.push_back(answer);
+  }
+  for (size_t i = 1; i < pods.size(); ++i) {
+    EXPECT_NE(on_fresh_threads[i], on_fresh_threads[i - 1]) << "pods " << i - 1 << " and " << i;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < pods.size(); ++i) {
+      EXPECT_EQ(mutate(pods[i]), on_fresh_threads[i]) << "pod " << i << ", round " << round;
+    }
   }
 }
 

@@ -290,20 +290,14 @@ std::string FlagArgument(FlagRoute route, std::string_view config_json) {
   return "";
 }
 
-LaunchPlan PlanLaunch(const JsonView& container) {
-  LaunchPlan plan;
-  const std::vector<std::string_view> command = StringsOf(container["command"]);
-  const std::vector<std::string_view> args = StringsOf(container["args"]);
-  std::vector<std::string_view> argv = command;
-  argv.insert(argv.end(), args.begin(), args.end());
+namespace {
 
-  std::string additional_args;  // VLLM_ADDITIONAL_ARGS as a literal value, when set that way
-  bool additional_args_from_ref = false;  // set through valueFrom: nothing we can append to
-  for (const JsonView& e : container["env"].Elements()) {
-    if (e["name"].String() != kAdditionalArgs) continue;
-    additional_args = StringAt(e, "value");
-    additional_args_from_ref = e.Contains("valueFrom");
-  }
+// What PlanLaunch reads: the command and args as one argv (the first `command_size` elements
+// are the command), VLLM_ADDITIONAL_ARGS as a literal value, and whether it is set through
+// valueFrom (then there is nothing we can append to).
+LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_size,
+                    std::string_view additional_args, bool additional_args_from_ref) {
+  LaunchPlan plan;
   // Anywhere in the launch: an element, a script's text (KServe's renders one from the pod's
   // termination grace period) or the variable.
   for (std::string_view text : argv) {
@@ -312,7 +306,7 @@ LaunchPlan PlanLaunch(const JsonView& container) {
     }
   }
   for (std::string_view flag : {"--shutdown-timeout", "--shutdown_timeout"}) {
-    if (additional_args.find(flag) != std::string::npos) plan.has_shutdown_timeout = true;
+    if (additional_args.find(flag) != std::string_view::npos) plan.has_shutdown_timeout = true;
   }
   auto user_flag = [&plan](std::string where, std::string value) {
     plan.has_user_flag = true;
@@ -321,7 +315,7 @@ LaunchPlan PlanLaunch(const JsonView& container) {
   };
 
   std::optional<size_t> dash_c;
-  if (!command.empty() && IsShell(command[0])) dash_c = ShellCommandOption(argv);
+  if (command_size > 0 && IsShell(argv[0])) dash_c = ShellCommandOption(argv);
   if (!dash_c) {
     // Exec form (or an image entrypoint, or a script file we cannot read): vLLM, or whatever
     // stands in front of it, gets our argument as written.
@@ -367,6 +361,39 @@ LaunchPlan PlanLaunch(const JsonView& container) {
     user_flag(std::string(kAdditionalArgs), value);
   }
   return plan;
+}
+
+}  // namespace
+
+LaunchPlan PlanLaunch(const JsonView& container) {
+  const std::vector<std::string_view> command = StringsOf(container["command"]);
+  std::vector<std::string_view> argv = command;
+  for (std::string_view arg : StringsOf(container["args"])) argv.push_back(arg);
+  std::string_view additional_args;
+  bool additional_args_from_ref = false;
+  for (const JsonView& e : container["env"].Elements()) {
+    if (e["name"].String() != kAdditionalArgs) continue;
+    additional_args = e["value"].String();
+    additional_args_from_ref = e.Contains("valueFrom");
+  }
+
+  // The pods of one workload share their launch, and splitting and scanning a KServe script of
+  // a few KB was a sixth of their admission: each thread keeps its last plan, keyed by
+  // everything PlanArgv reads (each text prefixed by its length, so no two inputs share a key).
+  std::string key = std::to_string(command.size()) + (additional_args_from_ref ? "r" : "v");
+  for (std::string_view text : argv) {
+    key += std::to_string(text.size()) + ':';
+    key += text;
+  }
+  key += std::to_string(additional_args.size()) + ':';
+  key += additional_args;
+  thread_local std::string last_key;
+  thread_local LaunchPlan last_plan;
+  if (last_key.empty() || key != last_key) {
+    last_plan = PlanArgv(argv, command.size(), additional_args, additional_args_from_ref);
+    last_key = std::move(key);
+  }
+  return last_plan;
 }
 
 }  // namespace kvoffload::webhook
