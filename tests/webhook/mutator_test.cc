@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -195,6 +196,70 @@ TEST(MutateTest, EachLaunchGetsItsOwnPlan) {
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < pods.size(); ++i) {
       EXPECT_EQ(mutate(pods[i]), on_fresh_threads[i]) << "pod " << i << ", round " << round;
+    }
+  }
+}
+
+// What a mutation derives from the spec alone (tiers, hash, the vLLM flag) is kept per thread
+// for the last spec: inputs that differ in any part it reads must each get their own, as a
+// thread that saw none of the others gives them. A quantity written another way is another
+// spec to the hash ("1Gi" and "1073741824" print differently in the canonical form).
+TEST(MutateTest, EachSpecGetsItsOwnTiersAndHash) {
+  const json ref_spec = {
+      {"cpu", "1Gi"},
+      {"secondary", {{{"fileSystem", {{"pvc", {{"ref", {{"name", "shared"}}}}}}}}}}};
+  struct Case {
+    json spec;
+    std::map<std::string, PvcInfo> pvcs;
+    Mode mode;
+    std::string image;
+    std::string container;
+  };
+  const PvcInfo rwo{true, {"ReadWriteOnce"}, Quantity::FromInt(1 << 30, Quantity::Format::kBinarySI)};
+  PvcInfo rwx = rwo;
+  rwx.access_modes = {"ReadWriteMany"};
+  PvcInfo bigger = rwo;
+  bigger.capacity = Quantity::FromInt(int64_t{2} << 30, Quantity::Format::kBinarySI);
+  PvcInfo decimal = rwo;
+  decimal.capacity = Quantity::FromInt(1 << 30, Quantity::Format::kDecimalSI);
+  json decimal_cpu = EmptyDirSpec("1Gi");
+  decimal_cpu["cpu"] = "1073741824";
+  json arc = EmptyDirSpec("1Gi");
+  arc["evictionPolicy"] = "arc";
+  const std::vector<Case> cases = {
+      {EmptyDirSpec("1Gi"), {}, Mode::kVllmNative, "", "main"},
+      {decimal_cpu, {}, Mode::kVllmNative, "", "main"},
+      {arc, {}, Mode::kVllmNative, "", "main"},
+      {EmptyDirSpec("2Gi"), {}, Mode::kVllmNative, "", "main"},
+      {EmptyDirSpec("2Gi"), {}, Mode::kAgent, "registry/agent:1", "main"},
+      {EmptyDirSpec("2Gi"), {}, Mode::kAgent, "registry/agent:2", "main"},
+      {EmptyDirSpec("2Gi"), {}, Mode::kAgent, "registry/agent:2", "worker"},
+      {ref_spec, {{"shared", rwo}}, Mode::kVllmNative, "", "main"},
+      {ref_spec, {{"shared", rwx}}, Mode::kVllmNative, "", "main"},
+      {ref_spec, {{"shared", bigger}}, Mode::kVllmNative, "", "main"},
+      {ref_spec, {{"shared", decimal}}, Mode::kVllmNative, "", "main"},
+  };
+  auto mutate = [](const Case& c) {
+    json pod = Pod(c.spec);
+    pod["spec"]["containers"][0]["name"] = c.container;
+    Result<Resolution> res = Resolve(pod, "team-a", nullptr);
+    EXPECT_TRUE(res.ok()) << res.status().message();
+    res->pvcs = c.pvcs;
+    const Mutation m = Mutate(MutationInput(pod, "team-a", std::move(*res), {c.mode, c.image}));
+    return m.patch + "|" + JoinDenials(m.warnings) + "|" + m.denial;
+  };
+  std::vector<std::string> on_fresh_threads;
+  for (const Case& c : cases) {
+    std::string answer;
+    std::thread([&] { answer = mutate(c); }).join();
+    on_fresh_threads.push_back(answer);
+  }
+  for (size_t i = 1; i < cases.size(); ++i) {
+    EXPECT_NE(on_fresh_threads[i], on_fresh_threads[i - 1]) << "cases " << i - 1 << " and " << i;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(mutate(cases[i]), on_fresh_threads[i]) << "case " << i << ", round " << round;
     }
   }
 }

@@ -193,6 +193,79 @@ bool IsReadWriteMany(const PvcInfo& pvc) {
   return false;
 }
 
+// Equal and printed alike (ToString depends on the format too): what the hash reads.
+bool SameQuantity(const Quantity& a, const Quantity& b) {
+  return a == b && a.format() == b.format();
+}
+
+bool SameSpec(const OffloadSpec& a, const OffloadSpec& b) {
+  if (!SameQuantity(a.cpu, b.cpu) || a.eviction_policy != b.eviction_policy ||
+      a.secondary.size() != b.secondary.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.secondary.size(); ++i) {
+    const Tier& x = a.secondary[i];
+    const Tier& y = b.secondary[i];
+    if (x.kind != y.kind || !SameQuantity(x.size, y.size) || x.pvc_spec != y.pvc_spec ||
+        x.ref_name != y.ref_name || x.ref_path != y.ref_path) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SamePvcs(const std::map<std::string, PvcInfo>& a, const std::map<std::string, PvcInfo>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto x = a.begin(), y = b.begin(); x != a.end(); ++x, ++y) {
+    if (x->first != y->first || x->second.exists != y->second.exists ||
+        x->second.access_modes != y->second.access_modes ||
+        x->second.capacity.has_value() != y->second.capacity.has_value() ||
+        (x->second.capacity && !SameQuantity(*x->second.capacity, *y->second.capacity))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// What a mutation takes from the spec and the facts found about it, not from the pod.
+struct SpecDerived {
+  // What it is derived from.
+  OffloadSpec spec;
+  std::map<std::string, PvcInfo> pvcs;
+  Mode mode = Mode::kVllmNative;
+  std::string container;
+  std::string agent_image;
+  // What is derived.
+  json tiers_env;
+  std::string tiers_text;
+  std::string config_hash;
+  std::string transfer_config;
+};
+
+// The pods of one workload share all of it, and building it (the tiers' JSON, the canonical
+// spec and its SHA-256, the vLLM flag's JSON) was a quarter of a small pod's admission: each
+// thread keeps its last.
+const SpecDerived& Derive(const MutationInput& in, Mode mode, const std::string& container) {
+  thread_local std::optional<SpecDerived> last;
+  if (last && last->mode == mode && last->container == container &&
+      last->agent_image == in.options.agent_image && SameSpec(last->spec, in.spec) &&
+      SamePvcs(last->pvcs, in.pvcs)) {
+    return *last;
+  }
+  SpecDerived d;
+  d.spec = in.spec;
+  d.pvcs = in.pvcs;
+  d.mode = mode;
+  d.container = container;
+  d.agent_image = in.options.agent_image;
+  d.tiers_env = TiersEnv(in.spec, in.pvcs);
+  d.tiers_text = DumpJson(d.tiers_env);
+  d.config_hash = ConfigHash(in.spec, mode, container, d.tiers_env, in.options.agent_image);
+  d.transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
+  last = std::move(d);
+  return *last;
+}
+
 }  // namespace
 
 const char* ModeName(Mode mode) { return mode == Mode::kAgent ? "agent" : "vllm-native"; }
@@ -423,9 +496,11 @@ CheckedMutation CheckMutation(const MutationInput& in) {
     }
   }
 
-  plan.tiers_env = TiersEnv(in.spec, in.pvcs);
-  plan.config_hash =
-      ConfigHash(in.spec, plan.mode, c_name, plan.tiers_env, in.options.agent_image);
+  const SpecDerived& derived = Derive(in, plan.mode, c_name);
+  plan.tiers_env = derived.tiers_env;
+  plan.tiers_text = derived.tiers_text;
+  plan.config_hash = derived.config_hash;
+  plan.transfer_config = derived.transfer_config;
 
   // Reinvocation and re-apply: our own status with the same hash means nothing to do.
   if (const std::string status = StringAt(annotations, kAnnotationStatus);
@@ -504,7 +579,6 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const std::string& c_name = plan.container_name;
   const std::string c_path = "/spec/containers/" + std::to_string(c_index);
   const std::string& hash = plan.config_hash;
-  const json& tiers_env = plan.tiers_env;
   const bool any_shared = plan.any_shared;
 
   Patch patch;
@@ -595,7 +669,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   set_env("KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value()));
   set_env("KVOFFLOAD_EVICTION_POLICY",
           in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy);
-  set_env("KVOFFLOAD_TIERS", DumpJson(tiers_env));
+  set_env("KVOFFLOAD_TIERS", plan.tiers_text);
   set_env("KVOFFLOAD_CONFIG_HASH", hash);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
   if (any_shared && !env_find("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
@@ -624,7 +698,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag;
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
-    const std::string ours = DumpJson(KvTransferConfig(in.spec, mode));
+    const std::string& ours = plan.transfer_config;
     const LaunchPlan launch = PlanLaunch(container);
     const std::optional<size_t> additional = env_find("VLLM_ADDITIONAL_ARGS");
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||

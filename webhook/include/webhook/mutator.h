@@ -107,7 +107,9 @@ struct MutationPlan {
   size_t container = 0;  // index of the target container in spec.containers
   std::string container_name;
   nlohmann::json tiers_env;  // the KVOFFLOAD_TIERS value
+  std::string tiers_text;    // the same as JSON text, as the env var carries it
   std::string config_hash;
+  std::string transfer_config;  // our --kv-transfer-config value (KvTransferConfig), as text
   // Per tier: its volume is missing from the pod and is added (KServe may have rendered some).
   std::vector<bool> add_tier_volume;
   // The target container's ephemeral-storage request once the added emptyDir tiers count.
