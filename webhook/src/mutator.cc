@@ -38,31 +38,52 @@ JsonView Child(const JsonView& node, const std::string& token) {
   return node[token];
 }
 
+// {"key":value}, value being JSON text.
+std::string ObjectText(std::string_view key, std::string_view value_json) {
+  std::string out = "{";
+  AppendJsonString(out, key);
+  out += ':';
+  out += value_json;
+  out += '}';
+  return out;
+}
+
+std::string Quoted(std::string_view text) {
+  std::string out;
+  AppendJsonString(out, text);
+  return out;
+}
+
+// An env entry {"name":...,"value":...} as JSON text, keys in the order dump() writes them.
+std::string EnvEntry(std::string_view name, std::string_view value) {
+  std::string out = "{\"name\":";
+  AppendJsonString(out, name);
+  out += ",\"value\":";
+  AppendJsonString(out, value);
+  out += '}';
+  return out;
+}
+
 // Collects RFC 6902 operations as JSON text. Paths are built by the caller from escaped tokens.
 // The answer carries the patch as text, so the operations are written as they come: building
 // them as a DOM only to serialise and free it cost a tenth of an admission.
 class Patch {
  public:
-  void Add(std::string_view path, const json& value) {
-    Open("add", path);
-    AppendJson(ops_, value);
-    ops_ += '}';
-  }
-  // An add whose value is already JSON text.
-  void AddText(std::string_view path, std::string_view value_json) {
+  // Values are JSON text.
+  void Add(std::string_view path, std::string_view value_json) {
     Open("add", path);
     ops_ += value_json;
     ops_ += '}';
   }
-  void Replace(std::string_view path, const json& value) {
+  void Replace(std::string_view path, std::string_view value_json) {
     Open("replace", path);
-    AppendJson(ops_, value);
+    ops_ += value_json;
     ops_ += '}';
   }
-  // Sets root[path...][key] = value, creating missing parent objects in a single add: the API
-  // server's JSON patch fails an add whose parent is missing.
+  // Sets root[path...][key] = value (JSON text), creating missing parent objects in a single
+  // add: the API server's JSON patch fails an add whose parent is missing.
   void SetMember(const JsonView& root, const std::vector<std::string>& path,
-                 const std::string& key, json value) {
+                 const std::string& key, std::string_view value_json) {
     JsonView node = root;
     std::string pointer;
     size_t depth = 0;
@@ -74,11 +95,12 @@ class Patch {
       pointer += "/" + EscapePointerToken(path[depth]);
     }
     if (depth == path.size()) {
-      Add(pointer + "/" + EscapePointerToken(key), value);
+      Add(pointer + "/" + EscapePointerToken(key), value_json);
       return;
     }
-    json nested = json::object({{key, std::move(value)}});
-    for (size_t i = path.size(); i-- > depth + 1;) nested = json::object({{path[i], nested}});
+    // The missing objects, innermost first: {"key":value}, then {"path[i]":{...}}.
+    std::string nested = ObjectText(key, value_json);
+    for (size_t i = path.size(); i-- > depth + 1;) nested = ObjectText(path[i], nested);
     Add(pointer + "/" + EscapePointerToken(path[depth]), nested);
   }
   // The operations as a JSON array; "" when there are none.
@@ -107,13 +129,12 @@ class ArrayAppend {
  public:
   ArrayAppend(const JsonView& current, std::string path)
       : exists_(current.IsArray()), path_(std::move(path)) {}
-  void Push(const json& value) { items_.push_back(DumpJson(value)); }
-  // An item that is already JSON text.
-  void PushText(std::string value_json) { items_.push_back(std::move(value_json)); }
+  // An item as JSON text.
+  void Push(std::string value_json) { items_.push_back(std::move(value_json)); }
   void Flush(Patch* patch) {
     if (items_.empty()) return;
     if (exists_) {
-      for (const std::string& item : items_) patch->AddText(path_ + "/-", item);
+      for (const std::string& item : items_) patch->Add(path_ + "/-", item);
     } else {
       std::string array = "[";
       for (const std::string& item : items_) {
@@ -121,7 +142,7 @@ class ArrayAppend {
         array += item;
       }
       array += ']';
-      patch->AddText(path_, array);
+      patch->Add(path_, array);
     }
     items_.clear();
   }
@@ -240,6 +261,8 @@ struct SpecDerived {
   std::string tiers_text;
   std::string config_hash;
   std::string transfer_config;
+  std::vector<std::string> tier_volumes;
+  std::vector<std::string> tier_mounts;
 };
 
 // The pods of one workload share all of it, and building it (the tiers' JSON, the canonical
@@ -262,6 +285,28 @@ const SpecDerived& Derive(const MutationInput& in, Mode mode, const std::string&
   d.tiers_text = DumpJson(d.tiers_env);
   d.config_hash = ConfigHash(in.spec, mode, container, d.tiers_env, in.options.agent_image);
   d.transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
+  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+    const Tier& t = in.spec.secondary[i];
+    json volume = {{"name", TierVolumeName(i)}};
+    switch (t.kind) {
+      case TierKind::kEmptyDir:
+        volume["emptyDir"] = {{"sizeLimit", t.size.ToString()}};
+        break;
+      case TierKind::kPvcSpec:
+        volume["ephemeral"] = {
+            {"volumeClaimTemplate",
+             {{"metadata", {{"labels", {{kLabelTier, std::to_string(i)}}}}},
+              {"spec", t.pvc_spec}}}};
+        break;
+      case TierKind::kPvcRef:
+        volume["persistentVolumeClaim"] = {{"claimName", t.ref_name}};
+        break;
+    }
+    d.tier_volumes.push_back(DumpJson(volume));
+    json mount = {{"name", TierVolumeName(i)}, {"mountPath", TierMountPath(i)}};
+    if (t.kind == TierKind::kPvcRef && !t.ref_path.empty()) mount["subPath"] = t.ref_path;
+    d.tier_mounts.push_back(DumpJson(mount));
+  }
   last = std::move(d);
   return *last;
 }
@@ -501,6 +546,8 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   plan.tiers_text = derived.tiers_text;
   plan.config_hash = derived.config_hash;
   plan.transfer_config = derived.transfer_config;
+  plan.tier_volumes = derived.tier_volumes;
+  plan.tier_mounts = derived.tier_mounts;
 
   // Reinvocation and re-apply: our own status with the same hash means nothing to do.
   if (const std::string status = StringAt(annotations, kAnnotationStatus);
@@ -590,51 +637,31 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   // Tier volumes and mounts; only what is missing (KServe may have rendered some already).
   std::vector<std::string> tier_paths;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
-    const Tier& t = in.spec.secondary[i];
-    const std::string vol_name = TierVolumeName(i);
     tier_paths.push_back(TierMountPath(i));
-    if (plan.add_tier_volume[i]) {
-      json volume = {{"name", vol_name}};
-      switch (t.kind) {
-        case TierKind::kEmptyDir:
-          volume["emptyDir"] = {{"sizeLimit", t.size.ToString()}};
-          break;
-        case TierKind::kPvcSpec:
-          volume["ephemeral"] = {
-              {"volumeClaimTemplate",
-               {{"metadata", {{"labels", {{kLabelTier, std::to_string(i)}}}}},
-                {"spec", t.pvc_spec}}}};
-          break;
-        case TierKind::kPvcRef:
-          volume["persistentVolumeClaim"] = {{"claimName", t.ref_name}};
-          break;
-      }
-      add_volumes.Push(std::move(volume));
-    }
-    if (!HasEntry(mounts, "mountPath", TierMountPath(i)) && !HasEntry(mounts, "name", vol_name)) {
-      json mount = {{"name", vol_name}, {"mountPath", TierMountPath(i)}};
-      if (t.kind == TierKind::kPvcRef && !t.ref_path.empty()) mount["subPath"] = t.ref_path;
-      add_mounts.Push(std::move(mount));
+    if (plan.add_tier_volume[i]) add_volumes.Push(plan.tier_volumes[i]);
+    if (!HasEntry(mounts, "mountPath", TierMountPath(i)) &&
+        !HasEntry(mounts, "name", TierVolumeName(i))) {
+      add_mounts.Push(plan.tier_mounts[i]);
     }
   }
 
   if (plan.ephemeral_request) {
     patch.SetMember(pod, {"spec", "containers", std::to_string(c_index), "resources", "requests"},
-                    "ephemeral-storage", plan.ephemeral_request->ToString());
+                    "ephemeral-storage", Quoted(plan.ephemeral_request->ToString()));
   }
 
   // Agent mode: the install step and its volume.
   if (mode == Mode::kAgent) {
-    if (!HasEntry(volumes, "name", kAgentVolume)) {
-      add_volumes.Push({{"name", kAgentVolume}, {"emptyDir", json::object()}});
-    }
-    if (!HasEntry(mounts, "name", kAgentVolume)) {
-      add_mounts.Push({{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
-    }
+    static const std::string kVolume =
+        DumpJson({{"name", kAgentVolume}, {"emptyDir", json::object()}});
+    static const std::string kMount = DumpJson(
+        {{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
+    if (!HasEntry(volumes, "name", kAgentVolume)) add_volumes.Push(kVolume);
+    if (!HasEntry(mounts, "name", kAgentVolume)) add_mounts.Push(kMount);
     const JsonView init = pod["spec"]["initContainers"];
     if (!HasEntry(init, "name", kAgentInitContainer)) {
       ArrayAppend add_init(init, "/spec/initContainers");
-      add_init.PushText(AgentInitContainer(in.options.agent_image));
+      add_init.Push(AgentInitContainer(in.options.agent_image));
       add_init.Flush(&patch);
     }
   }
@@ -659,9 +686,9 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   auto set_env = [&](const std::string& name, const std::string& value) {
     const std::optional<size_t> at = env_find(name);
     if (at && IsEnvEntry(env_items[*at], name, value)) return;
-    const json entry = {{"name", name}, {"value", value}};
+    std::string entry = EnvEntry(name, value);
     if (!at) {
-      add_env.Push(entry);
+      add_env.Push(std::move(entry));
     } else {
       patch.Replace(c_path + "/env/" + std::to_string(*at), entry);
     }
@@ -742,8 +769,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         vllm_flag = "VLLM_ADDITIONAL_ARGS";
       } else {
         ArrayAppend add_args(container["args"], c_path + "/args");
-        if (launch.needs_arg0) add_args.Push("--");
-        for (std::string& e : extra) add_args.Push(std::move(e));
+        if (launch.needs_arg0) add_args.Push(Quoted("--"));
+        for (const std::string& e : extra) add_args.Push(Quoted(e));
         add_args.Flush(&patch);
         vllm_flag = "args";
       }
@@ -763,14 +790,30 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     }
   }
 
-  json status = {{"configHash", hash},
-                 {"source", in.source.description},
-                 {"mode", ModeName(mode)},
-                 {"tiers", tier_paths}};
-  if (!vllm_flag.empty()) status["vllmFlag"] = vllm_flag;
-  status["vllmFlagInjected"] = vllm_flag_reason.empty();
-  if (!vllm_flag_reason.empty()) status["vllmFlagReason"] = vllm_flag_reason;
-  patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, DumpJson(status));
+  // The status annotation's JSON, keys in the order dump() writes them (earlier releases did).
+  std::string status = "{\"configHash\":";
+  AppendJsonString(status, hash);
+  status += ",\"mode\":";
+  AppendJsonString(status, ModeName(mode));
+  status += ",\"source\":";
+  AppendJsonString(status, in.source.description);
+  status += ",\"tiers\":[";
+  for (size_t i = 0; i < tier_paths.size(); ++i) {
+    if (i > 0) status += ',';
+    AppendJsonString(status, tier_paths[i]);
+  }
+  status += ']';
+  if (!vllm_flag.empty()) {
+    status += ",\"vllmFlag\":";
+    AppendJsonString(status, vllm_flag);
+  }
+  status += vllm_flag_reason.empty() ? ",\"vllmFlagInjected\":true" : ",\"vllmFlagInjected\":false";
+  if (!vllm_flag_reason.empty()) {
+    status += ",\"vllmFlagReason\":";
+    AppendJsonString(status, vllm_flag_reason);
+  }
+  status += '}';
+  patch.SetMember(pod, {"metadata", "annotations"}, kAnnotationStatus, Quoted(status));
   return patch.Take();
 }
 

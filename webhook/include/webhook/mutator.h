@@ -110,6 +110,9 @@ struct MutationPlan {
   std::string tiers_text;    // the same as JSON text, as the env var carries it
   std::string config_hash;
   std::string transfer_config;  // our --kv-transfer-config value (KvTransferConfig), as text
+  // Per tier: its volume and its container mount, as JSON text (added where missing).
+  std::vector<std::string> tier_volumes;
+  std::vector<std::string> tier_mounts;
   // Per tier: its volume is missing from the pod and is added (KServe may have rendered some).
   std::vector<bool> add_tier_volume;
   // The target container's ephemeral-storage request once the added emptyDir tiers count.
