@@ -248,32 +248,25 @@ bool SamePvcs(const std::map<std::string, PvcInfo>& a, const std::map<std::strin
   return true;
 }
 
-// What a mutation takes from the spec and the facts found about it, not from the pod.
+// A FromSpec with what it was derived from.
 struct SpecDerived {
-  // What it is derived from.
   OffloadSpec spec;
   std::map<std::string, PvcInfo> pvcs;
   Mode mode = Mode::kVllmNative;
   std::string container;
   std::string agent_image;
-  // What is derived.
-  json tiers_env;
-  std::string tiers_text;
-  std::string config_hash;
-  std::string transfer_config;
-  std::vector<std::string> tier_volumes;
-  std::vector<std::string> tier_mounts;
+  FromSpec derived;
 };
 
-// The pods of one workload share all of it, and building it (the tiers' JSON, the canonical
-// spec and its SHA-256, the vLLM flag's JSON) was a quarter of a small pod's admission: each
-// thread keeps its last.
-const SpecDerived& Derive(const MutationInput& in, Mode mode, const std::string& container) {
+// The pods of one workload share their FromSpec, and building it (the tiers' JSON, the
+// canonical spec and its SHA-256, the vLLM flag's JSON) was a quarter of a small pod's
+// admission: each thread keeps its last.
+const FromSpec& Derive(const MutationInput& in, Mode mode, const std::string& container) {
   thread_local std::optional<SpecDerived> last;
   if (last && last->mode == mode && last->container == container &&
       last->agent_image == in.options.agent_image && SameSpec(last->spec, in.spec) &&
       SamePvcs(last->pvcs, in.pvcs)) {
-    return *last;
+    return last->derived;
   }
   SpecDerived d;
   d.spec = in.spec;
@@ -281,10 +274,11 @@ const SpecDerived& Derive(const MutationInput& in, Mode mode, const std::string&
   d.mode = mode;
   d.container = container;
   d.agent_image = in.options.agent_image;
-  d.tiers_env = TiersEnv(in.spec, in.pvcs);
-  d.tiers_text = DumpJson(d.tiers_env);
-  d.config_hash = ConfigHash(in.spec, mode, container, d.tiers_env, in.options.agent_image);
-  d.transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
+  const json tiers_env = TiersEnv(in.spec, in.pvcs);
+  d.derived.tiers_text = DumpJson(tiers_env);
+  d.derived.config_hash =
+      ConfigHash(in.spec, mode, container, tiers_env, in.options.agent_image);
+  d.derived.transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     const Tier& t = in.spec.secondary[i];
     json volume = {{"name", TierVolumeName(i)}};
@@ -302,13 +296,13 @@ const SpecDerived& Derive(const MutationInput& in, Mode mode, const std::string&
         volume["persistentVolumeClaim"] = {{"claimName", t.ref_name}};
         break;
     }
-    d.tier_volumes.push_back(DumpJson(volume));
+    d.derived.tier_volumes.push_back(DumpJson(volume));
     json mount = {{"name", TierVolumeName(i)}, {"mountPath", TierMountPath(i)}};
     if (t.kind == TierKind::kPvcRef && !t.ref_path.empty()) mount["subPath"] = t.ref_path;
-    d.tier_mounts.push_back(DumpJson(mount));
+    d.derived.tier_mounts.push_back(DumpJson(mount));
   }
   last = std::move(d);
-  return *last;
+  return last->derived;
 }
 
 }  // namespace
@@ -541,19 +535,13 @@ CheckedMutation CheckMutation(const MutationInput& in) {
     }
   }
 
-  const SpecDerived& derived = Derive(in, plan.mode, c_name);
-  plan.tiers_env = derived.tiers_env;
-  plan.tiers_text = derived.tiers_text;
-  plan.config_hash = derived.config_hash;
-  plan.transfer_config = derived.transfer_config;
-  plan.tier_volumes = derived.tier_volumes;
-  plan.tier_mounts = derived.tier_mounts;
+  plan.from_spec = Derive(in, plan.mode, c_name);
 
   // Reinvocation and re-apply: our own status with the same hash means nothing to do.
   if (const std::string status = StringAt(annotations, kAnnotationStatus);
       !status.empty() && denials.empty()) {
     Result<json> parsed = ParseJson(status, kAnnotationStatus);
-    if (parsed.ok() && StringAt(*parsed, "configHash") == plan.config_hash) {
+    if (parsed.ok() && StringAt(*parsed, "configHash") == plan.from_spec.config_hash) {
       plan.already_injected = true;
       plan.warnings.clear();
       return out;
@@ -625,7 +613,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const JsonView container = pod["spec"]["containers"].Elements()[c_index];
   const std::string& c_name = plan.container_name;
   const std::string c_path = "/spec/containers/" + std::to_string(c_index);
-  const std::string& hash = plan.config_hash;
+  const std::string& hash = plan.from_spec.config_hash;
   const bool any_shared = plan.any_shared;
 
   Patch patch;
@@ -638,10 +626,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::vector<std::string> tier_paths;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     tier_paths.push_back(TierMountPath(i));
-    if (plan.add_tier_volume[i]) add_volumes.Push(plan.tier_volumes[i]);
+    if (plan.add_tier_volume[i]) add_volumes.Push(plan.from_spec.tier_volumes[i]);
     if (!HasEntry(mounts, "mountPath", TierMountPath(i)) &&
         !HasEntry(mounts, "name", TierVolumeName(i))) {
-      add_mounts.Push(plan.tier_mounts[i]);
+      add_mounts.Push(plan.from_spec.tier_mounts[i]);
     }
   }
 
@@ -696,7 +684,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   set_env("KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value()));
   set_env("KVOFFLOAD_EVICTION_POLICY",
           in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy);
-  set_env("KVOFFLOAD_TIERS", plan.tiers_text);
+  set_env("KVOFFLOAD_TIERS", plan.from_spec.tiers_text);
   set_env("KVOFFLOAD_CONFIG_HASH", hash);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
   if (any_shared && !env_find("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
@@ -725,7 +713,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag;
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
-    const std::string& ours = plan.transfer_config;
+    const std::string& ours = plan.from_spec.transfer_config;
     const LaunchPlan launch = PlanLaunch(container);
     const std::optional<size_t> additional = env_find("VLLM_ADDITIONAL_ARGS");
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||

@@ -101,18 +101,23 @@ bool OptedOut(const JsonView& pod);
 // kvoffload.io/inject=true: the pod asked to be injected.
 bool OptedIn(const JsonView& pod);
 
+// What a mutation derives from the spec and the facts found about it alone, never from the rest
+// of the pod: the same for every pod of a workload, so each thread keeps the last.
+struct FromSpec {
+  std::string tiers_text;       // the KVOFFLOAD_TIERS value (TiersEnv), as JSON text
+  std::string config_hash;      // ConfigHash
+  std::string transfer_config;  // our --kv-transfer-config value (KvTransferConfig), as text
+  // Per tier: its volume and its container mount, as JSON text (added where missing).
+  std::vector<std::string> tier_volumes;
+  std::vector<std::string> tier_mounts;
+};
+
 // What CheckMutation() settled for BuildPatch(): with it, building the patch cannot fail.
 struct MutationPlan {
   Mode mode = Mode::kVllmNative;
   size_t container = 0;  // index of the target container in spec.containers
   std::string container_name;
-  nlohmann::json tiers_env;  // the KVOFFLOAD_TIERS value
-  std::string tiers_text;    // the same as JSON text, as the env var carries it
-  std::string config_hash;
-  std::string transfer_config;  // our --kv-transfer-config value (KvTransferConfig), as text
-  // Per tier: its volume and its container mount, as JSON text (added where missing).
-  std::vector<std::string> tier_volumes;
-  std::vector<std::string> tier_mounts;
+  FromSpec from_spec;
   // Per tier: its volume is missing from the pod and is added (KServe may have rendered some).
   std::vector<bool> add_tier_volume;
   // The target container's ephemeral-storage request once the added emptyDir tiers count.
