@@ -167,7 +167,8 @@ TEST(JsonViewTest, DocumentsOwnTheirTextAndMoveWithIt) {
 
 // The same refusals, word for word, as ParseJson: the admission's error answers quote them.
 TEST(JsonViewTest, ParseRefusesWhatParseJsonRefuses) {
-  const std::string deep = std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']');
+  const size_t depth = kMaxJsonDepth + 1;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
   for (const std::string& text : {std::string("{\"a\":"), std::string("[1,]"), deep,
                                    std::string("\"\xff\"")}) {
     Result<JsonDocument> doc = JsonDocument::Parse(text, "AdmissionReview");

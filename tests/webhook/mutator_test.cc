@@ -215,7 +215,8 @@ TEST(MutateTest, EachSpecGetsItsOwnTiersAndHash) {
     std::string image;
     std::string container;
   };
-  const PvcInfo rwo{true, {"ReadWriteOnce"}, Quantity::FromInt(1 << 30, Quantity::Format::kBinarySI)};
+  const PvcInfo rwo{true, {"ReadWriteOnce"},
+                    Quantity::FromInt(1 << 30, Quantity::Format::kBinarySI)};
   PvcInfo rwx = rwo;
   rwx.access_modes = {"ReadWriteMany"};
   PvcInfo bigger = rwo;

@@ -102,7 +102,8 @@ simdjson::dom::element ElementOf(const std::array<unsigned char, 16>& bytes) {
 Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what) {
   std::optional<simdjson::dom::parser> own;
   simdjson::dom::element root;
-  const simdjson::error_code err = ParserFor(text.size(), own).parse(text.data(), text.size()).get(root);
+  const simdjson::error_code err =
+      ParserFor(text.size(), own).parse(text.data(), text.size()).get(root);
   if (err != simdjson::SUCCESS) return ParseError(err, what);
   return ToJson(root);
 }
@@ -120,9 +121,9 @@ JsonDocument::~JsonDocument() = default;
 Result<JsonDocument> JsonDocument::Parse(std::string_view text, std::string_view what) {
   JsonDocument out;
   std::optional<simdjson::dom::parser> own;
-  const simdjson::error_code err = ParserFor(text.size(), own)
-                                       .parse_into_document(out.tape_->doc, text.data(), text.size())
-                                       .get(out.tape_->root);
+  simdjson::dom::parser& parser = ParserFor(text.size(), own);
+  const simdjson::error_code err =
+      parser.parse_into_document(out.tape_->doc, text.data(), text.size()).get(out.tape_->root);
   if (err != simdjson::SUCCESS) return ParseError(err, what);
   return out;
 }
