@@ -158,6 +158,27 @@ TEST(MutateTest, TheInstallStepNamesTheImageOfEachCall) {
   }
 }
 
+// For what the mutator keeps per thread: `answer` of each input, in turn on this thread (two
+// rounds), equals its answer on a thread that saw no other input, and neighbouring inputs differ
+// (else the test could not tell one cached answer from another).
+template <typename Input, typename Answer>
+void ExpectEachAsOnAFreshThread(const std::vector<Input>& inputs, Answer answer) {
+  std::vector<std::string> on_fresh_threads;
+  for (const Input& in : inputs) {
+    std::string a;
+    std::thread([&] { a = answer(in); }).join();
+    on_fresh_threads.push_back(a);
+  }
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    EXPECT_NE(on_fresh_threads[i], on_fresh_threads[i - 1]) << "inputs " << i - 1 << " and " << i;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_EQ(answer(inputs[i]), on_fresh_threads[i]) << "input " << i << ", round " << round;
+    }
+  }
+}
+
 // The launch plan is kept per thread for the last launch: pods whose launches differ in any
 // part the plan reads (args, the script, VLLM_ADDITIONAL_ARGS or how it is set) must each get
 // their own, as a thread that saw none of the others gives them.
@@ -184,20 +205,7 @@ TEST(MutateTest, EachLaunchGetsItsOwnPlan) {
     const Mutation m = Mutate(Input(pod));
     return m.patch + "|" + JoinDenials(m.warnings);
   };
-  std::vector<std::string> on_fresh_threads;
-  for (const json& pod : pods) {
-    std::string answer;
-    std::thread([&] { answer = mutate(pod); }).join();
-    on_fresh_threads.push_back(answer);
-  }
-  for (size_t i = 1; i < pods.size(); ++i) {
-    EXPECT_NE(on_fresh_threads[i], on_fresh_threads[i - 1]) << "pods " << i - 1 << " and " << i;
-  }
-  for (int round = 0; round < 2; ++round) {
-    for (size_t i = 0; i < pods.size(); ++i) {
-      EXPECT_EQ(mutate(pods[i]), on_fresh_threads[i]) << "pod " << i << ", round " << round;
-    }
-  }
+  ExpectEachAsOnAFreshThread(pods, mutate);
 }
 
 // What a mutation derives from the spec alone (tiers, hash, the vLLM flag) is kept per thread
@@ -249,20 +257,7 @@ TEST(MutateTest, EachSpecGetsItsOwnTiersAndHash) {
     const Mutation m = Mutate(MutationInput(pod, "team-a", std::move(*res), {c.mode, c.image}));
     return m.patch + "|" + JoinDenials(m.warnings) + "|" + m.denial;
   };
-  std::vector<std::string> on_fresh_threads;
-  for (const Case& c : cases) {
-    std::string answer;
-    std::thread([&] { answer = mutate(c); }).join();
-    on_fresh_threads.push_back(answer);
-  }
-  for (size_t i = 1; i < cases.size(); ++i) {
-    EXPECT_NE(on_fresh_threads[i], on_fresh_threads[i - 1]) << "cases " << i - 1 << " and " << i;
-  }
-  for (int round = 0; round < 2; ++round) {
-    for (size_t i = 0; i < cases.size(); ++i) {
-      EXPECT_EQ(mutate(cases[i]), on_fresh_threads[i]) << "case " << i << ", round " << round;
-    }
-  }
+  ExpectEachAsOnAFreshThread(cases, mutate);
 }
 
 TEST(MutateTest, JoinDenials) {
