@@ -1,7 +1,8 @@
 // How a container starts vLLM, and so where `--kv-transfer-config` has to go for vLLM to see it.
 // Reads the container's command, args and env (as the pod spec holds them) without running
-// anything; pure functions, thread-safe. The forms, and why each is handled as it is, are in
-// docs/decisions.md ("The vLLM flag").
+// anything; pure functions (each thread keeps its last plan, keyed by all it reads),
+// thread-safe. The forms, and why each is handled as it is, are in docs/decisions.md ("The vLLM
+// flag").
 #ifndef KVOFFLOAD_WEBHOOK_LAUNCH_H_
 #define KVOFFLOAD_WEBHOOK_LAUNCH_H_
 
