@@ -362,16 +362,12 @@ std::string EscapePointerToken(std::string_view token) {
 }
 
 std::string StringAt(const nlohmann::json& obj, std::string_view key) {
-  return std::string(StringView(Member(obj, key)));
+  const nlohmann::json& value = Member(obj, key);
+  return value.is_string() ? value.get_ref<const std::string&>() : std::string();
 }
 
 std::string StringAt(const JsonView& obj, std::string_view key) {
   return std::string(obj[key].String());
-}
-
-std::string_view StringView(const nlohmann::json& value) {
-  return value.is_string() ? std::string_view(value.get_ref<const std::string&>())
-                           : std::string_view();
 }
 
 const nlohmann::json& Member(const nlohmann::json& obj, std::string_view key) {

@@ -1,5 +1,6 @@
 #include "webhook/launch.h"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <vector>
@@ -378,22 +379,25 @@ LaunchPlan PlanLaunch(const JsonView& container) {
   }
 
   // The pods of one workload share their launch, and splitting and scanning a KServe script of
-  // a few KB was a sixth of their admission: each thread keeps its last plan, keyed by
-  // everything PlanArgv reads (each text prefixed by its length, so no two inputs share a key).
-  std::string key = std::to_string(command.size()) + (additional_args_from_ref ? "r" : "v");
-  for (std::string_view text : argv) {
-    key += std::to_string(text.size()) + ':';
-    key += text;
+  // a few KB was a sixth of their admission: each thread keeps its last plan with everything
+  // PlanArgv read, compared in place (a hit copies nothing).
+  struct Last {
+    std::vector<std::string> argv;
+    size_t command_size = 0;
+    std::string additional_args;
+    bool additional_args_from_ref = false;
+    LaunchPlan plan;
+  };
+  thread_local std::optional<Last> last;
+  if (!last || last->command_size != command.size() ||
+      last->additional_args_from_ref != additional_args_from_ref ||
+      last->additional_args != additional_args ||
+      !std::equal(argv.begin(), argv.end(), last->argv.begin(), last->argv.end())) {
+    last = Last{std::vector<std::string>(argv.begin(), argv.end()), command.size(),
+                std::string(additional_args), additional_args_from_ref,
+                PlanArgv(argv, command.size(), additional_args, additional_args_from_ref)};
   }
-  key += std::to_string(additional_args.size()) + ':';
-  key += additional_args;
-  thread_local std::string last_key;
-  thread_local LaunchPlan last_plan;
-  if (last_key.empty() || key != last_key) {
-    last_plan = PlanArgv(argv, command.size(), additional_args, additional_args_from_ref);
-    last_key = std::move(key);
-  }
-  return last_plan;
+  return last->plan;
 }
 
 }  // namespace kvoffload::webhook

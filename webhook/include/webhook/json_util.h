@@ -46,11 +46,6 @@ class JsonView;
 // The same for a value read through a JsonView.
 std::string StringAt(const JsonView& obj, std::string_view key);
 
-// A string value as a view into the JSON it lives in, or "" when it is not a string. For the
-// admission's hot loops (a KServe pod's env has about a hundred entries), where a copy per
-// entry showed in the profile.
-std::string_view StringView(const nlohmann::json& value);
-
 // A member of an object, or a null value when `obj` is not an object or lacks it. Never copies
 // (nlohmann's value() does): the pod's env alone can be a few KB.
 const nlohmann::json& Member(const nlohmann::json& obj, std::string_view key);

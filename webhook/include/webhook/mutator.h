@@ -1,9 +1,9 @@
 // The mutation: pod JSON + resolved spec -> RFC 6902 patch + warnings, or a denial.
 // Pure functions (no I/O, no clock; the only state is each thread's last results, which the
 // pods of one workload share, keyed by all they depend on): the webhook and `inject` both call
-// Mutate(), and the golden tests pin its output. Mutate() is two steps: CheckMutation() finds every reason to
-// refuse the pod and settles what the patch needs, BuildPatch() then writes the patch and cannot
-// refuse. Thread-safe.
+// Mutate(), and the golden tests pin its output. Mutate() is two steps: CheckMutation() finds
+// every reason to refuse the pod and settles what the patch needs, BuildPatch() then writes the
+// patch and cannot refuse. Thread-safe.
 #ifndef KVOFFLOAD_WEBHOOK_MUTATOR_H_
 #define KVOFFLOAD_WEBHOOK_MUTATOR_H_
 
