@@ -181,5 +181,30 @@ TEST(JsonViewTest, ParseRefusesWhatParseJsonRefuses) {
             std::string::npos);
 }
 
+// Parsed where it lies (spare capacity after the text), a document reads only the text: what
+// follows it in the buffer, however JSON-like, is neither read as content nor hides an error.
+TEST(JsonViewTest, InPlaceParseReadsOnlyTheText) {
+  const std::string tail = R"(,"b":"tail"}   ]]]] "unterminated)";
+  auto in_buffer = [&tail](std::string_view text) {
+    std::string buf;
+    buf.reserve(text.size() + tail.size() + kJsonPadding);
+    buf.append(text).append(tail);  // the tail's bytes stay in the buffer past the end
+    buf.resize(text.size());
+    return buf;
+  };
+  const std::string good = in_buffer(R"({"a":"x"})");
+  ASSERT_GE(good.capacity() - good.size(), kJsonPadding);
+  Result<JsonDocument> doc = JsonDocument::Parse(good, "t", good.capacity() - good.size());
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  EXPECT_EQ(doc->Root().ToJson(), json({{"a", "x"}}));
+  EXPECT_FALSE(doc->Root().Contains("b"));
+  for (std::string_view bad : {R"({"a":)", R"({"a":"x")", R"("x)", "[1,"}) {
+    const std::string text = in_buffer(bad);
+    Result<JsonDocument> in_place = JsonDocument::Parse(text, "t", text.capacity() - text.size());
+    ASSERT_FALSE(in_place.ok()) << bad;
+    EXPECT_EQ(in_place.status().message(), JsonDocument::Parse(bad, "t").status().message());
+  }
+}
+
 }  // namespace
 }  // namespace kvoffload::webhook

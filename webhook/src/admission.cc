@@ -56,7 +56,7 @@ HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warning
 
 // Checks what every AdmissionReview must carry. Returns the answer for a malformed one; else
 // fills `review` and `uid`. The review is read in place (JsonView), never built as a DOM.
-std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view body,
+std::optional<HttpAnswer> Decode(std::string_view content_type, const std::string& body,
                                  std::optional<JsonDocument>* review, std::string* uid) {
   // Media type check ignores parameters such as "; charset=utf-8".
   const std::string_view media = content_type.substr(0, content_type.find(';'));
@@ -75,7 +75,8 @@ std::optional<HttpAnswer> Decode(std::string_view content_type, std::string_view
     answer.log_message = "body too large";
     return answer;
   }
-  Result<JsonDocument> parsed = JsonDocument::Parse(body, "AdmissionReview");
+  Result<JsonDocument> parsed =
+      JsonDocument::Parse(body, "AdmissionReview", body.capacity() - body.size());
   if (!parsed.ok()) return Reject("", 400, parsed.status().message());
   const JsonView root = parsed->Root();
   if (!root.IsObject() || root["kind"].String() != "AdmissionReview") {
@@ -123,7 +124,7 @@ HttpAnswer Counted(HttpAnswer answer, AdmissionResult result) {
 
 }  // namespace
 
-HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string_view body,
+HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::string& body,
                                       bool pods_need_label) const {
   std::optional<JsonDocument> review;
   std::string uid;
@@ -200,7 +201,7 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, std::string
                    verdict);
 }
 
-HttpAnswer AdmissionHandler::Handle(std::string_view content_type, std::string_view body) const {
+HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::string& body) const {
   std::optional<JsonDocument> review;
   std::string uid;
   if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {

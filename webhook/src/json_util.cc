@@ -118,12 +118,17 @@ JsonDocument::JsonDocument(JsonDocument&&) noexcept = default;
 JsonDocument& JsonDocument::operator=(JsonDocument&&) noexcept = default;
 JsonDocument::~JsonDocument() = default;
 
-Result<JsonDocument> JsonDocument::Parse(std::string_view text, std::string_view what) {
+static_assert(kJsonPadding == simdjson::SIMDJSON_PADDING);
+
+Result<JsonDocument> JsonDocument::Parse(std::string_view text, std::string_view what,
+                                         size_t readable_after) {
   JsonDocument out;
   std::optional<simdjson::dom::parser> own;
   simdjson::dom::parser& parser = ParserFor(text.size(), own);
+  const bool copy = readable_after < kJsonPadding;
   const simdjson::error_code err =
-      parser.parse_into_document(out.tape_->doc, text.data(), text.size()).get(out.tape_->root);
+      parser.parse_into_document(out.tape_->doc, text.data(), text.size(), copy)
+          .get(out.tape_->root);
   if (err != simdjson::SUCCESS) return ParseError(err, what);
   return out;
 }

@@ -43,8 +43,9 @@ class AdmissionHandler {
   AdmissionHandler(AdmissionOptions options, ClusterReader* reader)
       : options_(std::move(options)), reader_(reader) {}
 
-  // /mutate-pods: a Pod CREATE, answered with the patch.
-  HttpAnswer Handle(std::string_view content_type, std::string_view body) const;
+  // /mutate-pods: a Pod CREATE, answered with the patch. The body is parsed where it lies when
+  // its spare capacity holds kJsonPadding bytes (json_util.h), as the server reserves.
+  HttpAnswer Handle(std::string_view content_type, const std::string& body) const;
 
   // /validate and /validate-labelled: CREATE and UPDATE of LLMInferenceServices, Namespaces and
   // workloads (Deployment, StatefulSet, Job, LeaderWorkerSet), denied with every error of their
@@ -53,7 +54,7 @@ class AdmissionHandler {
   // webhook was away can still get finalizers, labels and deletion. `pods_need_label`: the
   // workload's namespace has no kvoffload.io/injection label, so only templates labelled
   // kvoffload.io/inject=true make injected pods.
-  HttpAnswer Validate(std::string_view content_type, std::string_view body,
+  HttpAnswer Validate(std::string_view content_type, const std::string& body,
                       bool pods_need_label) const;
 
  private:

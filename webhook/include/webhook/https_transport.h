@@ -18,11 +18,15 @@
 
 namespace kvoffload::webhook {
 
+// Spare capacity every request body with a declared length carries past its end: a JSON
+// parser that reads a little past the text (simdjson) can then parse it where it lies.
+inline constexpr size_t kBodySpareBytes = 64;
+
 struct HttpsRequest {
   std::string method;
   std::string target;
   std::string content_type;
-  std::string body;
+  std::string body;  // with kBodySpareBytes of spare capacity when Content-Length was sent
 };
 
 struct HttpsResponse {

@@ -4,6 +4,7 @@
 #define KVOFFLOAD_WEBHOOK_JSON_UTIL_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +21,12 @@ namespace kvoffload::webhook {
 // Nesting deeper than this is refused: Kubernetes objects stay far below it, and dump() and
 // the patch code recurse, so an unbounded depth would let a request exhaust the stack.
 inline constexpr int kMaxJsonDepth = 128;
+
+// Bytes past the end of JSON text that the parser may read (simdjson's SIMDJSON_PADDING,
+// checked in json_util.cc). Text followed by this many readable bytes is parsed where it lies;
+// other text is first copied into a padded buffer, which for a 12 KB review was a twentieth of
+// the admission's instructions.
+inline constexpr size_t kJsonPadding = 64;
 
 // Parses untrusted JSON; InvalidArgument naming `what` and the byte offset on failure.
 Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
@@ -97,8 +104,11 @@ class JsonView {
 // JSON text parsed with simdjson into a tape it owns, read through JsonView.
 class JsonDocument {
  public:
-  // Parses untrusted JSON, with ParseJson's limits and error messages.
-  static Result<JsonDocument> Parse(std::string_view text, std::string_view what);
+  // Parses untrusted JSON, with ParseJson's limits and error messages. `readable_after`: how
+  // many bytes after `text` may be read (never written), such as a std::string's spare
+  // capacity; with kJsonPadding or more the text is not copied.
+  static Result<JsonDocument> Parse(std::string_view text, std::string_view what,
+                                    size_t readable_after = 0);
   // The document of an nlohmann value (its text, parsed again): for callers that hold one.
   static JsonDocument Of(const nlohmann::json& value);
 
