@@ -17,13 +17,15 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kApiVersion[] = "admission.k8s.io/v1";
 
-std::string Base64(std::string_view data) {
-  std::string out(4 * ((data.size() + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+// Appends the base64 of `data` to `out`, encoded in place.
+void AppendBase64(std::string& out, std::string_view data) {
+  const size_t at = out.size();
+  // EVP_EncodeBlock also writes a NUL after the text: it lands on the string's own terminator.
+  out.resize(at + 4 * ((data.size() + 2) / 3));
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data() + at),
                                 reinterpret_cast<const unsigned char*>(data.data()),
                                 static_cast<int>(data.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
+  out.resize(at + static_cast<size_t>(n));
 }
 
 HttpAnswer Answer(const std::string& uid, json response_fields, std::string log_message) {
@@ -268,11 +270,13 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::st
   }
   // Assembled by hand around the base64 patch: it needs no escaping, and running a few KB of
   // it through the JSON serializer was a fifth of the cost of an admission.
-  std::string answer =
-      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":)";
+  std::string answer;
+  // Sized once: growing it by doubling copied the patch's base64 (5 KB for a KServe pod) again.
+  answer.reserve(256 + 2 * uid.size() + 4 * (mutation.patch.size() + 2) / 3);
+  answer = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":)";
   AppendJsonString(answer, uid);
   answer += R"(,"allowed":true,"patchType":"JSONPatch","patch":")";
-  answer += Base64(mutation.patch);
+  AppendBase64(answer, mutation.patch);
   answer += '"';
   if (!mutation.warnings.empty()) {
     answer += R"(,"warnings":)";
