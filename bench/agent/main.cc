@@ -83,7 +83,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=value ...]
   trace   replay a trace on every registered policy and Belady's OPT: per-block and
           prefix-usable hit ratios, each also as a fraction of OPT's
-          --trace=mixed|chat|agent|rag (generated) or --trace-file=FILE (JSONL, hash_ids)
+          --trace=mixed|chat|agent|rag (generated) or --trace-file=FILE (JSONL, hash_ids;
+          --block-tokens=512, its block size: a prompt's partial last block is not cached)
           --cache-blocks=2000,8000 or 2%,5%,10% (of the distinct blocks) --policies=a,b
           --write-trace=FILE (the trace as JSONL) --requests --seed; mixed only:
           --system-prompts --conversations --documents --zipf --scan-every --scan-blocks

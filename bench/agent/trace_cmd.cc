@@ -84,18 +84,18 @@ int RunTrace(Flags& flags) {
   const std::string write = flags.GetString("write-trace", "");
   const std::string sizes = flags.GetString("cache-blocks", "2000,8000,32000");
   const std::string policies_flag = flags.GetString("policies", "");
+  const uint64_t block_tokens = flags.GetU64("block-tokens", kMooncakeBlockTokens);
   if (!flags.Done("trace")) return 2;
 
   Result<Trace> made =
-      file.empty() ? GenerateShape(shape, shape_options, mixed) : ReadTraceFile(file);
+      file.empty() ? GenerateShape(shape, shape_options, mixed) : ReadTraceFile(file, block_tokens);
   if (!made.ok()) {
     std::cerr << "kvoffload-bench trace: " << made.status().ToString() << "\n";
     return 2;
   }
   const Trace& trace = *made;
   if (!write.empty()) {
-    // 512 tokens a block, as in Mooncake's traces.
-    if (Status s = WriteTraceFile(trace, 512, write); !s.ok()) {
+    if (Status s = WriteTraceFile(trace, block_tokens, write); !s.ok()) {
       std::cerr << "kvoffload-bench trace: " << s.ToString() << "\n";
       return 1;
     }

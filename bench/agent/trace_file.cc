@@ -15,8 +15,8 @@ std::string Shown(const nlohmann::json& v) {
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
-Status ParseLine(const std::string& line, const std::string& where, double* last_timestamp,
-                 TraceRequest* out) {
+Status ParseLine(const std::string& line, const std::string& where, size_t block_tokens,
+                 double* last_timestamp, TraceRequest* out) {
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return Status::InvalidArgument(where +
@@ -61,13 +61,25 @@ Status ParseLine(const std::string& line, const std::string& where, double* last
       return Status::InvalidArgument(where + ": input_length: " + Shown(*len) +
                                      " is not a non-negative integer token count");
     }
+    const uint64_t tokens = len->get<uint64_t>();
+    const uint64_t full = tokens / block_tokens;
+    const uint64_t all = full + (tokens % block_tokens != 0 ? 1 : 0);
+    if (out->blocks.size() != all) {
+      return Status::InvalidArgument(
+          where + ": hash_ids has " + std::to_string(out->blocks.size()) +
+          " ids but input_length " + std::to_string(tokens) + " is " + std::to_string(all) +
+          (all == 1 ? " block of " : " blocks of ") + std::to_string(block_tokens) +
+          " tokens; give --block-tokens the trace's block size");
+    }
+    out->blocks.resize(full);  // the partial last block is never cached (trace_file.h)
   }
   return Status();
 }
 
 }  // namespace
 
-Result<Trace> ReadTrace(std::istream& in, const std::string& source) {
+Result<Trace> ReadTrace(std::istream& in, const std::string& source, size_t block_tokens) {
+  if (block_tokens == 0) return Status::InvalidArgument("--block-tokens: 0 is not a block size");
   Trace trace;
   double last_timestamp = -INFINITY;
   size_t line_no = 0;
@@ -75,7 +87,8 @@ Result<Trace> ReadTrace(std::istream& in, const std::string& source) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     TraceRequest req;
-    if (Status s = ParseLine(line, source + ":" + std::to_string(line_no), &last_timestamp, &req);
+    if (Status s = ParseLine(line, source + ":" + std::to_string(line_no), block_tokens,
+                             &last_timestamp, &req);
         !s.ok()) {
       return s;
     }
@@ -90,10 +103,10 @@ Result<Trace> ReadTrace(std::istream& in, const std::string& source) {
   return trace;
 }
 
-Result<Trace> ReadTraceFile(const std::string& path) {
+Result<Trace> ReadTraceFile(const std::string& path, size_t block_tokens) {
   std::ifstream in(path);
   if (!in) return Status::NotFound("--trace-file: cannot open \"" + path + "\"");
-  return ReadTrace(in, path);
+  return ReadTrace(in, path, block_tokens);
 }
 
 Status WriteTrace(const Trace& trace, size_t block_tokens, std::ostream& out) {
