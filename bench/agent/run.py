@@ -11,7 +11,9 @@ usage: run.py BUILD_DIR RESULTS_DIR
 env:   BENCH_DISK_DIR (default BUILD_DIR/bench-scratch: must not be tmpfs), BENCH_DISK_TOTAL
        (bytes per block size, default 256M), BENCH_DISK_QD (8), BENCH_CPU_TOTAL (256M),
        BENCH_DISK_REPS (3: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
-       BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_RECOVERY_BLOCKS (1048576),
+       BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_TRACE_FILES (colon-separated JSONL
+       traces replayed after the shapes, such as Mooncake's; bench/README.md),
+       BENCH_RECOVERY_BLOCKS (1048576),
        BENCH_RECOVERY_DIR (default BUILD_DIR/bench-recovery, kept: the 4 GiB tree takes minutes
        to build and is reused by the next run), BENCH_AGENT_ONLY (comma-separated subset of
        disk,cpu,policy,trace,crc,recovery; default all)
@@ -34,6 +36,7 @@ DISK_REPS = int(os.environ.get("BENCH_DISK_REPS", "3"))
 CPU_TOTAL = os.environ.get("BENCH_CPU_TOTAL", "256M")
 POLICY_OPS = os.environ.get("BENCH_POLICY_OPS", "1000000")
 TRACE_REQUESTS = os.environ.get("BENCH_TRACE_REQUESTS", "20000")
+TRACE_FILES = [x for x in os.environ.get("BENCH_TRACE_FILES", "").split(":") if x]
 RECOVERY_BLOCKS = int(os.environ.get("BENCH_RECOVERY_BLOCKS", str(1 << 20)))
 # Relative as given: the command line goes into RESULTS.md.
 RECOVERY_DIR = os.environ.get("BENCH_RECOVERY_DIR", os.path.join(BUILD, "bench-recovery"))
@@ -139,6 +142,11 @@ def trace():
     for shape in TRACE_SHAPES:
         out, cmd = bench("trace", f"--trace={shape}", f"--requests={TRACE_REQUESTS}",
                          "--cache-blocks=2%,5%,10%")
+        runs.append({"result": out, "command": cmd})
+    for path in TRACE_FILES:
+        if not os.path.isfile(path):
+            sys.exit(f"run.py: BENCH_TRACE_FILES names {path}, which is not a file")
+        out, cmd = bench("trace", f"--trace-file={path}", "--cache-blocks=2%,5%,10%")
         runs.append({"result": out, "command": cmd})
     return {"runs": runs}
 
