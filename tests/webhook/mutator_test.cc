@@ -208,6 +208,32 @@ TEST(MutateTest, EachLaunchGetsItsOwnPlan) {
   ExpectEachAsOnAFreshThread(pods, mutate);
 }
 
+// A repeated env name reaches the container with its last value (the kubelet keeps the last),
+// so the last VLLM_ADDITIONAL_ARGS is the one that decides whether vLLM already has a flag.
+TEST(MutateTest, TheLastVllmAdditionalArgsIsTheOneVllmReads) {
+  auto pod_with = [](const std::vector<std::string>& values) {
+    json pod = Pod(EmptyDirSpec("1Gi"));
+    pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+    json& c = pod["spec"]["containers"][0];
+    c["command"] = {"/bin/bash", "-c", "exec vllm serve /m $VLLM_ADDITIONAL_ARGS"};
+    for (const std::string& v : values) {
+      c["env"].push_back({{"name", "VLLM_ADDITIONAL_ARGS"}, {"value", v}});
+    }
+    return pod;
+  };
+  const std::string theirs = R"(--kv-transfer-config {"kv_connector":"Theirs"})";
+  const Mutation last_is_theirs = Mutate(Input(pod_with({"--max-model-len 4096", theirs})));
+  EXPECT_NE(JoinDenials(last_is_theirs.warnings).find("--kv-transfer-config in VLLM_ADDITIONAL_ARGS"),
+            std::string::npos)
+      << JoinDenials(last_is_theirs.warnings);
+  const Mutation first_is_theirs = Mutate(Input(pod_with({theirs, "--max-model-len 4096"})));
+  EXPECT_EQ(JoinDenials(first_is_theirs.warnings).find("--kv-transfer-config in VLLM_ADDITIONAL_ARGS"),
+            std::string::npos)
+      << JoinDenials(first_is_theirs.warnings);
+  EXPECT_NE(first_is_theirs.patch.find("OffloadingConnector"), std::string::npos)
+      << first_is_theirs.patch;
+}
+
 // What a mutation derives from the spec alone (tiers, hash, the vLLM flag) is kept per thread
 // for the last spec: inputs that differ in any part it reads must each get their own, as a
 // thread that saw none of the others gives them. A quantity written another way is another

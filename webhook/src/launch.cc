@@ -366,17 +366,12 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
 
 }  // namespace
 
-LaunchPlan PlanLaunch(const JsonView& container) {
+LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args_entry) {
   const std::vector<std::string_view> command = StringsOf(container["command"]);
   std::vector<std::string_view> argv = command;
   for (std::string_view arg : StringsOf(container["args"])) argv.push_back(arg);
-  std::string_view additional_args;
-  bool additional_args_from_ref = false;
-  for (const JsonView& e : container["env"].Elements()) {
-    if (e["name"].String() != kAdditionalArgs) continue;
-    additional_args = e["value"].String();
-    additional_args_from_ref = e.Contains("valueFrom");
-  }
+  const std::string_view additional_args = additional_args_entry["value"].String();
+  const bool additional_args_from_ref = additional_args_entry.Contains("valueFrom");
 
   // The pods of one workload share their launch, and splitting and scanning a KServe script of
   // a few KB was a sixth of their admission: each thread keeps its last plan with everything

@@ -714,8 +714,14 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
     const std::string& ours = plan.from_spec.transfer_config;
-    const LaunchPlan launch = PlanLaunch(container);
     const std::optional<size_t> additional = env_find("VLLM_ADDITIONAL_ARGS");
+    // The kubelet keeps the last entry of a repeated name, so that is the one vLLM reads.
+    const auto last_additional =
+        std::find(env_names.rbegin(), env_names.rend(), std::string_view("VLLM_ADDITIONAL_ARGS"));
+    const LaunchPlan launch = PlanLaunch(
+        container, last_additional == env_names.rend()
+                       ? JsonView()
+                       : env_items[static_cast<size_t>(env_names.rend() - last_additional - 1)]);
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
     if (launch.has_user_flag) {

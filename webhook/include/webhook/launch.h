@@ -37,9 +37,12 @@ struct LaunchPlan {
   bool has_shutdown_timeout = false;
 };
 
-// Reads `container` (a Pod's container object). Never fails: what it cannot reach is
+// Reads `container` (a Pod's container object) and `additional_args`, its env entry that sets
+// VLLM_ADDITIONAL_ARGS (the last one where the name repeats, as the kubelet keeps the last;
+// absent when none). The caller passes the entry because it has searched the env already, and
+// a KServe container's env has about a hundred entries. Never fails: what it cannot reach is
 // kUnreachable, and the caller warns.
-LaunchPlan PlanLaunch(const JsonView& container);
+LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args);
 
 // `text` as one shell word: single-quoted, with each ' written as '\''.
 std::string ShellQuote(std::string_view text);
