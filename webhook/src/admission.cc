@@ -1,9 +1,8 @@
 #include "webhook/admission.h"
 
-#include <openssl/evp.h>
-
 #include <optional>
 
+#include "webhook/base64.h"
 #include "webhook/json_util.h"
 #include "webhook/resolver.h"
 #include "webhook/validation.h"
@@ -16,17 +15,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kApiVersion[] = "admission.k8s.io/v1";
-
-// Appends the base64 of `data` to `out`, encoded in place.
-void AppendBase64(std::string& out, std::string_view data) {
-  const size_t at = out.size();
-  // EVP_EncodeBlock also writes a NUL after the text: it lands on the string's own terminator.
-  out.resize(at + 4 * ((data.size() + 2) / 3));
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data() + at),
-                                reinterpret_cast<const unsigned char*>(data.data()),
-                                static_cast<int>(data.size()));
-  out.resize(at + static_cast<size_t>(n));
-}
 
 HttpAnswer Answer(const std::string& uid, json response_fields, std::string log_message) {
   json response = {{"uid", uid}};
