@@ -20,6 +20,7 @@ std::unique_ptr<EvictionPolicy> NewLruPolicy(size_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewArcPolicy(size_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewChainLruPolicy(size_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewS3FifoPolicy(size_t capacity_blocks);
+std::unique_ptr<EvictionPolicy> NewLruTinyLfuPolicy(size_t capacity_blocks);
 
 }  // namespace kvoffload
 

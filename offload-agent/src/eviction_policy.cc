@@ -12,6 +12,7 @@ EvictionPolicyRegistry& EvictionPolicies() {
     r->Register("arc", &NewArcPolicy);
     r->Register("chain-lru", &NewChainLruPolicy);
     r->Register("s3fifo", &NewS3FifoPolicy);
+    r->Register("lru-tinylfu", &NewLruTinyLfuPolicy);
     return r;
   }();
   return *registry;

@@ -1,6 +1,6 @@
 // Policy semantics: LRU order, pinned keys skipped, ARC adapting on ghost hits and resisting a
 // one-time scan that flushes LRU, S3-FIFO's queues (and the policy against a plain model of
-// it), and the name-keyed factory.
+// it), lru-tinylfu's filter switching on and off, and the name-keyed factory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -374,6 +374,66 @@ TEST(ChainLruPolicyTest, ChainWhoseLastBlockLeftRestartsAtTheFront) {
 
 // The defaults of the engine-knowledge calls: positioned calls are the plain ones, holds change
 // nothing, for a policy that does not use them.
+// Where blocks are re-read soon after they are stored, the admission filter never wins in the
+// miniature caches, so the policy stays off and evicts exactly as lru does.
+TEST(LruTinyLfuPolicyTest, WhereRecencyWinsItIsLru) {
+  Cache tinylfu("lru-tinylfu", 64);
+  Cache lru("lru", 64);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    // A sliding window of 48 keys (re-read while recent) with a new key every fourth access.
+    const uint64_t k = static_cast<uint64_t>(i / 4) + rng() % 48;
+    ASSERT_EQ(tinylfu.Access(Key(k)), lru.Access(Key(k))) << "access " << i;
+  }
+  EXPECT_EQ(tinylfu.policy->EvictionOrder(), lru.policy->EvictionOrder());
+  EXPECT_NE(tinylfu.policy->DebugString().find("filter=off"), std::string::npos)
+      << tinylfu.policy->DebugString();
+}
+
+// A hot set read over and over amid a stream of blocks read once, larger than the tier: LRU
+// lets the stream flush the hot set; the filter, once the miniature caches turn it on, keeps
+// the stream's blocks out (each enters at the LRU end and is the next to go).
+TEST(LruTinyLfuPolicyTest, KeepsAFrequentSetThatAOneOffStreamFlushesFromLru) {
+  constexpr size_t kCapacity = 400;
+  Cache tinylfu("lru-tinylfu", kCapacity);
+  Cache lru("lru", kCapacity);
+  std::mt19937_64 rng(9);
+  uint64_t next_once = 1'000'000;
+  size_t tinylfu_hits = 0;
+  size_t lru_hits = 0;
+  for (int i = 0; i < 200000; ++i) {
+    // One access in three to a hot set of 200 keys, the rest to keys never seen again.
+    const BlockKey k = i % 3 == 0 ? Key(rng() % 200) : Key(next_once++);
+    const bool a = tinylfu.Access(k);
+    const bool b = lru.Access(k);
+    if (i >= 100000) {
+      tinylfu_hits += a;
+      lru_hits += b;
+    }
+  }
+  EXPECT_NE(tinylfu.policy->DebugString().find("filter=on"), std::string::npos)
+      << tinylfu.policy->DebugString();
+  // 33,333 reads of the hot set in the measured half; LRU kept about half of them.
+  EXPECT_GT(tinylfu_hits, 30000u) << "lru " << lru_hits;
+  EXPECT_GT(tinylfu_hits * 2, lru_hits * 3) << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
+
+  // New blocks stored meanwhile are never the victim while pinned, and the count stays right.
+  EvictionPolicy& p = *tinylfu.policy;
+  for (int i = 0; i < 100; ++i) {
+    const BlockKey fresh = Key(next_once++);
+    p.OnInsert(fresh);
+    const std::optional<BlockKey> victim =
+        p.SelectVictim([&](const BlockKey& x) { return x == fresh; });
+    ASSERT_TRUE(victim.has_value());
+    EXPECT_NE(*victim, fresh);
+  }
+  EXPECT_EQ(p.resident(), kCapacity);
+  const BlockKey newest = p.EvictionOrder().back();
+  p.OnRemove(newest);
+  p.OnRemove(newest);
+  EXPECT_EQ(p.resident(), kCapacity - 1) << "a key that is not resident is ignored";
+}
+
 TEST(EvictionPolicyTest, PositionsAndHoldsDefaultToThePlainCalls) {
   auto arc = Make("arc", 4);
   arc->OnInsertAt(Key(1), 0);
@@ -393,7 +453,8 @@ TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("\"lfu\""), std::string::npos);
-  EXPECT_NE(bad.status().message().find("arc, chain-lru, lru, s3fifo"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("arc, chain-lru, lru, lru-tinylfu, s3fifo"),
+            std::string::npos);
   EXPECT_FALSE(NewEvictionPolicy("lru", 0).ok());
 }
 

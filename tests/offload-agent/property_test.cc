@@ -192,7 +192,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Param{"lru", "psync"}, Param{"arc", "psync"}, Param{"lru", "uring"},
                       Param{"arc", "uring"}, Param{"chain-lru", "psync"},
                       Param{"chain-lru", "uring"}, Param{"s3fifo", "psync"},
-                      Param{"s3fifo", "uring"}),
+                      Param{"s3fifo", "uring"}, Param{"lru-tinylfu", "psync"},
+                      Param{"lru-tinylfu", "uring"}),
     [](const ::testing::TestParamInfo<Param>& p) {
       std::string name = p.param.policy + "_" + p.param.disk_io;
       std::replace(name.begin(), name.end(), '-', '_');  // test names are identifiers

@@ -1,0 +1,253 @@
+// lru-tinylfu: LRU whose admission is filtered by access frequency wherever that wins.
+//
+// Most blocks a KV tier stores are never read again (three in four in Mooncake's production
+// conversation trace), and the ones that are come back after more than a small tier's worth of
+// new blocks, so plain LRU keeps the one-off blocks and evicts the re-read ones before their
+// turn. TinyLFU (Einziger, Friedman and Manes, ACM ToS 2017) admits a new block only when its
+// recent use count beats that of the block it would evict. The counts are approximate and
+// remember keys evicted or never admitted: a doorkeeper Bloom filter takes each key's first
+// use in a period, a 4-bit count-min sketch the uses after it, and both are aged every ten
+// tier-fulls of calls (the sketch halved, the doorkeeper cleared) so that the past fades.
+//
+// Where blocks come back after a short gap (chat sessions at a larger tier) the filter throws
+// away blocks LRU would have kept, so it is switched per workload: two miniature caches over a
+// quarter of the keys (sampled by hash) with a quarter of the capacity (Waldspurger et al.,
+// ATC'17) run plain and filtered LRU side by side on the same counts, and the filter is on
+// while the filtered one's recent hits beat the plain one's by a tenth. Without that margin
+// the choice flipped on noise and cost up to 4% against LRU on Mooncake's synthetic trace.
+//
+// A block the filter refuses still becomes resident (the tier has stored it) but at the LRU
+// end, so it is the next to go; one that is read in the meantime is moved up as usual.
+//
+// Memory: 12 bytes a tier block (sketch 8, doorkeeper 4) and two quarter-size key lists.
+// Cost: a plain LRU relink and two cache lines of counts, twice that for an insert while the
+// filter is on, and on one call in four the same in each miniature.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "eviction_policies.h"
+#include "key_list.h"
+#include "kvoffload/eviction_policy.h"
+
+namespace kvoffload {
+namespace {
+
+uint64_t HashOf(const BlockKey& key) { return static_cast<uint64_t>(BlockKeyHash{}(key)); }
+
+// Use counts of recent keys: the doorkeeper (a Bloom filter of 32 bits a tier block) holds each
+// key's first use in the period, the sketch (4-bit counters, sixteen a tier block) the uses
+// after it; a key's estimate is 0 when the doorkeeper lacks it, else 1 + the least of its four
+// counters. Both are blocked, as Caffeine's sketch is: a key's three doorkeeper bits share one
+// word and its four counters one 64-byte line, so a call costs two cache misses instead of
+// seven (at 1M blocks a lookup took 400 ns with the bits and counters spread out). Sized from
+// the measurements: at one counter a block per row, without a doorkeeper, the one-off blocks'
+// collisions made every key look frequent, and the policy lost 22-31% against LRU on
+// Mooncake's traces where exact counts gained up to 89%.
+class FrequencySketch {
+ public:
+  explicit FrequencySketch(size_t capacity) {
+    const size_t lines = std::bit_ceil(std::max<size_t>(1, capacity * 16 / kCountersPerLine));
+    lines_.assign(lines, Line{});
+    line_mask_ = lines - 1;
+    const size_t door_words = std::bit_ceil(std::max<size_t>(1, capacity * 32 / 64));
+    door_.assign(door_words, 0);
+    door_mask_ = door_words - 1;
+    age_after_ = 10 * static_cast<uint64_t>(capacity);
+  }
+
+  void Add(uint64_t hash) {
+    if (++additions_ >= age_after_) {
+      additions_ = 0;
+      for (Line& line : lines_) {
+        for (uint64_t& w : line.words) w = (w >> 1) & 0x7777777777777777ULL;
+      }
+      std::fill(door_.begin(), door_.end(), 0);
+    }
+    uint64_t& door = door_[DoorWord(hash)];
+    const uint64_t bits = DoorBits(hash);
+    if ((door & bits) != bits) {
+      door |= bits;
+      return;
+    }
+    Line& line = lines_[LineOf(hash)];
+    for (size_t i = 0; i < kCounters; ++i) {
+      const auto [word, shift] = Counter(hash, i);
+      if (((line.words[word] >> shift) & 0xf) != 0xf) line.words[word] += uint64_t{1} << shift;
+    }
+  }
+
+  // Starts loading a key's doorkeeper word and counter line, so that their cache misses
+  // overlap the key list's.
+  void Prefetch(uint64_t hash) const {
+    __builtin_prefetch(&door_[DoorWord(hash)]);
+    __builtin_prefetch(&lines_[LineOf(hash)]);
+  }
+
+  uint64_t Estimate(uint64_t hash) const {
+    const uint64_t bits = DoorBits(hash);
+    if ((door_[DoorWord(hash)] & bits) != bits) return 0;
+    const Line& line = lines_[LineOf(hash)];
+    uint64_t least = 0xf;
+    for (size_t i = 0; i < kCounters; ++i) {
+      const auto [word, shift] = Counter(hash, i);
+      least = std::min(least, (line.words[word] >> shift) & 0xf);
+    }
+    return least + 1;
+  }
+
+ private:
+  static constexpr size_t kCounters = 4;           // a key's counters, in one line
+  static constexpr size_t kCountersPerLine = 128;  // 8 words of sixteen 4-bit counters
+  struct alignas(64) Line {
+    uint64_t words[8] = {};
+  };
+
+  // Independent-looking bits of one hash for each choice: a multiply scatters them, and each
+  // choice takes its own bits of the product.
+  static uint64_t Mix(uint64_t hash) { return hash * 0x9E3779B97F4A7C15ULL; }
+  size_t LineOf(uint64_t hash) const { return static_cast<size_t>(Mix(hash) >> 32) & line_mask_; }
+  size_t DoorWord(uint64_t hash) const {
+    return static_cast<size_t>((hash * 0xC2B2AE3D27D4EB4FULL) >> 32) & door_mask_;
+  }
+  static uint64_t DoorBits(uint64_t hash) {
+    const uint64_t m = hash * 0xC2B2AE3D27D4EB4FULL;
+    return (uint64_t{1} << (m & 63)) | (uint64_t{1} << ((m >> 6) & 63)) |
+           (uint64_t{1} << ((m >> 12) & 63));
+  }
+  struct Position {
+    size_t word;
+    unsigned shift;
+  };
+  // Counter i of a key: in words 2i and 2i+1 of its line, so the four never share a word.
+  static Position Counter(uint64_t hash, size_t i) {
+    const uint64_t m = Mix(hash);
+    const unsigned bits = static_cast<unsigned>(m >> (5 * i)) & 31;
+    return {2 * i + (bits >> 4), (bits & 15) * 4};
+  }
+
+  std::vector<Line> lines_;
+  size_t line_mask_ = 0;
+  std::vector<uint64_t> door_;
+  size_t door_mask_ = 0;
+  uint64_t additions_ = 0;
+  uint64_t age_after_ = 0;
+};
+
+// A small LRU over the sampled keys that counts its own recent hits (each older one weighing a
+// little less), with or without the admission filter.
+class Miniature {
+ public:
+  Miniature(size_t capacity, bool filtered)
+      : capacity_(capacity), filtered_(filtered), keys_(capacity + 1) {}
+
+  void Touch(const BlockKey& key, const FrequencySketch& sketch) {
+    hits_ *= kDecay;
+    if (const Keys::Node n = keys_.Find(key); n != Keys::kNone) {
+      keys_.MoveToFront(kList, n);
+      hits_ += 1;
+      return;
+    }
+    const Keys::Node added = keys_.PushFront(kList, key);
+    if (keys_.size(kList) <= capacity_) return;
+    Keys::Node victim = keys_.back(kList);
+    if (filtered_ && sketch.Estimate(HashOf(key)) <= sketch.Estimate(HashOf(keys_.key(victim)))) {
+      victim = added;
+    }
+    keys_.Erase(victim);
+  }
+  double hits() const { return hits_; }
+
+ private:
+  using Keys = KeyLists<1>;
+  static constexpr Keys::ListId kList = 0;
+  // A hit 1000 sampled calls ago counts about a third of a new one.
+  static constexpr double kDecay = 1.0 - 1.0 / 1024;
+
+  const size_t capacity_;
+  const bool filtered_;
+  Keys keys_;
+  double hits_ = 0;
+};
+
+class LruTinyLfuPolicy final : public EvictionPolicy {
+ public:
+  explicit LruTinyLfuPolicy(size_t capacity)
+      : list_(capacity + 1),  // the tier inserts before it evicts
+        sketch_(capacity),
+        plain_(std::max<size_t>(1, capacity / kSampleOneIn), false),
+        filtered_(std::max<size_t>(1, capacity / kSampleOneIn), true) {}
+
+  std::string_view name() const override { return "lru-tinylfu"; }
+
+  void OnInsert(const BlockKey& key) override {
+    const uint64_t hash = HashOf(key);
+    sketch_.Prefetch(hash);
+    const Keys::Node n = list_.PushFront(kList, key);
+    Count(key, hash);
+    if (!filter_on_ || list_.size(kList) < 2) return;
+    const Keys::Node lru = list_.back(kList);
+    if (sketch_.Estimate(hash) <= sketch_.Estimate(HashOf(list_.key(lru)))) {
+      list_.MoveAfter(lru, n);  // refused: behind the least recent block, the next victim
+    }
+  }
+  void OnAccess(const BlockKey& key) override {
+    const uint64_t hash = HashOf(key);
+    sketch_.Prefetch(hash);
+    if (const Keys::Node n = list_.Find(key); n != Keys::kNone) list_.MoveToFront(kList, n);
+    Count(key, hash);
+  }
+  void OnRemove(const BlockKey& key) override {
+    if (const Keys::Node n = list_.Find(key); n != Keys::kNone) list_.Erase(n);
+  }
+  std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
+    const Keys::Node n = list_.LeastRecentUnpinned(kList, is_pinned);
+    if (n == Keys::kNone) return std::nullopt;
+    const BlockKey victim = list_.key(n);
+    list_.Erase(n);
+    return victim;
+  }
+  size_t resident() const override { return list_.size(kList); }
+  std::vector<BlockKey> EvictionOrder() const override {
+    std::vector<BlockKey> out;
+    list_.AppendLeastRecentFirst(kList, out);
+    return out;
+  }
+  std::string DebugString() const override {
+    return "lru-tinylfu n=" + std::to_string(list_.size(kList)) +
+           " filter=" + (filter_on_ ? "on" : "off");
+  }
+
+ private:
+  using Keys = KeyLists<1>;
+  static constexpr Keys::ListId kList = 0;
+  static constexpr uint64_t kSampleOneIn = 4;
+  static constexpr double kFilterMargin = 1.1;
+
+  // Counts a use of `key` (whose hash is `hash`) in the sketch and, for sampled keys, in both
+  // miniature caches, which then decide the filter.
+  void Count(const BlockKey& key, uint64_t hash) {
+    sketch_.Add(hash);
+    // The top bits of a multiplied hash: independent of the sketch's rows and the key index.
+    if (((hash * 0xFF51AFD7ED558CCDULL) >> 62) == 0) {  // one key in kSampleOneIn
+      plain_.Touch(key, sketch_);
+      filtered_.Touch(key, sketch_);
+      filter_on_ = filtered_.hits() > plain_.hits() * kFilterMargin;
+    }
+  }
+
+  Keys list_;
+  FrequencySketch sketch_;
+  Miniature plain_;
+  Miniature filtered_;
+  bool filter_on_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> NewLruTinyLfuPolicy(size_t capacity_blocks) {
+  return std::make_unique<LruTinyLfuPolicy>(capacity_blocks);
+}
+}  // namespace kvoffload
