@@ -59,11 +59,7 @@ class ChainLruPolicy final : public EvictionPolicy {
     return victim;
   }
   size_t resident() const override { return list_.size(kList); }
-  std::vector<BlockKey> EvictionOrder() const override {
-    std::vector<BlockKey> out;
-    list_.AppendLeastRecentFirst(kList, out);
-    return out;
-  }
+  std::vector<BlockKey> EvictionOrder() const override { return list_.LeastRecentFirst(kList); }
   std::string DebugString() const override {
     return "chain-lru n=" + std::to_string(list_.size(kList));
   }

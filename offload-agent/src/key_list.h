@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -113,6 +114,21 @@ class KeyLists {
   }
   void AppendLeastRecentFirst(ListId l, std::vector<BlockKey>& out) const {
     for (Node n = nodes_[l].prev; n != l; n = nodes_[n].prev) out.push_back(nodes_[n].key);
+  }
+  // Single-list policies' SelectVictim and EvictionOrder: the least recent unpinned key of l,
+  // erased (nullopt when there is none), and l's keys least recent first.
+  std::optional<BlockKey> PopLeastRecentUnpinned(ListId l,
+                                                 const EvictionPolicy::IsPinned& is_pinned) {
+    const Node n = LeastRecentUnpinned(l, is_pinned);
+    if (n == kNone) return std::nullopt;
+    const BlockKey key = nodes_[n].key;
+    Erase(n);
+    return key;
+  }
+  std::vector<BlockKey> LeastRecentFirst(ListId l) const {
+    std::vector<BlockKey> out;
+    AppendLeastRecentFirst(l, out);
+    return out;
   }
 
  private:

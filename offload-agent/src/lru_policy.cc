@@ -22,18 +22,10 @@ class LruPolicy final : public EvictionPolicy {
     if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.Erase(n);
   }
   std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
-    Keys::Node n = list_.LeastRecentUnpinned(kList, is_pinned);
-    if (n == Keys::kNone) return std::nullopt;
-    BlockKey victim = list_.key(n);
-    list_.Erase(n);
-    return victim;
+    return list_.PopLeastRecentUnpinned(kList, is_pinned);
   }
   size_t resident() const override { return list_.size(kList); }
-  std::vector<BlockKey> EvictionOrder() const override {
-    std::vector<BlockKey> out;
-    list_.AppendLeastRecentFirst(kList, out);
-    return out;
-  }
+  std::vector<BlockKey> EvictionOrder() const override { return list_.LeastRecentFirst(kList); }
   std::string DebugString() const override {
     return "lru n=" + std::to_string(list_.size(kList));
   }
