@@ -10,18 +10,20 @@
 // tier-fulls of calls (the sketch halved, the doorkeeper cleared) so that the past fades.
 //
 // Where blocks come back after a short gap (chat sessions at a larger tier) the filter throws
-// away blocks LRU would have kept, so it is switched per workload: two miniature caches over a
-// quarter of the keys (sampled by hash) with a quarter of the capacity (Waldspurger et al.,
-// ATC'17) run plain and filtered LRU side by side on the same counts, and the filter is on
-// while the filtered one's recent hits beat the plain one's by a tenth. Without that margin
-// the choice flipped on noise and cost up to 4% against LRU on Mooncake's synthetic trace.
+// away blocks LRU would have kept, so it is switched per workload: two miniature caches over
+// one key in R (sampled by hash) with 1/R of the capacity (Waldspurger et al., ATC'17) run
+// plain and filtered LRU side by side on the same counts, and the filter is on while the
+// filtered one's recent hits beat the plain one's by a tenth. R is 4 up to 32K tier blocks,
+// then grows so that each miniature keeps 4K-8K blocks: enough samples to compare, at a
+// cost that vanishes for large tiers. With R = 8 on small tiers, or without the margin, the
+// choice flipped on noise and cost up to 8% against LRU on Mooncake's synthetic trace.
 //
 // A block the filter refuses still becomes resident (the tier has stored it) but at the LRU
 // end, so it is the next to go; one that is read in the meantime is moved up as usual.
 //
-// Memory: 12 bytes a tier block (sketch 8, doorkeeper 4) and two quarter-size key lists.
+// Memory: 12 bytes a tier block (sketch 8, doorkeeper 4) and the two miniatures' key lists.
 // Cost: a plain LRU relink and two cache lines of counts, twice that for an insert while the
-// filter is on, and on one call in four the same in each miniature.
+// filter is on, and on one call in R the same in each miniature.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -177,8 +179,9 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
   explicit LruTinyLfuPolicy(size_t capacity)
       : list_(capacity + 1),  // the tier inserts before it evicts
         sketch_(capacity),
-        plain_(std::max<size_t>(1, capacity / kSampleOneIn), false),
-        filtered_(std::max<size_t>(1, capacity / kSampleOneIn), true) {}
+        sample_shift_(SampleShift(capacity)),
+        plain_(std::max<size_t>(1, capacity >> sample_shift_), false),
+        filtered_(std::max<size_t>(1, capacity >> sample_shift_), true) {}
 
   std::string_view name() const override { return "lru-tinylfu"; }
 
@@ -215,15 +218,21 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
  private:
   using Keys = KeyLists<1>;
   static constexpr Keys::ListId kList = 0;
-  static constexpr uint64_t kSampleOneIn = 4;
   static constexpr double kFilterMargin = 1.1;
+
+  // log2 R: 2 (one key in four) up to 32K blocks, then enough that a miniature keeps 4K-8K.
+  static unsigned SampleShift(size_t capacity) {
+    unsigned shift = 2;
+    while ((capacity >> shift) > 4096 * 2 - 1) ++shift;
+    return shift;
+  }
 
   // Counts a use of `key` (whose hash is `hash`) in the sketch and, for sampled keys, in both
   // miniature caches, which then decide the filter.
   void Count(const BlockKey& key, uint64_t hash) {
     sketch_.Add(hash);
     // The top bits of a multiplied hash: independent of the sketch's rows and the key index.
-    if (((hash * 0xFF51AFD7ED558CCDULL) >> 62) == 0) {  // one key in kSampleOneIn
+    if (((hash * 0xFF51AFD7ED558CCDULL) >> (64 - sample_shift_)) == 0) {  // one key in R
       plain_.Touch(key, sketch_);
       filtered_.Touch(key, sketch_);
       filter_on_ = filtered_.hits() > plain_.hits() * kFilterMargin;
@@ -232,6 +241,7 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
 
   Keys list_;
   FrequencySketch sketch_;
+  const unsigned sample_shift_;
   Miniature plain_;
   Miniature filtered_;
   bool filter_on_ = false;

@@ -415,7 +415,8 @@ TEST(LruTinyLfuPolicyTest, KeepsAFrequentSetThatAOneOffStreamFlushesFromLru) {
       << tinylfu.policy->DebugString();
   // 33,333 reads of the hot set in the measured half; LRU kept about half of them.
   EXPECT_GT(tinylfu_hits, 30000u) << "lru " << lru_hits;
-  EXPECT_GT(tinylfu_hits * 2, lru_hits * 3) << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
+  EXPECT_GT(tinylfu_hits * 2, lru_hits * 3)
+      << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
 
   // New blocks stored meanwhile are never the victim while pinned, and the count stays right.
   EvictionPolicy& p = *tinylfu.policy;
@@ -432,6 +433,31 @@ TEST(LruTinyLfuPolicyTest, KeepsAFrequentSetThatAOneOffStreamFlushesFromLru) {
   p.OnRemove(newest);
   p.OnRemove(newest);
   EXPECT_EQ(p.resident(), kCapacity - 1) << "a key that is not resident is ignored";
+}
+
+// Past 32K blocks the miniatures sample fewer keys (one in eight here, at 36K); the switch must
+// still find the filter's win.
+TEST(LruTinyLfuPolicyTest, ALargeTierStillSwitchesTheFilterOn) {
+  constexpr size_t kCapacity = 36000;
+  Cache tinylfu("lru-tinylfu", kCapacity);
+  Cache lru("lru", kCapacity);
+  std::mt19937_64 rng(3);
+  uint64_t next_once = 1'000'000;
+  size_t tinylfu_hits = 0;
+  size_t lru_hits = 0;
+  for (int i = 0; i < 720000; ++i) {
+    const BlockKey k = i % 3 == 0 ? Key(rng() % 18000) : Key(next_once++);
+    const bool a = tinylfu.Access(k);
+    const bool b = lru.Access(k);
+    if (i >= 360000) {
+      tinylfu_hits += a;
+      lru_hits += b;
+    }
+  }
+  EXPECT_NE(tinylfu.policy->DebugString().find("filter=on"), std::string::npos)
+      << tinylfu.policy->DebugString();
+  EXPECT_GT(tinylfu_hits * 2, lru_hits * 3)
+      << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
 }
 
 TEST(EvictionPolicyTest, PositionsAndHoldsDefaultToThePlainCalls) {
