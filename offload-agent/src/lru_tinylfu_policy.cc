@@ -21,7 +21,8 @@
 // A block the filter refuses still becomes resident (the tier has stored it) but at the LRU
 // end, so it is the next to go; one that is read in the meantime is moved up as usual.
 //
-// Memory: 12 bytes a tier block (sketch 8, doorkeeper 4) and the two miniatures' key lists.
+// Memory: 12 bytes a tier block (sketch 8, doorkeeper 4; at most 48 MiB, for 4M blocks) and
+// the two miniatures' key lists (at most 8K keys each).
 // Cost: a plain LRU relink and two cache lines of counts, twice that for an insert while the
 // filter is on, and on one call in R the same in each miniature.
 #include <algorithm>
@@ -50,14 +51,18 @@ uint64_t HashOf(const BlockKey& key) { return static_cast<uint64_t>(BlockKeyHash
 // Mooncake's traces where exact counts gained up to 89%.
 class FrequencySketch {
  public:
+  // Sized for min(capacity, kMaxBlocks) blocks: a disk tier's capacity can be far more blocks
+  // than it will ever hold, and the counts are allocated (and written) in full here. A larger
+  // tier gets the 48 MiB of kMaxBlocks, with more collisions and a shorter memory.
   explicit FrequencySketch(size_t capacity) {
-    const size_t lines = std::bit_ceil(std::max<size_t>(1, capacity * 16 / kCountersPerLine));
+    const size_t blocks = std::min(capacity, kMaxBlocks);
+    const size_t lines = std::bit_ceil(std::max<size_t>(1, blocks * 16 / kCountersPerLine));
     lines_.assign(lines, Line{});
     line_mask_ = lines - 1;
-    const size_t door_words = std::bit_ceil(std::max<size_t>(1, capacity * 32 / 64));
+    const size_t door_words = std::bit_ceil(std::max<size_t>(1, blocks * 32 / 64));
     door_.assign(door_words, 0);
     door_mask_ = door_words - 1;
-    age_after_ = 10 * static_cast<uint64_t>(capacity);
+    age_after_ = 10 * static_cast<uint64_t>(blocks);
   }
 
   void Add(uint64_t hash) {
@@ -101,6 +106,7 @@ class FrequencySketch {
   }
 
  private:
+  static constexpr size_t kMaxBlocks = size_t{1} << 22;
   static constexpr size_t kCounters = 4;           // a key's counters, in one line
   static constexpr size_t kCountersPerLine = 128;  // 8 words of sixteen 4-bit counters
   struct alignas(64) Line {

@@ -460,6 +460,20 @@ TEST(LruTinyLfuPolicyTest, ALargeTierStillSwitchesTheFilterOn) {
       << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
 }
 
+// A disk tier of small blocks can count billions of blocks of capacity: every policy must be
+// made for it without allocating in proportion (lru-tinylfu's counts are capped at 4M blocks).
+TEST(EvictionPolicyFactoryTest, EveryPolicyIsMadeForAHugeTier) {
+  for (const std::string& name : EvictionPolicyNames()) {
+    auto p = Make(name, size_t{1} << 40);
+    ASSERT_NE(p, nullptr) << name;
+    Cache small(name, 4);
+    for (uint64_t i = 0; i < 16; ++i) small.Access(Key(i % 6));
+    EXPECT_EQ(small.policy->resident(), 4u) << name;
+    p->OnInsert(Key(1));
+    EXPECT_EQ(p->resident(), 1u) << name;
+  }
+}
+
 TEST(EvictionPolicyTest, PositionsAndHoldsDefaultToThePlainCalls) {
   auto arc = Make("arc", 4);
   arc->OnInsertAt(Key(1), 0);
