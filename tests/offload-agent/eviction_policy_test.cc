@@ -392,36 +392,45 @@ TEST(LruTinyLfuPolicyTest, WhereRecencyWinsItIsLru) {
 
 // A hot set read over and over amid a stream of blocks read once, larger than the tier: LRU
 // lets the stream flush the hot set; the filter, once the miniature caches turn it on, keeps
-// the stream's blocks out (each enters at the LRU end and is the next to go).
-TEST(LruTinyLfuPolicyTest, KeepsAFrequentSetThatAOneOffStreamFlushesFromLru) {
-  constexpr size_t kCapacity = 400;
-  Cache tinylfu("lru-tinylfu", kCapacity);
-  Cache lru("lru", kCapacity);
-  std::mt19937_64 rng(9);
-  uint64_t next_once = 1'000'000;
+// the stream's blocks out (each enters at the LRU end and is the next to go). Runs lru-tinylfu
+// and lru side by side, one access in three to the hot set, and counts the hits of the second
+// half; checks the filter is on and won by half again.
+struct HotSetRun {
+  Cache tinylfu;
   size_t tinylfu_hits = 0;
   size_t lru_hits = 0;
-  for (int i = 0; i < 200000; ++i) {
-    // One access in three to a hot set of 200 keys, the rest to keys never seen again.
-    const BlockKey k = i % 3 == 0 ? Key(rng() % 200) : Key(next_once++);
-    const bool a = tinylfu.Access(k);
+  uint64_t next_once = 1'000'000;  // the stream's next key
+};
+HotSetRun RunHotSetAmidStream(size_t capacity, uint64_t hot_keys, int accesses, uint64_t seed) {
+  HotSetRun run{Cache("lru-tinylfu", capacity)};
+  Cache lru("lru", capacity);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < accesses; ++i) {
+    const BlockKey k = i % 3 == 0 ? Key(rng() % hot_keys) : Key(run.next_once++);
+    const bool a = run.tinylfu.Access(k);
     const bool b = lru.Access(k);
-    if (i >= 100000) {
-      tinylfu_hits += a;
-      lru_hits += b;
+    if (i >= accesses / 2) {
+      run.tinylfu_hits += a;
+      run.lru_hits += b;
     }
   }
-  EXPECT_NE(tinylfu.policy->DebugString().find("filter=on"), std::string::npos)
-      << tinylfu.policy->DebugString();
+  EXPECT_NE(run.tinylfu.policy->DebugString().find("filter=on"), std::string::npos)
+      << run.tinylfu.policy->DebugString();
+  EXPECT_GT(run.tinylfu_hits * 2, run.lru_hits * 3)
+      << "lru-tinylfu " << run.tinylfu_hits << ", lru " << run.lru_hits;
+  return run;
+}
+
+TEST(LruTinyLfuPolicyTest, KeepsAFrequentSetThatAOneOffStreamFlushesFromLru) {
+  constexpr size_t kCapacity = 400;
+  HotSetRun run = RunHotSetAmidStream(kCapacity, 200, 200000, 9);
   // 33,333 reads of the hot set in the measured half; LRU kept about half of them.
-  EXPECT_GT(tinylfu_hits, 30000u) << "lru " << lru_hits;
-  EXPECT_GT(tinylfu_hits * 2, lru_hits * 3)
-      << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
+  EXPECT_GT(run.tinylfu_hits, 30000u) << "lru " << run.lru_hits;
 
   // New blocks stored meanwhile are never the victim while pinned, and the count stays right.
-  EvictionPolicy& p = *tinylfu.policy;
+  EvictionPolicy& p = *run.tinylfu.policy;
   for (int i = 0; i < 100; ++i) {
-    const BlockKey fresh = Key(next_once++);
+    const BlockKey fresh = Key(run.next_once++);
     p.OnInsert(fresh);
     const std::optional<BlockKey> victim =
         p.SelectVictim([&](const BlockKey& x) { return x == fresh; });
@@ -438,26 +447,7 @@ TEST(LruTinyLfuPolicyTest, KeepsAFrequentSetThatAOneOffStreamFlushesFromLru) {
 // Past 32K blocks the miniatures sample fewer keys (one in eight here, at 36K); the switch must
 // still find the filter's win.
 TEST(LruTinyLfuPolicyTest, ALargeTierStillSwitchesTheFilterOn) {
-  constexpr size_t kCapacity = 36000;
-  Cache tinylfu("lru-tinylfu", kCapacity);
-  Cache lru("lru", kCapacity);
-  std::mt19937_64 rng(3);
-  uint64_t next_once = 1'000'000;
-  size_t tinylfu_hits = 0;
-  size_t lru_hits = 0;
-  for (int i = 0; i < 720000; ++i) {
-    const BlockKey k = i % 3 == 0 ? Key(rng() % 18000) : Key(next_once++);
-    const bool a = tinylfu.Access(k);
-    const bool b = lru.Access(k);
-    if (i >= 360000) {
-      tinylfu_hits += a;
-      lru_hits += b;
-    }
-  }
-  EXPECT_NE(tinylfu.policy->DebugString().find("filter=on"), std::string::npos)
-      << tinylfu.policy->DebugString();
-  EXPECT_GT(tinylfu_hits * 2, lru_hits * 3)
-      << "lru-tinylfu " << tinylfu_hits << ", lru " << lru_hits;
+  RunHotSetAmidStream(36000, 18000, 720000, 3);
 }
 
 // A disk tier of small blocks can count billions of blocks of capacity: every policy must be
