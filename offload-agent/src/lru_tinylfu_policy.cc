@@ -151,7 +151,8 @@ class Miniature {
   Miniature(size_t capacity, bool filtered)
       : capacity_(capacity), filtered_(filtered), keys_(capacity + 1) {}
 
-  void Touch(const BlockKey& key, const FrequencySketch& sketch) {
+  // A use of `key`, whose hash is `hash`.
+  void Touch(const BlockKey& key, uint64_t hash, const FrequencySketch& sketch) {
     hits_ *= kDecay;
     if (const Keys::Node n = keys_.Find(key); n != Keys::kNone) {
       keys_.MoveToFront(kList, n);
@@ -161,7 +162,7 @@ class Miniature {
     const Keys::Node added = keys_.PushFront(kList, key);
     if (keys_.size(kList) <= capacity_) return;
     Keys::Node victim = keys_.back(kList);
-    if (filtered_ && sketch.Estimate(HashOf(key)) <= sketch.Estimate(HashOf(keys_.key(victim)))) {
+    if (filtered_ && sketch.Estimate(hash) <= sketch.Estimate(HashOf(keys_.key(victim)))) {
       victim = added;
     }
     keys_.Erase(victim);
@@ -226,10 +227,12 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
   static constexpr Keys::ListId kList = 0;
   static constexpr double kFilterMargin = 1.1;
 
-  // log2 R: 2 (one key in four) up to 32K blocks, then enough that a miniature keeps 4K-8K.
+  // log2 R: 2 (one key in four) up to 32K blocks, then enough that a miniature keeps fewer
+  // than kMiniatureBlocks (4K-8K).
+  static constexpr size_t kMiniatureBlocks = 8192;
   static unsigned SampleShift(size_t capacity) {
     unsigned shift = 2;
-    while ((capacity >> shift) > 4096 * 2 - 1) ++shift;
+    while ((capacity >> shift) >= kMiniatureBlocks) ++shift;
     return shift;
   }
 
@@ -239,8 +242,8 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
     sketch_.Add(hash);
     // The top bits of a multiplied hash: independent of the sketch's rows and the key index.
     if (((hash * 0xFF51AFD7ED558CCDULL) >> (64 - sample_shift_)) == 0) {  // one key in R
-      plain_.Touch(key, sketch_);
-      filtered_.Touch(key, sketch_);
+      plain_.Touch(key, hash, sketch_);
+      filtered_.Touch(key, hash, sketch_);
       filter_on_ = filtered_.hits() > plain_.hits() * kFilterMargin;
     }
   }
