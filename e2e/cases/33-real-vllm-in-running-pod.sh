@@ -118,8 +118,10 @@ assert_contains "${log}" "vllm version '0.32.0+cpu'" "KServe's launch script ran
 assert_contains "${log}" "kvoffload: engine started: device host" "the adapter started libkvoffload"
 # vLLM's default process layout on its CPU build: the engine core in a process of its own.
 assert_contains "${log}" "(EngineCore" "vLLM's engine core in its own process"
-files="$(k -n "${ns}" exec vllm -c main -- /usr/bin/python3 -c \
-  'import os; print(sum(len(f) for _, _, f in os.walk("/mnt/kv-cache-0")))')"
-echo "block files on the emptyDir tier: ${files}"
-((files > 0)) || fail "nothing on the emptyDir tier /mnt/kv-cache-0"
+# An emptyDir tier keeps its blocks in one slot file, allocated as blocks arrive: bytes there
+# mean blocks written.
+bytes="$(k -n "${ns}" exec vllm -c main -- /usr/bin/python3 -c \
+  'import os; print(sum(os.path.getsize(os.path.join(d, n)) for d, _, f in os.walk("/mnt/kv-cache-0") for n in f))')"
+echo "bytes on the emptyDir tier: ${bytes}"
+((bytes > 0)) || fail "nothing on the emptyDir tier /mnt/kv-cache-0"
 k -n "${ns}" delete pod vllm --wait=false >/dev/null

@@ -1,5 +1,5 @@
-// Disk tier: publish (temp file + link), verified reads, eviction cascade (recovery at open:
-// disk_tier_recovery.cc).
+// Disk tier: publish (temp file + link, or a slot), verified reads, eviction cascade
+// (recovery at open: disk_tier_recovery.cc).
 #include "disk_tier.h"
 
 #include <fcntl.h>
@@ -120,7 +120,16 @@ Status DiskTier::Init() {
     return Status::IOError(where + ": " + s.message() + "; the tier must be writable");
   }
   direct_ = SupportsODirect(dir_);
-  tmpfile_ = !options_.named_temp_files && SupportsTmpfileLink(dir_, OpenFlags(0));
+  if (!c.persistent && !c.shared) {
+    // Nobody else reads this tier and it never outlives us: its blocks need no names, and
+    // one file of slots spares the file system a file per block (FORMAT.md, Slot file).
+    Result<std::unique_ptr<SlotFile>> slots = SlotFile::Create(
+        TempPath("slots"), file_bytes_, c.capacity_bytes / file_bytes_, OpenFlags(0));
+    if (!slots.ok()) return Status::IOError(where + ": " + slots.status().message());
+    slots_ = std::move(slots).value();
+  } else {
+    tmpfile_ = !options_.named_temp_files && SupportsTmpfileLink(dir_, OpenFlags(0));
+  }
 
   Result<std::unique_ptr<EvictionPolicy>> policy =
       NewEvictionPolicy(options_.policy, std::max<size_t>(1, c.capacity_bytes / file_bytes_));
@@ -220,8 +229,8 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
   inserting_.insert(key);
   PolicyOn(PolicyCall::kInsert, key);
-  std::string spare;
-  Status s = Reserve(&spare);
+  Room room;
+  Status s = Reserve(&room);
   if (!s.ok()) {
     ++stats_.refused;  // every file of ours is pinned, held or being evicted
     inserting_.erase(key);
@@ -232,13 +241,13 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   }
   lock.Unlock();
   if (encode) encode();
-  Result<bool> published = WriteFile(key, file, spare);
+  Result<bool> published = WriteFile(key, file, room);
   lock.Lock();
   inserting_.erase(key);
   // WriteFile settled the reservation: kept when our file (or another process's) holds the
   // bytes, given back otherwise.
   if (published.ok()) {
-    entries_.emplace(key, Entry{});
+    entries_.emplace(key, Entry{.slot = room.slot});
     if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
   } else {
     PolicyOn(PolicyCall::kRemove, key);
@@ -249,16 +258,20 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   return published.status();
 }
 
-Status DiskTier::Reserve(std::string* spare) {
+Status DiskTier::Reserve(Room* room) {
   for (;;) {
     if (!spares_.empty()) {
-      *spare = std::move(spares_.back());
+      room->spare = std::move(spares_.back());
       spares_.pop_back();
       return Status::Ok();
     }
     // Recovered blocks are counted at the size this format writes, so a write that fits goes
     // ahead before they are checked; other fingerprints' files were ordered at open.
-    if (ledger_->TryReserve(file_bytes_)) return Status::Ok();
+    if (ledger_->TryReserve(file_bytes_)) {
+      // The ledger holds at most capacity / file_bytes_ blocks: a slot is always free.
+      if (slots_) room->slot = slots_->Acquire();
+      return Status::Ok();
+    }
     if (EvictForeignLocked()) continue;
     // Our victims only once the recovered blocks are in the policy, oldest first (and any of
     // the wrong size removed, which may leave room).
@@ -271,11 +284,13 @@ Status DiskTier::Reserve(std::string* spare) {
         policy_->SelectVictim(
             [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return IsPinnedLocked(k); });
     if (victim) {
-      entries_[*victim].evicting = true;
+      Entry& entry = entries_[*victim];
+      entry.evicting = true;
+      const uint64_t slot = entry.slot;
       ++stats_.evictions;
       ++evictions_in_flight_;
       mu_.Unlock();
-      Evict(*victim);
+      Evict(*victim, slot);
       mu_.Lock();
       --evictions_in_flight_;
       cv_.SignalAll();
@@ -292,14 +307,15 @@ Status DiskTier::Reserve(std::string* spare) {
   }
 }
 
-void DiskTier::Evict(const BlockKey& key) {
+void DiskTier::Evict(const BlockKey& key, uint64_t slot) {
   Status result;
   bool taken = false;
   // The last tier drops its victims: reading one first would only cost a whole block of I/O.
   if (sink_) {
     AlignedBuffer buf = AllocAligned(file_bytes_);
     std::byte* dst = buf.get();
-    ReadFiles(std::span(&key, 1), std::span(&dst, 1), std::span(&result, 1), {});
+    ReadFiles(std::span(&key, 1), slots_ ? std::span(&slot, 1) : std::span<const uint64_t>(),
+              std::span(&dst, 1), std::span(&result, 1), {});
     taken = result.ok() && sink_(key, dst);
   }
   // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks,
@@ -340,6 +356,11 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
 }
 
 void DiskTier::RemoveLocked(const BlockKey& key) {
+  if (slots_) {
+    slots_->Release(entries_.at(key).slot);
+    ledger_->Free(file_bytes_, [] { return true; });
+    return ForgetLocked(key);
+  }
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
   const std::string path = BlockPath(dir_, key);
   ledger_->Free(file_bytes_, [&path] { return ::unlink(path.c_str()) == 0; });
@@ -356,7 +377,8 @@ void DiskTier::ForgetLocked(const BlockKey& key) {
 std::string DiskTier::SetAside(const BlockKey& key) const {
   // In a shared tier another process may have the victim open for a read (it opened the file
   // before we chose it), and would read our new block's bytes: a checksum miss, but a miss.
-  if (options_.config.shared) return {};
+  // A slot is free for the next write once its block is forgotten.
+  if (options_.config.shared || slots_) return {};
   std::string spare = TempPath("spare");
   if (::rename(BlockPath(dir_, key).c_str(), spare.c_str()) != 0) return {};
   return spare;
@@ -368,8 +390,39 @@ std::string DiskTier::TempPath(std::string_view stem) const {
          std::to_string(counter.fetch_add(1)) + ".tmp";
 }
 
-Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const std::string& spare) {
+void DiskTier::TimedWrite(IoOp* op) {
+  const uint64_t t0 = NowNs();
+  io_->Execute(std::span(op, 1));
+  const uint64_t t1 = NowNs();
+  MutexLock lock(&mu_);
+  stats_.bytes_written += op->done;
+  stats_.write_ns += t1 - t0;
+}
+
+Result<bool> DiskTier::WriteSlot(std::byte* file, uint64_t slot) {
+  Status s = slots_->Allocate(slot);
+  if (s.ok()) {
+    IoOp op{IoOp::Kind::kWrite, slots_->fd(), file, file_bytes_, slots_->Offset(slot), 0,
+            Status::Ok()};
+    TimedWrite(&op);
+    if (!op.status.ok()) {
+      s = op.status.code() == StatusCode::kResourceExhausted
+              ? op.status
+              : Status::IOError("write slot " + std::to_string(slot) + " of " +
+                                slots_->path() + ": " + op.status.message());
+    }
+  }
+  if (s.ok()) return true;
+  // The slot holds no block now (perhaps half of one): it is free, and its bytes go back.
+  slots_->Release(slot);
+  ledger_->Free(file_bytes_, [] { return true; });
+  return s;
+}
+
+Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Room& room) {
+  if (slots_) return WriteSlot(file, room.slot);
   const std::string final_path = BlockPath(dir_, key);
+  const std::string& spare = room.spare;
   const bool reuse = !spare.empty();
   // Without O_TMPFILE: a named temp file, linked and then unlinked.
   const std::string tmp = reuse ? spare : tmpfile_ ? std::string() : TempPath(key.ToHex());
@@ -387,14 +440,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const std
     return s;
   }
   IoOp op{IoOp::Kind::kWrite, fd, file, file_bytes_, 0, 0, Status::Ok()};
-  const uint64_t t0 = NowNs();
-  io_->Execute(std::span(&op, 1));
-  const uint64_t t1 = NowNs();
-  {
-    MutexLock lock(&mu_);
-    stats_.bytes_written += op.done;
-    stats_.write_ns += t1 - t0;
-  }
+  TimedWrite(&op);
   int rc = -1;
   int err = 0;
   if (reuse) {
@@ -433,12 +479,19 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const std
   return ErrnoStatus(err, "publish " + final_path);
 }
 
-void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                         std::span<Status> results, const BlockRead& on_read) {
+void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_t> slots,
+                         std::span<std::byte* const> dsts, std::span<Status> results,
+                         const BlockRead& on_read) {
   std::vector<IoOp> ops;
   std::vector<size_t> op_index;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!results[i].ok()) continue;
+    if (slots_) {
+      ops.push_back(IoOp{IoOp::Kind::kRead, slots_->fd(), dsts[i], file_bytes_,
+                         slots_->Offset(slots[i]), 0, Status::Ok()});
+      op_index.push_back(i);
+      continue;
+    }
     const std::string path = BlockPath(dir_, keys[i]);
     int fd = ::open(path.c_str(), OpenFlags(O_RDONLY));
     if (fd < 0) {
@@ -461,7 +514,7 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* co
   const uint64_t t0 = NowNs();
   if (!ops.empty()) {
     io_->ExecuteEach(ops, [&](size_t j) {
-      ::close(ops[j].fd);
+      if (!slots_) ::close(ops[j].fd);
       const size_t i = op_index[j];
       bytes += ops[j].done;
       results[i] = ops[j].status.ok() ? VerifyBlockFile(dsts[i], options_.block_bytes,
@@ -496,7 +549,16 @@ void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* c
                           std::span<Status> results, const BlockRead& on_read) {
   std::vector<bool> pinned(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
-  ReadFiles(keys, dsts, results, on_read);
+  std::vector<uint64_t> slots;
+  if (slots_) {
+    // Pinned blocks stay where they are until unpinned.
+    slots.resize(keys.size());
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (pinned[i]) slots[i] = entries_.at(keys[i]).slot;
+    }
+  }
+  ReadFiles(keys, slots, dsts, results, on_read);
   MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;
@@ -535,6 +597,7 @@ std::string DiskTier::Describe() const {
          std::to_string(c.capacity_bytes) + " bytes, policy " + options_.policy +
          (c.persistent ? ", persistent" : "") + (c.shared ? ", shared" : "") + "): " +
          io_->Describe() + ", O_DIRECT " + (direct_ ? "on" : "off (file system refuses it)") +
+         (slots_ ? ", blocks in one slot file" : ", a file per block") +
          ", " + std::to_string(recovered_) + " blocks recovered" +
          (listing_streams_ > 1
               ? " (directory listed in " + std::to_string(listing_streams_) + " streams)"

@@ -1,5 +1,7 @@
-// One disk tier: a directory of checksummed block files with an eviction policy and a capacity
-// it never exceeds. Evicted blocks are handed to a sink (the next tier, or dropped).
+// One disk tier: checksummed block files with an eviction policy and a capacity it never
+// exceeds. A private tier that starts empty keeps them as slots of one file (slot_file.h); a
+// persistent or shared one as a file per block, which outlives the process and other
+// processes can find by name (FORMAT.md). Evicted blocks are handed to a sink (the next tier, or dropped).
 // Thread-safe: one mutex guards the index; file I/O and the sink run outside it. Blocks being
 // read are pinned so that eviction skips them; no call ever waits for a pin to drop (the pin
 // holder may be a job waiting on this tier), which keeps the cascade deadlock-free.
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "capacity_ledger.h"
+#include "slot_file.h"
 #include "event_log.h"
 #include "hold_set.h"
 #include "kvoffload/block_key.h"
@@ -58,9 +61,10 @@ class DiskTier {
   // sink: its victims are dropped (and counted).
   using EvictSink = std::function<bool(const BlockKey& key, std::byte* file)>;
 
-  // Creates the directories, probes O_DIRECT, then either clears the tier (not persistent) or
-  // lists it so its blocks are served again (persistent); their files are checked and put in
-  // eviction order in the background (a write that needs one of them evicted waits for that).
+  // Creates the directories, probes O_DIRECT, then either clears the tier and creates its slot
+  // file (neither persistent nor shared), or lists it so its blocks are served again
+  // (persistent); their files are checked and put in eviction order in the background (a write
+  // that needs one of them evicted waits for that).
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
                                                 std::unique_ptr<DiskIo> io);
   ~DiskTier();
@@ -74,8 +78,8 @@ class DiskTier {
   // here until released (unless another process sharing the tier removes its file).
   bool Protected(const BlockKey& key);
 
-  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) to a temp file and
-  // publishes it atomically, evicting to make room first. OK when the block is (now) here;
+  // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) into a free slot,
+  // or to a temp file that it publishes atomically, evicting to make room first. OK when the block is (now) here;
   // ResourceExhausted when no room can be made; IOError on a failed write. The trailer must be
   // encoded, or `encode` given: it is called (once) only when the file is really written, so a
   // block already here costs no checksum.
@@ -101,6 +105,7 @@ class DiskTier {
 
  private:
   struct Entry {
+    uint64_t slot = 0;       // where it is in the slot file (slot files only)
     uint32_t pins = 0;       // reads in flight
     bool evicting = false;   // chosen as victim (unpinned then); being cascaded and removed
     bool doomed = false;     // found corrupt or gone; removed once pins drop to 0
@@ -131,17 +136,26 @@ class DiskTier {
   // Removes the oldest other fingerprint's file, if any is left; true when it did.
   bool EvictForeignLocked() REQUIRES(mu_);
   // Reads and verifies without touching the index (callers pin or own the entries); each
-  // block is verified as its read completes, while the others are in flight.
-  void ReadFiles(std::span<const BlockKey> keys, std::span<std::byte* const> dsts,
-                 std::span<Status> results, const BlockRead& on_read);
-  // Makes room for one file; mu_ is released while victims are cascaded. Sets *spare to the
-  // path of an evicted block's file when the new block is to be written over it (its bytes
-  // are still counted), or leaves it empty when bytes were reserved for a new file.
-  Status Reserve(std::string* spare) REQUIRES(mu_);
-  void Evict(const BlockKey& key);
-  // True when this call published the file; false when another process had already. Writes
-  // over `spare` when it is not empty, into a new file otherwise.
-  Result<bool> WriteFile(const BlockKey& key, std::byte* file, const std::string& spare);
+  // block is verified as its read completes, while the others are in flight. slots[i]: where
+  // block i is (slot files only; empty otherwise).
+  void ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_t> slots,
+                 std::span<std::byte* const> dsts, std::span<Status> results,
+                 const BlockRead& on_read);
+  // Where a new block is written: over an evicted block's file (its bytes still counted;
+  // file per block), into a slot, or else into a new file for which bytes were reserved.
+  struct Room {
+    std::string spare;
+    uint64_t slot = 0;
+  };
+  // Makes room for one block; mu_ is released while victims are cascaded.
+  Status Reserve(Room* room) REQUIRES(mu_);
+  void Evict(const BlockKey& key, uint64_t slot);
+  // True when this call published the file; false when another process had already.
+  Result<bool> WriteFile(const BlockKey& key, std::byte* file, const Room& room);
+  // The slot file's half of WriteFile; gives the slot and its bytes back when it fails.
+  Result<bool> WriteSlot(std::byte* file, uint64_t slot);
+  // Runs one write and counts its bytes and time.
+  void TimedWrite(IoOp* op);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
   void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
   // Forgets the block, leaving its file to the caller.
@@ -164,6 +178,8 @@ class DiskTier {
   // Set once in Init(), before any other thread sees the tier; thread-safe itself, and WriteFile
   // settles reservations outside mu_.
   std::unique_ptr<CapacityLedger> ledger_;
+  // Set once in Init() for a private tier that starts empty; null for a file per block.
+  std::unique_ptr<SlotFile> slots_;
   EvictSink sink_;
   bool direct_ = false;
   bool tmpfile_ = false;  // temp files are O_TMPFILE (nameless until published)

@@ -76,9 +76,17 @@ TEST(EngineTest, CascadesCpuToDisk0ToDisk1ThenDrops) {
     LookupResult r = e->Lookup(std::span(&b.keys[i], 1));
     EXPECT_EQ(r.prefix == 0 ? -1 : r.tiers[0], expect[i]) << "block " << i;
   }
-  EXPECT_EQ(testing::FilesUnder(d0.path()), 3u);
-  EXPECT_EQ(testing::FilesUnder(d1.path()), 4u);
   EngineStats s = e->Stats();
+  EXPECT_EQ(s.tiers[1].blocks, 3u);
+  EXPECT_EQ(s.tiers[2].blocks, 4u);
+  // Private tiers that start empty: one slot file each, never more slots than the capacity.
+  for (const TempDir* d : {&d0, &d1}) {
+    const std::string slots = testing::SlotFileUnder(d->path());
+    ASSERT_FALSE(slots.empty()) << d->path();
+    EXPECT_EQ(testing::FilesUnder(d->path(), ".tmp"), 1u) << "the slot file alone";
+    EXPECT_EQ(testing::FilesUnder(d->path()), 0u) << "no file per block";
+    EXPECT_LE(std::filesystem::file_size(slots), (d == &d0 ? 3 : 4) * BlockFileBytes(testing::kBlock));
+  }
   EXPECT_EQ(s.tiers[0].evictions, 10u);
   EXPECT_EQ(s.tiers[1].evictions, 7u);
   EXPECT_EQ(s.tiers[2].evictions, 3u);
@@ -259,7 +267,9 @@ TEST(EngineTest, SegmentedBlocksGatherOnStoreAndScatterOnLoad) {
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     ASSERT_TRUE(e->Wait(*job).ok());
   }
-  EXPECT_EQ(testing::FilesUnder(d0.path()), 2u) << "one file per block, not per segment";
+  EXPECT_EQ(e->Stats().tiers[1].blocks, 2u);
+  EXPECT_EQ(e->Stats().tiers[1].bytes_written, 2 * BlockFileBytes(testing::kBlock))
+      << "one block file per block, not per segment";
   for (auto& t : tensors) std::fill(t.begin(), t.end(), std::byte{0});
   Result<JobId> job = e->Load(b.keys, ptrs);
   ASSERT_TRUE(job.ok());
@@ -302,8 +312,7 @@ TEST(EngineTest, LoadAcrossTiersDeliversEveryGoodBlockAroundADamagedOne) {
   auto e = Open(Config(2, {Tier(d0.path(), 8)}));
   Blocks b = Blocks::Make(0, 6);
   ASSERT_TRUE(StoreAndWait(*e, b).ok());  // 0..3 on disk, 4 and 5 in the pinned tier
-  std::filesystem::resize_file(
-      BlockPath(FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock)), b.keys[1]), 2048);
+  ASSERT_TRUE(testing::DamageSlot(d0.path(), testing::kBlock, b.keys[1]));
   Blocks out = b.Empty();
   Status s = LoadAndWait(*e, out);
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
@@ -466,10 +475,17 @@ TEST(EngineTest, NonPersistentTierStartsEmpty) {
     auto e = Open(Config(1, {Tier(d0.path(), 8)}));
     ASSERT_TRUE(StoreAndWait(*e, b).ok());
   }
-  EXPECT_EQ(testing::FilesUnder(d0.path()), 3u);
+  // A crash leaves its slot file behind (a clean close removes it).
+  const std::string left = testing::SlotFileUnder(d0.path());
+  ASSERT_TRUE(left.empty()) << left;
+  const std::string dir = FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock));
+  std::filesystem::create_directories(dir);
+  const std::string crashed = dir + "/slots.1.0.tmp";
+  std::ofstream(crashed) << "a dead engine's slots";
   auto e = Open(Config(1, {Tier(d0.path(), 8)}));
   EXPECT_EQ(e->Lookup(b.keys).prefix, 0u);
-  EXPECT_EQ(testing::FilesUnder(d0.path()), 0u);
+  EXPECT_FALSE(std::filesystem::exists(crashed));
+  EXPECT_EQ(testing::FilesUnder(d0.path(), ".tmp"), 1u) << "only the new engine's slot file";
 }
 
 // Another block size with the same file size (4000 and 4032 bytes both make 4 KiB files): the

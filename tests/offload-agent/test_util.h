@@ -3,6 +3,7 @@
 #ifndef KVOFFLOAD_TESTS_TEST_UTIL_H_
 #define KVOFFLOAD_TESTS_TEST_UTIL_H_
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -219,6 +220,44 @@ inline uint64_t FilesUnder(const std::string& dir, const std::string& suffix = "
     if (f.path().string().ends_with(suffix)) ++n;
   }
   return n;
+}
+
+// The slot file under a tier root (a private tier that starts empty keeps its blocks there:
+// FORMAT.md, Slot file), or "" when there is none.
+inline std::string SlotFileUnder(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (f.path().filename().string().starts_with("slots.")) return f.path().string();
+  }
+  return "";
+}
+
+// Overwrites the first `bytes` payload bytes of the slot whose trailer names `key` (FORMAT.md:
+// the key at payload + 40, hi then lo, little-endian) in the slot file under `dir`, as a torn
+// or rotten write would leave them. False when no slot names the key.
+inline bool DamageSlot(const std::string& dir, size_t block_bytes, const BlockKey& key,
+                       size_t bytes = 2048) {
+  const std::string path = SlotFileUnder(dir);
+  const int fd = path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const size_t slot_bytes = (block_bytes + 64 + 4095) / 4096 * 4096;
+  struct stat st {};
+  ::fstat(fd, &st);
+  bool found = false;
+  for (off_t off = 0; !found && off + static_cast<off_t>(slot_bytes) <= st.st_size;
+       off += static_cast<off_t>(slot_bytes)) {
+    uint64_t named[2] = {};
+    if (::pread(fd, named, sizeof(named), off + static_cast<off_t>(block_bytes) + 40) !=
+        static_cast<ssize_t>(sizeof(named))) {
+      break;
+    }
+    if (named[0] == key.hi && named[1] == key.lo) {
+      const std::vector<char> junk(bytes, '\xee');
+      found = ::pwrite(fd, junk.data(), junk.size(), off) == static_cast<ssize_t>(junk.size());
+    }
+  }
+  ::close(fd);
+  return found;
 }
 
 // Bytes of block and temp files under dir, each inode once: publishing links the temp file to

@@ -2,11 +2,11 @@
 """An emptyDir tier filled by the agent stays under the sizeLimit the kubelet enforces.
 
 The webhook injects an agent-mode pod with a 32Mi emptyDir tier; the agent, configured from that
-pod's own KVOFFLOAD_* env, stores twice the tier's size in 4 KiB block files (the smallest file,
-so the most directory entries per byte). Then `du -sb` (apparent bytes) and `du -sB1`
-(allocated bytes, what the kubelet's du-based accounting counts) of the tier stay under
-sizeLimit, while the tier is full to within one block of its capacityBytes. A control run with
-capacityBytes = sizeLimit (no headroom) goes over: the check can fail.
+pod's own KVOFFLOAD_* env, stores twice the tier's size in 4 KiB blocks (the smallest). Then,
+while the engine is open (a clean close removes an emptyDir tier's slot file), `du -sb` (apparent
+bytes) and `du -sB1` (allocated bytes, what the kubelet's du-based accounting counts) of the
+tier stay under sizeLimit, while the tier is full to within one block of its capacityBytes. A
+control run with capacityBytes = sizeLimit (no headroom) goes over: the check can fail.
 
   tier_size_limit_test.py WEBHOOK_BINARY LIBKVOFFLOAD SCRATCH_DIR
 Needs a real disk file system (ext4) for SCRATCH_DIR, as the agent's tiers use."""
@@ -53,7 +53,7 @@ def du(path: pathlib.Path, *flags: str) -> int:
 
 def fill(tier_dir: pathlib.Path, env: dict) -> dict:
     """Stores 2 x sizeLimit of blocks through an engine made from the pod's env, with the tier
-    moved from /mnt/kv-cache-0 to tier_dir."""
+    moved from /mnt/kv-cache-0 to tier_dir; measures the tier before the engine closes."""
     from kvoffload import settings
     from kvoffload.engine import Engine, EngineOptions, Fingerprint
     env = dict(env, KVOFFLOAD_TIERS=env["KVOFFLOAD_TIERS"].replace("/mnt/kv-cache-0",
@@ -69,8 +69,9 @@ def fill(tier_dir: pathlib.Path, env: dict) -> dict:
         for first in range(0, n_blocks, BATCH):
             keys = [(7, first + i) for i in range(BATCH)]
             engine.wait(engine.store(keys, [base + i * BLOCK for i in range(BATCH)]))
-        stats = engine.stats()
-    return {"capacity": s.tiers[0].capacity_bytes, "stats": stats}
+        return {"capacity": s.tiers[0].capacity_bytes, "stats": engine.stats(),
+                "apparent": du(tier_dir, "-b"), "allocated": du(tier_dir, "-B1"),
+                "used": engine.stats()["tiers"][1]["used_bytes"]}
 
 
 class TierSizeLimitTest(unittest.TestCase):
@@ -87,12 +88,12 @@ class TierSizeLimitTest(unittest.TestCase):
         got = fill(self.dir / "tier", env)
         capacity = got["capacity"]
         self.assertLess(capacity, SIZE_LIMIT_BYTES)
-        apparent, allocated = du(self.dir / "tier", "-b"), du(self.dir / "tier", "-B1")
+        apparent, allocated = got["apparent"], got["allocated"]
         print(f"sizeLimit {SIZE_LIMIT_BYTES}, capacityBytes {capacity}, du -sb {apparent}, "
-              f"du -sB1 {allocated}")
-        # Full: the block files alone reach capacity to within one file.
-        files = sum(f.stat().st_size for f in (self.dir / "tier").rglob("*.blk"))
-        self.assertGreater(files, capacity - 4096)
+              f"du -sB1 {allocated}, blocks' bytes {got['used']}")
+        # Full: its blocks reach capacity to within one block, and are on disk.
+        self.assertGreater(got["used"], capacity - 4096)
+        self.assertGreaterEqual(allocated, got["used"])
         self.assertLess(apparent, SIZE_LIMIT_BYTES)
         self.assertLess(allocated, SIZE_LIMIT_BYTES)
 
@@ -100,8 +101,8 @@ class TierSizeLimitTest(unittest.TestCase):
         env = injected_env()
         tiers = json.loads(env["KVOFFLOAD_TIERS"])
         tiers[0]["capacityBytes"] = SIZE_LIMIT_BYTES
-        fill(self.dir / "tier", dict(env, KVOFFLOAD_TIERS=json.dumps(tiers)))
-        self.assertGreater(du(self.dir / "tier", "-b"), SIZE_LIMIT_BYTES)
+        got = fill(self.dir / "tier", dict(env, KVOFFLOAD_TIERS=json.dumps(tiers)))
+        self.assertGreater(got["apparent"], SIZE_LIMIT_BYTES)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ class DiskTierTest : public ::testing::Test {
     for (std::byte* d : dsts) std::free(d);
     return arrived;
   }
+  void FailedWriteOverAVictimGivesItsBytesBack(bool persistent);
   testing::TempDir dir_;
 };
 
@@ -182,30 +183,43 @@ TEST_F(DiskTierTest, PinnedBlockIsNeverEvictedAndAllPinnedRefuses) {
   EXPECT_TRUE(Put(*t, 4).ok());
 }
 
+// In both layouts: a slot file (a private tier that starts empty) and a file per block.
 TEST_F(DiskTierTest, ReadPinnedReportsEachVerifiedBlockAndNoBadOne) {
-  auto t = Open(4);
-  for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(Put(*t, k).ok());
-  const std::string bad = BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()),
-                                    Key(2));
-  std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
-  char c = 0;
-  f.seekg(100);
-  f.read(&c, 1);
-  f.seekp(100);
-  f.put(static_cast<char>(c ^ 0x40));
-  f.close();
-  std::vector<Status> results;
-  std::vector<size_t> arrived = PinAndRead(*t, {Key(1), Key(2), Key(3)}, results);
-  std::sort(arrived.begin(), arrived.end());
-  EXPECT_EQ(arrived, (std::vector<size_t>{0, 2}));
-  EXPECT_EQ(results[1].code(), StatusCode::kCorruption) << results[1].ToString();
-  EXPECT_FALSE(t->Contains(Key(2))) << "the bad file is removed";
+  for (const bool slots : {true, false}) {
+    SCOPED_TRACE(slots ? "slot file" : "file per block");
+    auto t = Open(4, false, nullptr, /*persistent=*/!slots);
+    for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(Put(*t, k).ok());
+    if (slots) {
+      ASSERT_TRUE(testing::DamageSlot(dir_.path(), kBlock, Key(2)));
+    } else {
+      const std::string bad =
+          BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(2));
+      std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+      char c = 0;
+      f.seekg(100);
+      f.read(&c, 1);
+      f.seekp(100);
+      f.put(static_cast<char>(c ^ 0x40));
+    }
+    std::vector<Status> results;
+    std::vector<size_t> arrived = PinAndRead(*t, {Key(1), Key(2), Key(3)}, results);
+    std::sort(arrived.begin(), arrived.end());
+    EXPECT_EQ(arrived, (std::vector<size_t>{0, 2}));
+    EXPECT_EQ(results[1].code(), StatusCode::kCorruption) << results[1].ToString();
+    EXPECT_FALSE(t->Contains(Key(2))) << "the bad block is removed";
+    EXPECT_EQ(t->Stats().used_bytes, 2 * kSlot) << "and its bytes given back";
+    ASSERT_TRUE(Put(*t, 4).ok());
+    ASSERT_TRUE(Put(*t, 5).ok()) << "its room is taken again";
+    EXPECT_EQ(PinAndRead(*t, {Key(1), Key(3), Key(4), Key(5)}, results).size(), 4u);
+    t.reset();
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
 }
 
 // Where O_TMPFILE cannot be used, a block is written to a named temp file, linked, unlinked.
 TEST_F(DiskTierTest, NamedTempFilesPublishTheSameAndLeaveNothingBehind) {
   auto faults = std::make_shared<testing::FaultPlan>();
-  auto t = Open(4, /*named_temp_files=*/true, faults);
+  auto t = Open(4, /*named_temp_files=*/true, faults, /*persistent=*/true);
   ASSERT_TRUE(Put(*t, 1).ok());
   faults->FailWrites(testing::Fault::kEio, 1);
   EXPECT_EQ(Put(*t, 2).code(), StatusCode::kIOError);
@@ -232,7 +246,7 @@ std::set<ino_t> BlockInodes(const std::string& dir) {
 // A full tier is its steady state: each new block evicts one. Its file is the victim's, renamed
 // aside, overwritten in place and renamed to the new key, so the file system allocates nothing.
 TEST_F(DiskTierTest, FullTierWritesNewBlocksOverItsVictimsFiles) {
-  auto t = Open(4);
+  auto t = Open(4, false, nullptr, /*persistent=*/true);
   for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
   const std::set<ino_t> before = BlockInodes(dir_.path());
   ASSERT_EQ(before.size(), 4u);
@@ -277,20 +291,50 @@ TEST_F(DiskTierTest, PrivateTierReopenedAfterACrashRemovesItsTempFiles) {
   EXPECT_EQ(PinAndRead(*t, {Key(1), Key(2), Key(3), Key(4)}, results).size(), 4u);
 }
 
-// A write over a spare that fails removes the spare and gives its bytes back: nothing is left
-// behind, and the tier has room for the next block.
+// The same steady state in a slot file: the new blocks go into the victims' slots, and the file
+// never grows past the tier's capacity in slots.
+TEST_F(DiskTierTest, FullSlotTierWritesNewBlocksIntoItsVictimsSlots) {
+  auto t = Open(4);
+  for (uint64_t k = 1; k <= 12; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  const std::string slots = testing::SlotFileUnder(dir_.path());
+  ASSERT_FALSE(slots.empty());
+  EXPECT_EQ(std::filesystem::file_size(slots), 4 * kSlot);
+  EXPECT_EQ(testing::FilesUnder(dir_.path()), 0u) << "no file per block";
+  EXPECT_EQ(t->Stats().evictions, 8u);
+  EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+  for (uint64_t k = 1; k <= 8; ++k) EXPECT_FALSE(t->Contains(Key(k))) << k;
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*t, {Key(9), Key(10), Key(11), Key(12)}, results).size(), 4u)
+      << "each reused slot holds its new block, verified";
+  for (const Status& r : results) EXPECT_TRUE(r.ok()) << r.ToString();
+  t.reset();
+  EXPECT_FALSE(std::filesystem::exists(slots)) << "a closed tier's slots go with it";
+}
+
+// A write that fails (into a victim's file or slot) gives the room back: nothing is left
+// behind, and the tier has room for the next block. In both layouts.
 TEST_F(DiskTierTest, FailedWriteOverAVictimsFileGivesItsBytesBack) {
+  for (const bool slots : {true, false}) {
+    SCOPED_TRACE(slots ? "slot file" : "file per block");
+    FailedWriteOverAVictimGivesItsBytesBack(/*persistent=*/!slots);
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
+}
+
+void DiskTierTest::FailedWriteOverAVictimGivesItsBytesBack(bool persistent) {
   auto faults = std::make_shared<testing::FaultPlan>();
-  auto t = Open(2, /*named_temp_files=*/false, faults);
+  auto t = Open(2, /*named_temp_files=*/false, faults, persistent);
   ASSERT_TRUE(Put(*t, 1).ok());
   ASSERT_TRUE(Put(*t, 2).ok());
   faults->FailWrites(testing::Fault::kEio, 1);
   EXPECT_EQ(Put(*t, 3).code(), StatusCode::kIOError);
   EXPECT_FALSE(t->Contains(Key(3)));
   EXPECT_FALSE(t->Contains(Key(1))) << "the victim went before the write";
-  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "the spare went with the failure";
+  if (persistent) {
+    EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "the spare went with the failure";
+    EXPECT_EQ(testing::BytesUnder(dir_.path()), kSlot);
+  }
   EXPECT_EQ(t->Stats().used_bytes, kSlot);
-  EXPECT_EQ(testing::BytesUnder(dir_.path()), kSlot);
   ASSERT_TRUE(Put(*t, 4).ok()) << "its bytes were given back";
   std::vector<Status> results;
   EXPECT_EQ(PinAndRead(*t, {Key(2), Key(4)}, results).size(), 2u);
