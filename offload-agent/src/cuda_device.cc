@@ -21,6 +21,29 @@ Status CudaStatus(cudaError_t err, const std::string& what) {
                          ")");
 }
 
+// Makes `device` current for one scope, then gives the thread back the device it had. Copies
+// are started on the engine's workers and also on a caller's thread that runs its own job while
+// it waits for it (Engine::Wait), whose current device is the caller's business.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    set_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
+    changed_ = previous_ != device && set_ == cudaSuccess && previous_ >= 0;
+  }
+  ~DeviceScope() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  cudaError_t status() const { return set_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t set_ = cudaSuccess;
+  bool changed_ = false;
+};
+
 class RegisteredRegion final : public PinnedRegion {
  public:
   RegisteredRegion(std::byte* data, size_t size) : data_(data), size_(size) {}
@@ -104,7 +127,8 @@ class CudaDevice final : public DeviceBackend {
 
   Result<std::unique_ptr<CopyTicket>> CopyAsync(CopyDirection direction,
                                                 std::span<const CopyOp> ops) override {
-    cudaError_t err = cudaSetDevice(device_);  // jobs run on the engine's worker threads
+    const DeviceScope scope(device_);
+    cudaError_t err = scope.status();
     if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
     const int base = direction == CopyDirection::kDeviceToHost ? 0 : kStreamsPerDirection;
     cudaStream_t stream = streams_[static_cast<size_t>(

@@ -39,8 +39,9 @@ class EngineImpl final : public Engine {
   ~EngineImpl() override {
     // Running jobs finish (their copies complete); queued ones are dropped unrun.
     if (workers_ != nullptr) workers_->Stop();
-    // So a job not done now never started: its device memory was not touched; say so to
-    // waiters.
+    // So a job not done now never started (a job a thread runs in Wait is done before that
+    // call returns, and no call may overlap the destructor): its device memory was not
+    // touched; say so to waiters.
     MutexLock lock(&jobs_mu_);
     for (const auto& [id, job] : jobs_) {
       if (!job->done) Finish(*job, Status::Unavailable("engine shut down before the job ran"));
@@ -187,6 +188,11 @@ class EngineImpl final : public Engine {
     // Ours until we return: another thread's Poll or Wait may forget the job (erase it from
     // jobs_) between its wake-up and ours.
     const std::shared_ptr<JobRecord> record = it->second;
+    if (!record->started) {
+      // No worker has taken it yet: this thread runs it instead of sleeping until a worker
+      // has, which spares a wake-up of a worker and one of this thread per job.
+      RunJob(*record, lock);
+    }
     while (!record->done) record->finished.Wait();
     jobs_.erase(job);  // nothing when another caller forgot it first
     return record->status;
@@ -269,12 +275,24 @@ class EngineImpl final : public Engine {
   struct JobRecord {
     explicit JobRecord(Mutex* mu) : finished(mu) {}
     bool done = false;
+    bool started = false;  // by a worker, or by a thread in Wait
+    std::function<Status()> fn;  // the work; taken by whoever starts it
     Status status;
     // The waiters of this job sleep on it alone: with many jobs in flight (one waiting thread
     // each), waking every waiter on every finished job would swamp a few cores with wake-ups
     // that find nothing to do.
     CondVar finished;
   };
+
+  // Runs a job nobody has started, with jobs_mu_ released meanwhile.
+  void RunJob(JobRecord& job, MutexLock& lock) REQUIRES(jobs_mu_) {
+    job.started = true;
+    std::function<Status()> fn = std::move(job.fn);
+    lock.Unlock();
+    Status s = fn();
+    lock.Lock();
+    Finish(job, std::move(s));
+  }
 
   void Finish(JobRecord& job, Status status) REQUIRES(jobs_mu_) {
     job.done = true;
@@ -297,10 +315,10 @@ class EngineImpl final : public Engine {
   Result<JobId> Submit(std::function<Status()> fn) {
     MutexLock lock(&jobs_mu_);
     auto record = std::make_shared<JobRecord>(&jobs_mu_);
-    const bool queued = workers_->Push([this, record, fn = std::move(fn)] {
-      Status s = fn();
-      MutexLock finish_lock(&jobs_mu_);
-      Finish(*record, std::move(s));
+    record->fn = std::move(fn);
+    const bool queued = workers_->Push([this, record] {
+      MutexLock start_lock(&jobs_mu_);
+      if (!record->started) RunJob(*record, start_lock);
     });
     if (!queued) return Status::Unavailable("engine is shutting down");
     const JobId id = next_job_++;

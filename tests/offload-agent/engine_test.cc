@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -642,11 +643,19 @@ class SharedJobTest : public ::testing::Test {
     }
     void Pass() {
       std::unique_lock<std::mutex> lock(mu);
+      ++arrived;
+      cv.notify_all();
       cv.wait(lock, [this] { return open; });
+    }
+    // Whether a read has reached the gate within the time.
+    bool Reached(std::chrono::seconds within) {
+      std::unique_lock<std::mutex> lock(mu);
+      return cv.wait_for(lock, within, [this] { return arrived > 0; });
     }
     std::mutex mu;
     std::condition_variable cv;
     bool open = true;
+    int arrived = 0;
   };
   class GatedDiskIo final : public DiskIo {
    public:
@@ -736,6 +745,43 @@ TEST_F(SharedJobTest, TwoThreadsWaitOnOneJob) {
     EXPECT_TRUE(first.ok() || second.ok()) << "round " << round << ": nobody got the result";
     EXPECT_EQ(engine_->Poll(job).status().code(), StatusCode::kNotFound);
   }
+}
+
+// A thread that waits for a job no worker has started runs the job itself instead of sleeping
+// until a worker is free (that hand-off cost two wake-ups a job). Here the engine's only worker
+// is held at a disk read, and a load from the pinned tier still finishes for its waiter.
+class WaiterRunsItsJobTest : public SharedJobTest {
+ protected:
+  void SetUp() override {
+    EngineHooks hooks;
+    hooks.wrap_disk_io = [gate = gate_](size_t, std::unique_ptr<DiskIo> base) {
+      return std::unique_ptr<DiskIo>(std::make_unique<GatedDiskIo>(std::move(base), gate));
+    };
+    EngineConfig c = Config(2, {Tier(dir_.path(), 8)});
+    c.worker_threads = 1;
+    Result<std::unique_ptr<Engine>> e = Engine::Open(c, hooks);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreAndWait(*engine_, Blocks::Make(i, 1)).ok());
+    ASSERT_EQ(engine_->Where(Blocks::Make(0, 4).keys), (std::vector<int>{1, 1, 0, 0}));
+  }
+};
+
+TEST_F(WaiterRunsItsJobTest, WhileTheOnlyWorkerIsBusy) {
+  const JobId held = StartLoad(0);  // the worker takes it and stops at the closed gate
+  ASSERT_TRUE(gate_->Reached(std::chrono::seconds(30))) << "the worker never read block 0";
+  Blocks hot = Blocks::Make(3, 1).Empty();  // in the pinned tier: no disk read
+  Result<JobId> job = engine_->Load(hot.keys, hot.ptrs);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::future<Status> waited =
+      std::async(std::launch::async, [&] { return engine_->Wait(*job); });
+  const bool finished = waited.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  gate_->Open();
+  EXPECT_TRUE(finished) << "the waiter slept until the busy worker was free";
+  EXPECT_TRUE(waited.get().ok());
+  EXPECT_EQ(hot.data[0], Blocks::Make(3, 1).data[0]);
+  EXPECT_TRUE(engine_->Wait(held).ok());
+  EXPECT_EQ(out_.data[0], Blocks::Make(0, 1).data[0]);
 }
 
 TEST(EngineTest, OpenRejectsATierTooSmallForOneBlock) {

@@ -98,6 +98,8 @@ class KVOFFLOAD_EXPORT Engine {
   // job is forgotten once its result was returned (by Poll or Wait); later calls on it are
   // NotFound. Several threads may poll or wait on one job: every Wait that began before the
   // job was forgotten returns its result, even when another thread's call returned it first.
+  // Wait on a job that no worker has started yet runs it on the waiting thread (which would
+  // otherwise sleep until a worker is free, and be woken by it).
   virtual Result<bool> Poll(JobId job) = 0;
   virtual Status Wait(JobId job) = 0;
 
