@@ -476,9 +476,17 @@ TEST(EngineTest, NonPersistentTierStartsEmpty) {
     auto e = Open(Config(1, {Tier(d0.path(), 8)}));
     ASSERT_TRUE(StoreAndWait(*e, b).ok());
   }
-  // A crash leaves its slot file behind (a clean close removes it).
+  // A clean close removes the slot file.
   const std::string left = testing::SlotFileUnder(d0.path());
   ASSERT_TRUE(left.empty()) << left;
+  {
+    // What the releases before the slot file left in such a tier: a file per block (as a
+    // persistent tier still has).
+    auto e = Open(Config(1, {Tier(d0.path(), 8, /*persistent=*/true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  }
+  ASSERT_EQ(testing::FilesUnder(d0.path()), 3u);
+  // And what a crash leaves: the dead engine's slot file.
   const std::string dir = FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock));
   std::filesystem::create_directories(dir);
   const std::string crashed = dir + "/slots.1.0.tmp";
@@ -486,6 +494,7 @@ TEST(EngineTest, NonPersistentTierStartsEmpty) {
   auto e = Open(Config(1, {Tier(d0.path(), 8)}));
   EXPECT_EQ(e->Lookup(b.keys).prefix, 0u);
   EXPECT_FALSE(std::filesystem::exists(crashed));
+  EXPECT_EQ(testing::FilesUnder(d0.path()), 0u) << "the block files are discarded";
   EXPECT_EQ(testing::FilesUnder(d0.path(), ".tmp"), 1u) << "only the new engine's slot file";
 }
 
