@@ -36,6 +36,11 @@ uint64_t Get64(const std::byte* p) {
 
 void EncodeBlockFile(std::byte* buf, size_t block_bytes, const BlockKey& fingerprint,
                      const BlockKey& key) {
+  EncodeTrailer(buf, block_bytes, fingerprint, key, Crc32c(buf, block_bytes));
+}
+
+void EncodeTrailer(std::byte* buf, size_t block_bytes, const BlockKey& fingerprint,
+                   const BlockKey& key, uint32_t payload_crc) {
   std::byte* t = buf + block_bytes;
   std::memset(t, 0, BlockFileBytes(block_bytes) - block_bytes);
   std::memcpy(t, kMagic, sizeof(kMagic));
@@ -46,8 +51,12 @@ void EncodeBlockFile(std::byte* buf, size_t block_bytes, const BlockKey& fingerp
   Put64(t + 32, fingerprint.lo);
   Put64(t + 40, key.hi);
   Put64(t + 48, key.lo);
-  Put32(t + 56, Crc32c(buf, block_bytes));
+  Put32(t + 56, payload_crc);
   Put32(t + 60, Crc32c(t, 60));
+}
+
+uint32_t EncodedPayloadCrc(const std::byte* buf, size_t block_bytes) {
+  return Get32(buf + block_bytes + 56);
 }
 
 Status VerifyBlockFile(const std::byte* buf, size_t block_bytes, const BlockKey& fingerprint,

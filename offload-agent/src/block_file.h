@@ -30,6 +30,13 @@ inline constexpr size_t BlockFileBytes(size_t block_bytes) {
 void EncodeBlockFile(std::byte* buf, size_t block_bytes, const BlockKey& fingerprint,
                      const BlockKey& key);
 
+// The same trailer for a payload whose checksum is already known: a slot file keeps its blocks'
+// checksums in memory and puts the trailer back on each block it reads.
+void EncodeTrailer(std::byte* buf, size_t block_bytes, const BlockKey& fingerprint,
+                   const BlockKey& key, uint32_t payload_crc);
+// The payload checksum an encoded trailer carries.
+uint32_t EncodedPayloadCrc(const std::byte* buf, size_t block_bytes);
+
 // Corruption (saying what is wrong) unless buf is a whole, intact block file for exactly this
 // fingerprint, key and block size.
 Status VerifyBlockFile(const std::byte* buf, size_t block_bytes, const BlockKey& fingerprint,

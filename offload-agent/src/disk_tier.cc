@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "block_file.h"
+#include "crc32c.h"
 #include "io_status.h"
 
 namespace kvoffload {
@@ -83,6 +84,9 @@ Status ProbeWritable(const std::string& dir) {
 DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
     : options_(options),
       file_bytes_(BlockFileBytes(options.block_bytes)),
+      stored_bytes_(options.config.persistent || options.config.shared
+                        ? file_bytes_
+                        : RoundUp(options.block_bytes, kBlockAlign)),
       dir_(FingerprintDir(options.config.path, options.fingerprint)),
       io_(std::move(io)) {
   stats_.name = options.name;
@@ -106,9 +110,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
 Status DiskTier::Init() {
   const DiskTierConfig& c = options_.config;
   const std::string where = options_.name + " (" + c.path + ")";
-  if (c.capacity_bytes < file_bytes_) {
+  if (c.capacity_bytes < stored_bytes_) {
     return Status::InvalidArgument(where + ": capacityBytes=" + std::to_string(c.capacity_bytes) +
-                                   " holds no block file of " + std::to_string(file_bytes_) +
+                                   " holds no block of " + std::to_string(stored_bytes_) +
                                    " bytes");
   }
   std::error_code ec;
@@ -124,7 +128,7 @@ Status DiskTier::Init() {
     // Nobody else reads this tier and it never outlives us: its blocks need no names, and
     // one file of slots spares the file system a file per block (FORMAT.md, Slot file).
     Result<std::unique_ptr<SlotFile>> slots = SlotFile::Create(
-        TempPath("slots"), file_bytes_, c.capacity_bytes / file_bytes_, OpenFlags(0));
+        TempPath("slots"), stored_bytes_, c.capacity_bytes / stored_bytes_, OpenFlags(0));
     if (!slots.ok()) return Status::IOError(where + ": " + slots.status().message());
     slots_ = std::move(slots).value();
   } else {
@@ -132,7 +136,7 @@ Status DiskTier::Init() {
   }
 
   Result<std::unique_ptr<EvictionPolicy>> policy =
-      NewEvictionPolicy(options_.policy, std::max<size_t>(1, c.capacity_bytes / file_bytes_));
+      NewEvictionPolicy(options_.policy, std::max<size_t>(1, c.capacity_bytes / stored_bytes_));
   if (!policy.ok()) return policy.status();
   {
     MutexLock lock(&mu_);
@@ -247,7 +251,9 @@ Status DiskTier::Insert(const BlockKey& key, std::byte* file,
   // WriteFile settled the reservation: kept when our file (or another process's) holds the
   // bytes, given back otherwise.
   if (published.ok()) {
-    entries_.emplace(key, Entry{.slot = room.slot});
+    // A slot file keeps the payload's checksum here rather than in a trailer on disk.
+    const uint32_t crc = slots_ ? EncodedPayloadCrc(file, options_.block_bytes) : 0;
+    entries_.emplace(key, Entry{.at = {room.slot, crc}});
     if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
   } else {
     PolicyOn(PolicyCall::kRemove, key);
@@ -267,8 +273,8 @@ Status DiskTier::Reserve(Room* room) {
     }
     // Recovered blocks are counted at the size this format writes, so a write that fits goes
     // ahead before they are checked; other fingerprints' files were ordered at open.
-    if (ledger_->TryReserve(file_bytes_)) {
-      // The ledger holds at most capacity / file_bytes_ blocks: a slot is always free.
+    if (ledger_->TryReserve(stored_bytes_)) {
+      // The ledger holds at most capacity / stored_bytes_ blocks: a slot is always free.
       if (slots_) room->slot = slots_->Acquire();
       return Status::Ok();
     }
@@ -286,11 +292,11 @@ Status DiskTier::Reserve(Room* room) {
     if (victim) {
       Entry& entry = entries_[*victim];
       entry.evicting = true;
-      const uint64_t slot = entry.slot;
+      const SlotRef at = entry.at;
       ++stats_.evictions;
       ++evictions_in_flight_;
       mu_.Unlock();
-      Evict(*victim, slot);
+      Evict(*victim, at);
       mu_.Lock();
       --evictions_in_flight_;
       cv_.SignalAll();
@@ -307,14 +313,14 @@ Status DiskTier::Reserve(Room* room) {
   }
 }
 
-void DiskTier::Evict(const BlockKey& key, uint64_t slot) {
+void DiskTier::Evict(const BlockKey& key, SlotRef at) {
   Status result;
   bool taken = false;
   // The last tier drops its victims: reading one first would only cost a whole block of I/O.
   if (sink_) {
     AlignedBuffer buf = AllocAligned(file_bytes_);
     std::byte* dst = buf.get();
-    ReadFiles(std::span(&key, 1), slots_ ? std::span(&slot, 1) : std::span<const uint64_t>(),
+    ReadFiles(std::span(&key, 1), slots_ ? std::span(&at, 1) : std::span<const SlotRef>(),
               std::span(&dst, 1), std::span(&result, 1), {});
     taken = result.ok() && sink_(key, dst);
   }
@@ -357,8 +363,8 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
 
 void DiskTier::RemoveLocked(const BlockKey& key) {
   if (slots_) {
-    slots_->Release(entries_.at(key).slot);
-    ledger_->Free(file_bytes_, [] { return true; });
+    slots_->Release(entries_.at(key).at.slot);
+    ledger_->Free(stored_bytes_, [] { return true; });
     return ForgetLocked(key);
   }
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
@@ -402,7 +408,8 @@ void DiskTier::TimedWrite(IoOp* op) {
 Result<bool> DiskTier::WriteSlot(std::byte* file, uint64_t slot) {
   Status s = slots_->Allocate(slot);
   if (s.ok()) {
-    IoOp op{IoOp::Kind::kWrite, slots_->fd(), file, file_bytes_, slots_->Offset(slot), 0,
+    // The payload alone: the trailer's checksum stays in the index (Insert).
+    IoOp op{IoOp::Kind::kWrite, slots_->fd(), file, stored_bytes_, slots_->Offset(slot), 0,
             Status::Ok()};
     TimedWrite(&op);
     if (!op.status.ok()) {
@@ -415,7 +422,7 @@ Result<bool> DiskTier::WriteSlot(std::byte* file, uint64_t slot) {
   if (s.ok()) return true;
   // The slot holds no block now (perhaps half of one): it is free, and its bytes go back.
   slots_->Release(slot);
-  ledger_->Free(file_bytes_, [] { return true; });
+  ledger_->Free(stored_bytes_, [] { return true; });
   return s;
 }
 
@@ -479,7 +486,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
   return ErrnoStatus(err, "publish " + final_path);
 }
 
-void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_t> slots,
+void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef> at,
                          std::span<std::byte* const> dsts, std::span<Status> results,
                          const BlockRead& on_read) {
   std::vector<IoOp> ops;
@@ -487,8 +494,8 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!results[i].ok()) continue;
     if (slots_) {
-      ops.push_back(IoOp{IoOp::Kind::kRead, slots_->fd(), dsts[i], file_bytes_,
-                         slots_->Offset(slots[i]), 0, Status::Ok()});
+      ops.push_back(IoOp{IoOp::Kind::kRead, slots_->fd(), dsts[i], stored_bytes_,
+                         slots_->Offset(at[i].slot), 0, Status::Ok()});
       op_index.push_back(i);
       continue;
     }
@@ -517,9 +524,13 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_
       if (!slots_) ::close(ops[j].fd);
       const size_t i = op_index[j];
       bytes += ops[j].done;
-      results[i] = ops[j].status.ok() ? VerifyBlockFile(dsts[i], options_.block_bytes,
-                                                        options_.fingerprint, keys[i])
-                                      : ops[j].status;
+      if (!ops[j].status.ok()) {
+        results[i] = ops[j].status;
+      } else if (slots_) {
+        results[i] = VerifySlot(dsts[i], keys[i], at[i]);
+      } else {
+        results[i] = VerifyBlockFile(dsts[i], options_.block_bytes, options_.fingerprint, keys[i]);
+      }
       if (results[i].ok() && on_read) on_read(i);
     });
   }
@@ -528,6 +539,17 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_
   MutexLock lock(&mu_);
   stats_.bytes_read += bytes;
   stats_.read_ns += t1 - t0;
+}
+
+Status DiskTier::VerifySlot(std::byte* file, const BlockKey& key, SlotRef at) const {
+  // A slot written over by another block, half written or never written does not match the
+  // checksum the index kept for this one.
+  if (Crc32c(file, options_.block_bytes) != at.crc) {
+    return Status::Corruption("block " + key.ToHex() + ": payload checksum mismatch (slot " +
+                              std::to_string(at.slot) + " of " + slots_->path() + ")");
+  }
+  EncodeTrailer(file, options_.block_bytes, options_.fingerprint, key, at.crc);
+  return Status::Ok();
 }
 
 void DiskTier::Pin(std::span<const BlockKey> keys, std::span<Status> results) {
@@ -549,16 +571,16 @@ void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* c
                           std::span<Status> results, const BlockRead& on_read) {
   std::vector<bool> pinned(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pinned[i] = results[i].ok();
-  std::vector<uint64_t> slots;
+  std::vector<SlotRef> at;
   if (slots_) {
     // Pinned blocks stay where they are until unpinned.
-    slots.resize(keys.size());
+    at.resize(keys.size());
     MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (pinned[i]) slots[i] = entries_.at(keys[i]).slot;
+      if (pinned[i]) at[i] = entries_.at(keys[i]).at;
     }
   }
-  ReadFiles(keys, slots, dsts, results, on_read);
+  ReadFiles(keys, at, dsts, results, on_read);
   MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;

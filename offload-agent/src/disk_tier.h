@@ -104,8 +104,14 @@ class DiskTier {
   std::string Describe() const;
 
  private:
+  // Where a block is in the slot file and its payload's checksum, which the slot file does
+  // not hold (slot files only).
+  struct SlotRef {
+    uint64_t slot = 0;
+    uint32_t crc = 0;
+  };
   struct Entry {
-    uint64_t slot = 0;       // where it is in the slot file (slot files only)
+    SlotRef at;
     uint32_t pins = 0;       // reads in flight
     bool evicting = false;   // chosen as victim (unpinned then); being cascaded and removed
     bool doomed = false;     // found corrupt or gone; removed once pins drop to 0
@@ -136,9 +142,10 @@ class DiskTier {
   // Removes the oldest other fingerprint's file, if any is left; true when it did.
   bool EvictForeignLocked() REQUIRES(mu_);
   // Reads and verifies without touching the index (callers pin or own the entries); each
-  // block is verified as its read completes, while the others are in flight. slots[i]: where
-  // block i is (slot files only; empty otherwise).
-  void ReadFiles(std::span<const BlockKey> keys, std::span<const uint64_t> slots,
+  // block is verified as its read completes, while the others are in flight. at[i]: where
+  // block i is (slot files only; empty otherwise). Either way dsts[i] ends up a whole block
+  // file (payload and trailer).
+  void ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef> at,
                  std::span<std::byte* const> dsts, std::span<Status> results,
                  const BlockRead& on_read);
   // Where a new block is written: over an evicted block's file (its bytes still counted;
@@ -149,11 +156,14 @@ class DiskTier {
   };
   // Makes room for one block; mu_ is released while victims are cascaded.
   Status Reserve(Room* room) REQUIRES(mu_);
-  void Evict(const BlockKey& key, uint64_t slot);
+  void Evict(const BlockKey& key, SlotRef at);
   // True when this call published the file; false when another process had already.
   Result<bool> WriteFile(const BlockKey& key, std::byte* file, const Room& room);
   // The slot file's half of WriteFile; gives the slot and its bytes back when it fails.
   Result<bool> WriteSlot(std::byte* file, uint64_t slot);
+  // Checks a block read from its slot against the checksum kept for it, and puts its trailer
+  // back (the next tier and the caller take whole block files).
+  Status VerifySlot(std::byte* file, const BlockKey& key, SlotRef at) const;
   // Runs one write and counts its bytes and time.
   void TimedWrite(IoOp* op);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
@@ -170,6 +180,9 @@ class DiskTier {
 
   const DiskTierOptions options_;
   const size_t file_bytes_;
+  // What one block takes in this tier: a block file, or a slot (the payload rounded up to
+  // 4096: its trailer is rebuilt from memory on each read). The capacity counts these.
+  const size_t stored_bytes_;
   const std::string dir_;
   // Temp file names carry it (one syscall at open, not one per eviction).
   const std::string pid_ = std::to_string(::getpid());

@@ -469,6 +469,46 @@ TEST(EngineTest, WriteBackStopsAtItsBudgetAndNeedsAPersistentTier) {
   EXPECT_EQ(testing::FilesUnder(d1.path()), 0u);
 }
 
+// A page-sized block leaves no room for a trailer in its page: a slot holds the payload alone
+// (one page, not the two a block file takes), its checksum stays in memory, and a block read
+// from a slot is a whole block file again for the tier below (a file per block, verified there
+// when it is read back).
+TEST(EngineTest, SlotsHoldThePayloadAloneAndBlocksCascadeWhole) {
+  TempDir d0, d1;
+  constexpr size_t kPage = 4096;
+  EngineConfig c = Config(1, {Tier(d0.path(), 1), Tier(d1.path(), 8, /*persistent=*/true)});
+  c.block_bytes = kPage;
+  c.cpu_bytes = 2 * kPage;  // one pinned slot of payload + trailer page
+  c.tiers[0].capacity_bytes = 2 * kPage;  // two payload slots, one block file
+  auto e = Open(c);
+  std::vector<BlockKey> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<void*> ptrs;
+  for (uint64_t k = 0; k < 6; ++k) {
+    keys.push_back(Key(k));
+    data.push_back(testing::Pattern(keys.back(), kPage));
+  }
+  for (auto& d : data) ptrs.push_back(d.data());
+  for (size_t i = 0; i < keys.size(); ++i) {  // one at a time: a strict LRU cascade
+    Result<JobId> job = e->Store(std::span(&keys[i], 1), std::span(&ptrs[i], 1));
+    ASSERT_TRUE(job.ok() && e->Wait(*job).ok());
+  }
+  EngineStats s = e->Stats();
+  EXPECT_EQ(s.tiers[1].blocks, 2u) << "two blocks in two pages";
+  EXPECT_EQ(s.tiers[1].used_bytes, 2 * kPage);
+  EXPECT_EQ(std::filesystem::file_size(testing::SlotFileUnder(d0.path())), 2 * kPage);
+  EXPECT_EQ(s.tiers[2].blocks, 3u);
+  EXPECT_EQ(testing::FilesUnder(d1.path()), 3u);
+  for (auto& d : data) std::fill(d.begin(), d.end(), std::byte{0});
+  Result<JobId> job = e->Load(keys, ptrs);
+  ASSERT_TRUE(job.ok());
+  EXPECT_TRUE(e->Wait(*job).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(data[i], testing::Pattern(keys[i], kPage)) << "block " << i;
+  }
+  EXPECT_EQ(e->Stats().tiers[2].corrupt, 0u) << "the trailers made from memory verify";
+}
+
 TEST(EngineTest, NonPersistentTierStartsEmpty) {
   TempDir d0;
   Blocks b = Blocks::Make(0, 4);

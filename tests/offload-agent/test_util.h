@@ -232,26 +232,24 @@ inline std::string SlotFileUnder(const std::string& dir) {
   return "";
 }
 
-// Overwrites the first `bytes` payload bytes of the slot whose trailer names `key` (FORMAT.md:
-// the key at payload + 40, hi then lo, little-endian) in the slot file under `dir`, as a torn
-// or rotten write would leave them. False when no slot names the key.
+// Overwrites the first `bytes` bytes of the slot that holds `key`'s block (its payload is
+// Pattern(key, block_bytes): a slot holds the payload alone, rounded up to 4096) in the slot
+// file under `dir`, as a torn or rotten write would leave them. False when no slot holds it.
 inline bool DamageSlot(const std::string& dir, size_t block_bytes, const BlockKey& key,
                        size_t bytes = 2048) {
   const std::string path = SlotFileUnder(dir);
   const int fd = path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return false;
-  const size_t slot_bytes = (block_bytes + 64 + 4095) / 4096 * 4096;
+  const size_t slot_bytes = (block_bytes + 4095) / 4096 * 4096;
+  const std::vector<std::byte> want = Pattern(key, std::min<size_t>(block_bytes, 256));
+  std::vector<std::byte> got(want.size());
   struct stat st {};
   ::fstat(fd, &st);
   bool found = false;
   for (off_t off = 0; !found && off + static_cast<off_t>(slot_bytes) <= st.st_size;
        off += static_cast<off_t>(slot_bytes)) {
-    uint64_t named[2] = {};
-    if (::pread(fd, named, sizeof(named), off + static_cast<off_t>(block_bytes) + 40) !=
-        static_cast<ssize_t>(sizeof(named))) {
-      break;
-    }
-    if (named[0] == key.hi && named[1] == key.lo) {
+    if (::pread(fd, got.data(), got.size(), off) != static_cast<ssize_t>(got.size())) break;
+    if (got == want) {
       const std::vector<char> junk(bytes, '\xee');
       found = ::pwrite(fd, junk.data(), junk.size(), off) == static_cast<ssize_t>(junk.size());
     }
