@@ -153,42 +153,33 @@ def disk(d):
               *[f"    {r['command']}" for r in shown],
               *[f"    {r['fio_write_command']}" for r in shown],
               f"    {shown[0]['fio_read_command']}", ""]
-    if ("store", "empty") in missed:
-        lines += ["Why stores to an empty tier miss: every block becomes a new file (an O_TMPFILE "
-                  "written with O_DIRECT, then linked), so each pays the file system's allocation "
-                  "of an inode and data blocks, where fio writes one file. This machine's ext4 has "
-                  "no journal, and without one ext4 passes over every inode freed in the last "
-                  "minute when it allocates, looking each up in the inode table: the benchmark's "
-                  "own earlier runs free thousands of block files, so each new file costs far "
-                  "more CPU the more churn there was. In a profile of a 64 KiB fill (new files "
-                  "amid that churn) about half of all CPU samples were that scan "
-                  "(recently_deleted, find_inode_bit); small blocks pay it most often. A "
-                  "journalled ext4 does not scan: on one made on this disk (mkfs.ext4 defaults "
-                  "on a 3 GiB loop device with direct I/O), runs of the same commands one after "
-                  "another stored 64 KiB blocks to an empty tier at 0.56-0.68 GiB/s (fio "
-                  "0.92-1.01) and 256 KiB at 1.15-1.37 (fio 1.77-1.85), still short of the "
-                  "target by the cost of a new file per block. A tier leaves this state once it "
-                  "is full: from then on no store creates a file (next paragraph).", ""]
-    if ("store", "full") in missed:
-        lines += ["Stores to a full tier write over the files of the blocks they evict (renamed "
-                  "aside, overwritten in place, renamed to the new key; FORMAT.md, Reuse), so "
-                  "the file system allocates nothing, and the limit is fio writing over a file "
-                  "it wrote first. What is left per block is fixed work that fio does not do: "
-                  "two renames, an open and a close, and the engine's own hand-offs (device copy, "
-                  "pinned slot, cascade), which 64 KiB blocks (17 pages each) pay 32 times as "
-                  "often per byte as 2 MiB ones.", ""]
-    if any(what == "load" for what, _ in missed):
-        lines += ["Why loads miss where they do: a load verifies each block as its read completes "
-                  "and starts its copy to the device at once, and the clients keep `qd` blocks "
-                  "requested. From 256 KiB up the disk is the limit: during a 256 KiB load phase "
-                  "the process used a third of one core and the machine was 58% in I/O wait, and "
-                  "reading a file per block costs this disk nothing by itself (fio reading 1000 "
-                  "one-block files ran at 1.00-1.22 GiB/s against 0.84-1.04 for one file of the "
-                  "same bytes, back to back). What is left is fixed work per block (open, "
-                  "fstat, close, the index, the hand-offs between client, worker and device "
-                  "threads), which 64 KiB blocks pay 32 times as often per byte as 2 MiB ones. "
-                  "fio's own read figure moved between 0.9 and 1.8 GiB/s within the hour on this "
-                  "shared disk, so single runs are noisy; the figures are the best of three.", ""]
+    lines += ["The tier is an emptyDir tier, so its blocks live in one slot file (FORMAT.md, "
+              "Slot file): a store is one O_DIRECT write into a slot of a file that is "
+              "`fallocate`d 64 MiB at a time while the tier fills (as fio lays out its own file "
+              "before writing), a load one read of a slot; no file is created, renamed, opened "
+              "or closed per block. Each block moves its payload and a 4 KiB page for its "
+              "trailer (a 64 KiB block is 17 pages), and the figures count the payload only, "
+              "while fio moves exactly the block size.", ""]
+    slow = [(r, what) for r in d["rows"] for what in ("store", "load")
+            if r[f"{what}_ratio"] < 0.9 and "disk_write_us_per_block" in r["agent"]]
+    if slow:
+        parts = []
+        for r, what in slow:
+            a = r["agent"]
+            disk_us = a["disk_write_us_per_block" if what == "store" else "disk_read_us_per_block"]
+            flight_us = a[f"{what}_us_per_block_in_flight"]
+            limit = r["fio_write_gibps" if what == "store" else "fio_read_gibps"]
+            fio_us = d["qd"] * a["block_bytes"] / (limit * 2**30) * 1e6
+            parts.append(f"{what} {r['block_size']} {r['state']}: {disk_us:.0f} us of "
+                         f"{flight_us:.0f} (fio's: {fio_us:.0f} us each)")
+        lines += ["Where a cell misses, the time per block says where it goes: how long the "
+                  "block's disk transfer took (with its checksum) against how long its client "
+                  "had it in flight, and how long each of fio's transfers took at the same "
+                  "depth (depth x block size / fio's rate). The rest of the time in flight is "
+                  "the engine's own work per block (the index and policy, the checksum of a "
+                  "store, the copy to or from the device, waking the thread whose transfer "
+                  "finished), during which that block has no transfer queued; small blocks pay "
+                  "it most often per byte. " + "; ".join(parts) + ".", ""]
     return lines
 
 

@@ -89,8 +89,12 @@ def disk():
                 got, cmds[state] = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}",
                                          f"--qd={QD}", f"--total={DISK_TOTAL}", f"--state={state}")
                 best = agent.setdefault(state, got)
-                best["store_gibps"] = max(best["store_gibps"], got["store_gibps"])
-                best["load_gibps"] = max(best["load_gibps"], got["load_gibps"])
+                # Each direction's best run, with that run's time per block.
+                for what, disk_us in (("store", "disk_write_us_per_block"),
+                                      ("load", "disk_read_us_per_block")):
+                    if got[f"{what}_gibps"] > best[f"{what}_gibps"]:
+                        for key in (f"{what}_gibps", disk_us, f"{what}_us_per_block_in_flight"):
+                            best[key] = got[key]
             for state in ("empty", "full"):
                 w, fio_write_cmd[state] = fio("write", bs, overwrite=state == "full")
                 fio_write[state] = max(fio_write[state], w)
