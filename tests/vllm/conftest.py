@@ -52,9 +52,18 @@ def golden_kv_transfer_config(case: str) -> dict:
 
 
 def slot_bytes(block_bytes: int) -> int:
-    """What one engine block of block_bytes occupies in pinned RAM and on disk: payload plus
-    a 64-byte trailer, rounded up to 4 KiB (offload-agent/FORMAT.md)."""
+    """What one engine block of block_bytes occupies in pinned RAM and in a persistent or
+    shared disk tier (a file per block): payload plus a 64-byte trailer, rounded up to 4 KiB
+    (offload-agent/FORMAT.md)."""
     return -(-(block_bytes + 64) // 4096) * 4096
+
+
+def tier_block_bytes(block_bytes: int, kind: str) -> int:
+    """What one block occupies in a disk tier of this kind: an emptyDir or pvcSpec tier keeps
+    the payload alone in a slot, rounded up to 4 KiB (FORMAT.md, Slot file); a pvcRef tier a
+    block file."""
+    return -(-block_bytes // 4096) * 4096 if kind in ("emptyDir", "pvcSpec") else \
+        slot_bytes(block_bytes)
 
 
 def scaled_env(tmp_path, monkeypatch, block_bytes: int, persistent_only=False) -> dict[str, str]:

@@ -29,9 +29,9 @@ import urllib.request
 
 import pod_runner
 import tiny_model
-from conftest import AGENT_CASE, GOLDEN
+from conftest import AGENT_CASE, GOLDEN, slot_bytes, tier_block_bytes
 
-SLOT = -(-(tiny_model.BLOCK_BYTES + 64) // 4096) * 4096
+SLOT = slot_bytes(tiny_model.BLOCK_BYTES)
 CPU_SLOTS = 8
 # Per golden tier (emptyDir, pvcSpec, pvcRef): what each may hold, in blocks.
 TIER_SLOTS = [8, 8, 64]
@@ -44,7 +44,7 @@ def launch(pod, volumes, port, log):
     tiers = json.loads(env["KVOFFLOAD_TIERS"])
     assert [t["kind"] for t in tiers] == ["emptyDir", "pvcSpec", "pvcRef"], tiers
     for t, slots in zip(tiers, TIER_SLOTS):
-        t["capacityBytes"] = slots * SLOT
+        t["capacityBytes"] = slots * tier_block_bytes(tiny_model.BLOCK_BYTES, t["kind"])
     env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
     env["KVOFFLOAD_CPU_BYTES"] = str(CPU_SLOTS * SLOT)
     env.update(PATH=f"{pathlib.Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(log.parent),

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import tiny_model
-from test_real_engine import SLOT, disk_tier, model, run_engine  # noqa: F401 (fixture)
+from test_real_engine import DISK_SLOT, SLOT, disk_tier, model, run_engine  # noqa: F401 (fixture)
 
 README = pathlib.Path(__file__).resolve().parents[2] / "offload-agent" / "README.md"
 CPU_SLOTS = 8
@@ -109,16 +109,16 @@ def test_a_tier_filled_past_capacity_shows_its_evictions(run):
         STORED - CPU_SLOTS - DISK_BLOCKS
     assert exp.value("vllm:kvoffload_resident_blocks", tier="cpu") == CPU_SLOTS
     assert exp.value("vllm:kvoffload_resident_blocks", tier="disk0") == DISK_BLOCKS
-    for tier, blocks in (("cpu", CPU_SLOTS), ("disk0", DISK_BLOCKS)):
-        assert exp.value("vllm:kvoffload_capacity_bytes", tier=tier) == blocks * SLOT
-        assert exp.value("vllm:kvoffload_resident_bytes", tier=tier) == blocks * SLOT
+    for tier, blocks, slot in (("cpu", CPU_SLOTS, SLOT), ("disk0", DISK_BLOCKS, DISK_SLOT)):
+        assert exp.value("vllm:kvoffload_capacity_bytes", tier=tier) == blocks * slot
+        assert exp.value("vllm:kvoffload_resident_bytes", tier=tier) == blocks * slot
     # The same counts as the engine's own stats.
     cpu, disk = stats["tiers"]
     assert exp.value(evicted, tier="cpu", destination="disk0") == \
         cpu["evictions"] - cpu["dropped"]
     assert exp.value(evicted, tier="disk0", destination="dropped") == disk["dropped"]
     assert exp.value("vllm:kv_offload_tiering_write_bytes_total", tier="disk0") == \
-        disk["bytes_written"] == (STORED - CPU_SLOTS) * SLOT
+        disk["bytes_written"] == (STORED - CPU_SLOTS) * DISK_SLOT
     # Nothing was asked twice yet: no hit anywhere.
     for tier in ("cpu", "disk0"):
         assert exp.value("vllm:kv_offload_tiering_chunk_hits_total", tier=tier) == 0
@@ -142,7 +142,7 @@ def test_hits_equal_the_loads_and_bytes_equal_blocks_times_block_size(run):
     # Read from disk0: the loaded block files (block + trailer, 4 KiB aligned), on top of what
     # cascading to disk0 read before.
     read = "vllm:kv_offload_tiering_read_bytes_total"
-    assert exp.value(read, tier="disk0") - before.value(read, tier="disk0") == LOADED * SLOT
+    assert exp.value(read, tier="disk0") - before.value(read, tier="disk0") == LOADED * DISK_SLOT
     assert exp.value("vllm:kv_offload_tiering_read_time_total", tier="disk0") > 0
     # Each load job was timed; at least one per request.
     assert exp.value("vllm:kvoffload_load_duration_seconds_count") >= len(AGAIN)

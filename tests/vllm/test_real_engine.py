@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import tiny_model
+from conftest import slot_bytes, tier_block_bytes
 
 HERE = pathlib.Path(__file__).resolve().parent
 GPU_BLOCKS = 24
@@ -27,7 +28,9 @@ AGAIN = [[d, 1] for d in range(3)]
 STORED = DOCS * tiny_model.PREFIX_BLOCKS
 LOADED = len(AGAIN) * tiny_model.PREFIX_BLOCKS
 # A pinned slot and a block file: the block plus its 64-byte trailer, 4 KiB aligned.
-SLOT = -(-(tiny_model.BLOCK_BYTES + 64) // 4096) * 4096
+SLOT = slot_bytes(tiny_model.BLOCK_BYTES)
+# A block in an emptyDir tier's slot file: the payload alone, 4 KiB aligned.
+DISK_SLOT = tier_block_bytes(tiny_model.BLOCK_BYTES, "emptyDir")
 # With two tensor-parallel ranks each rank holds half the KV heads: half a block per slot.
 SHARD_SLOT = -(-(tiny_model.BLOCK_BYTES // 2 + 64) // 4096) * 4096
 
@@ -69,7 +72,10 @@ def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor
     return result
 
 
-def disk_tier(tmp_path, name, blocks, kind="emptyDir", slot=SLOT):
+def disk_tier(tmp_path, name, blocks, kind="emptyDir", slot=None):
+    """A tier that holds `blocks` blocks of `slot` bytes (by default what one block takes in
+    a tier of this kind)."""
+    slot = slot or tier_block_bytes(tiny_model.BLOCK_BYTES, kind)
     path = tmp_path / name
     path.mkdir(exist_ok=True)
     return {"path": str(path), "kind": kind, "capacityBytes": blocks * slot,
@@ -115,7 +121,7 @@ def test_loads_from_a_disk_tier(model, baseline, tmp_path):
     assert first["stats"]["tiers"][1]["blocks"] == STORED - 8
     disk = again["stats"]["tiers"][1]
     assert again["stats"]["loaded_blocks"] == LOADED
-    assert disk["bytes_read"] - first["stats"]["tiers"][1]["bytes_read"] == LOADED * SLOT
+    assert disk["bytes_read"] - first["stats"]["tiers"][1]["bytes_read"] == LOADED * DISK_SLOT
     assert disk["corrupt"] == 0 and disk["io_errors"] == 0
 
 

@@ -31,7 +31,8 @@ from vllm.v1.kv_offload.config import (
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from conftest import AGENT_CASE as CASE
-from conftest import golden_env, golden_kv_transfer_config, scaled_env, slot_bytes
+from conftest import (golden_env, golden_kv_transfer_config, scaled_env, slot_bytes,
+                      tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import engine_key
 from kvoffload.vllm import KVOffloadAgentSpec
@@ -446,7 +447,8 @@ def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
 def test_evictions_are_reported_as_removed_events(tmp_path, monkeypatch):
     scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     monkeypatch.setenv("KVOFFLOAD_TIERS", json.dumps([{
-        "path": str(tmp_path / "kv-cache-0"), "kind": "emptyDir", "capacityBytes": 2 * SLOT,
+        "path": str(tmp_path / "kv-cache-0"), "kind": "emptyDir",
+        "capacityBytes": 2 * tier_block_bytes(PAGE * TENSORS, "emptyDir"),
         "persistent": False, "shared": False}]))
     spec, manager, worker, _ = new_spec(agent_extra())
     try:
