@@ -339,7 +339,8 @@ class KVOffloadWorker(OffloadingWorker):
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec,
                     expedited: bool = False) -> bool:
         # The engine runs jobs in submission order on its workers; an expedited load is
-        # waited on right away by vLLM, which is all the priority it gets here.
+        # waited on right away by vLLM, and a job waited on before a worker took it runs on
+        # the waiting thread at once: that is the priority it gets here.
         assert isinstance(src_spec, KVOffloadLoadStoreSpec), src_spec
         return self._submit(job_id, src_spec, dst_spec.block_ids, is_store=False)
 
