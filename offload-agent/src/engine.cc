@@ -188,9 +188,9 @@ class EngineImpl final : public Engine {
     // Ours until we return: another thread's Poll or Wait may forget the job (erase it from
     // jobs_) between its wake-up and ours.
     const std::shared_ptr<JobRecord> record = it->second;
-    if (!record->started) {
-      // No worker has taken it yet: this thread runs it instead of sleeping until a worker
-      // has, which spares a wake-up of a worker and one of this thread per job.
+    if (!record->started && running_ < config_.worker_threads) {
+      // No worker has taken it yet, and one could: this thread runs it instead of sleeping
+      // until a worker has, which spares a wake-up of a worker and one of this thread.
       RunJob(*record, lock);
     }
     while (!record->done) record->finished.Wait();
@@ -284,13 +284,17 @@ class EngineImpl final : public Engine {
     CondVar finished;
   };
 
-  // Runs a job nobody has started, with jobs_mu_ released meanwhile.
+  // Runs a job nobody has started in a run slot, with jobs_mu_ released meanwhile.
   void RunJob(JobRecord& job, MutexLock& lock) REQUIRES(jobs_mu_) {
     job.started = true;
+    ++running_;
     std::function<Status()> fn = std::move(job.fn);
     lock.Unlock();
     Status s = fn();
     lock.Lock();
+    --running_;
+    // All: a woken worker may find its job taken by a waiter and leave the slot to another.
+    run_slot_free_.SignalAll();
     Finish(job, std::move(s));
   }
 
@@ -318,6 +322,9 @@ class EngineImpl final : public Engine {
     record->fn = std::move(fn);
     const bool queued = workers_->Push([this, record] {
       MutexLock start_lock(&jobs_mu_);
+      // Threads in Wait may hold run slots: the worker waits for one (or for a waiter to
+      // take this job) rather than run more jobs at once than the workers are.
+      while (!record->started && running_ >= config_.worker_threads) run_slot_free_.Wait();
       if (!record->started) RunJob(*record, start_lock);
     });
     if (!queued) return Status::Unavailable("engine is shutting down");
@@ -599,6 +606,10 @@ class EngineImpl final : public Engine {
   // Jobs not yet reported to a caller of Poll or Wait.
   std::map<JobId, std::shared_ptr<JobRecord>> jobs_ GUARDED_BY(jobs_mu_);
   JobId next_job_ GUARDED_BY(jobs_mu_) = 1;
+  // Jobs running now, on workers or on threads in Wait: never more than worker_threads, the
+  // bound a configuration sizes the pinned tier for (each running store reserves its slots).
+  size_t running_ GUARDED_BY(jobs_mu_) = 0;
+  CondVar run_slot_free_{&jobs_mu_};
   // Runs Store and Load jobs; started last in Init, stopped first in the destructor.
   std::unique_ptr<WorkQueue> workers_;
 };
