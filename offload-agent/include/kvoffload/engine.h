@@ -99,7 +99,8 @@ class KVOFFLOAD_EXPORT Engine {
   // NotFound. Several threads may poll or wait on one job: every Wait that began before the
   // job was forgotten returns its result, even when another thread's call returned it first.
   // Wait on a job that no worker has started yet runs it on the waiting thread (which would
-  // otherwise sleep until a worker is free, and be woken by it).
+  // otherwise sleep until a worker is free, and be woken by it), when fewer than
+  // worker_threads jobs are running: waiters and workers never run more jobs at once.
   virtual Result<bool> Poll(JobId job) = 0;
   virtual Status Wait(JobId job) = 0;
 
