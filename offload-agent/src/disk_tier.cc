@@ -53,6 +53,10 @@ bool SupportsTmpfileLink(const std::string& dir, int flags) {
   return ok;
 }
 
+// Whether a tier keeps its blocks in a slot file: one nobody else reads and that never outlives
+// its engine (FORMAT.md, Slot file).
+bool KeepsSlots(const DiskTierConfig& c) { return !c.persistent && !c.shared; }
+
 // Creates, writes, syncs and removes a file in `dir`. A tier on a read-only or broken file
 // system would otherwise open fine and drop every block pushed to it. A full one passes: a
 // persistent tier may be full of its own blocks at restart, and eviction makes room.
@@ -84,9 +88,8 @@ Status ProbeWritable(const std::string& dir) {
 DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
     : options_(options),
       file_bytes_(BlockFileBytes(options.block_bytes)),
-      stored_bytes_(options.config.persistent || options.config.shared
-                        ? file_bytes_
-                        : RoundUp(options.block_bytes, kBlockAlign)),
+      stored_bytes_(KeepsSlots(options.config) ? RoundUp(options.block_bytes, kBlockAlign)
+                                               : file_bytes_),
       dir_(FingerprintDir(options.config.path, options.fingerprint)),
       io_(std::move(io)) {
   stats_.name = options.name;
@@ -124,7 +127,7 @@ Status DiskTier::Init() {
     return Status::IOError(where + ": " + s.message() + "; the tier must be writable");
   }
   direct_ = SupportsODirect(dir_);
-  if (!c.persistent && !c.shared) {
+  if (KeepsSlots(c)) {
     // Nobody else reads this tier and it never outlives us: its blocks need no names, and
     // one file of slots spares the file system a file per block (FORMAT.md, Slot file).
     Result<std::unique_ptr<SlotFile>> slots = SlotFile::Create(
@@ -363,8 +366,7 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
 
 void DiskTier::RemoveLocked(const BlockKey& key) {
   if (slots_) {
-    slots_->Release(entries_.at(key).at.slot);
-    ledger_->Free(stored_bytes_, [] { return true; });
+    FreeSlot(entries_.at(key).at.slot);
     return ForgetLocked(key);
   }
   // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
@@ -421,9 +423,13 @@ Result<bool> DiskTier::WriteSlot(std::byte* file, uint64_t slot) {
   }
   if (s.ok()) return true;
   // The slot holds no block now (perhaps half of one): it is free, and its bytes go back.
+  FreeSlot(slot);
+  return s;
+}
+
+void DiskTier::FreeSlot(uint64_t slot) {
   slots_->Release(slot);
   ledger_->Free(stored_bytes_, [] { return true; });
-  return s;
 }
 
 Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Room& room) {

@@ -1,7 +1,8 @@
 // One disk tier: checksummed block files with an eviction policy and a capacity it never
 // exceeds. A private tier that starts empty keeps them as slots of one file (slot_file.h); a
 // persistent or shared one as a file per block, which outlives the process and other
-// processes can find by name (FORMAT.md). Evicted blocks are handed to a sink (the next tier, or dropped).
+// processes can find by name (FORMAT.md). Evicted blocks are handed to a sink (the next tier,
+// or dropped).
 // Thread-safe: one mutex guards the index; file I/O and the sink run outside it. Blocks being
 // read are pinned so that eviction skips them; no call ever waits for a pin to drop (the pin
 // holder may be a job waiting on this tier), which keeps the cascade deadlock-free.
@@ -27,7 +28,6 @@
 #include <vector>
 
 #include "capacity_ledger.h"
-#include "slot_file.h"
 #include "event_log.h"
 #include "hold_set.h"
 #include "kvoffload/block_key.h"
@@ -37,6 +37,7 @@
 #include "kvoffload/stats.h"
 #include "log_sink.h"
 #include "kvoffload/mutex.h"
+#include "slot_file.h"
 
 namespace kvoffload {
 
@@ -79,8 +80,8 @@ class DiskTier {
   bool Protected(const BlockKey& key);
 
   // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) into a free slot,
-  // or to a temp file that it publishes atomically, evicting to make room first. OK when the block is (now) here;
-  // ResourceExhausted when no room can be made; IOError on a failed write. The trailer must be
+  // or to a temp file that it publishes atomically, evicting to make room first. OK when the
+  // block is (now) here; ResourceExhausted when no room can be made; IOError on a failed write. The trailer must be
   // encoded, or `encode` given: it is called (once) only when the file is really written, so a
   // block already here costs no checksum.
   Status Insert(const BlockKey& key, std::byte* file, const std::function<void()>& encode = {});
@@ -164,6 +165,8 @@ class DiskTier {
   // Checks a block read from its slot against the checksum kept for it, and puts its trailer
   // back (the next tier and the caller take whole block files).
   Status VerifySlot(std::byte* file, const BlockKey& key, SlotRef at) const;
+  // Gives a slot and its bytes back (its block left the index, or never entered it).
+  void FreeSlot(uint64_t slot);
   // Runs one write and counts its bytes and time.
   void TimedWrite(IoOp* op);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.

@@ -64,9 +64,8 @@ Status SlotFile::Allocate(uint64_t slot) {
     if (errno != EOPNOTSUPP && errno != ENOSYS) {
       // Not room for a chunk: perhaps for this one slot. The next slot past it tries again.
       const int err = errno;
-      if (::fallocate(fd_, 0, static_cast<off_t>(Offset(slot)), static_cast<off_t>(slot_bytes_)) == 0) {
-        return Status::Ok();
-      }
+      const auto at = static_cast<off_t>(Offset(slot));
+      if (::fallocate(fd_, 0, at, static_cast<off_t>(slot_bytes_)) == 0) return Status::Ok();
       return ErrnoStatus(err, "allocate slot " + std::to_string(slot) + " of " + path_);
     }
     // A file system without fallocate (some network ones): the file grows sparse, and the

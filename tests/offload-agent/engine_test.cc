@@ -86,7 +86,8 @@ TEST(EngineTest, CascadesCpuToDisk0ToDisk1ThenDrops) {
     ASSERT_FALSE(slots.empty()) << d->path();
     EXPECT_EQ(testing::FilesUnder(d->path(), ".tmp"), 1u) << "the slot file alone";
     EXPECT_EQ(testing::FilesUnder(d->path()), 0u) << "no file per block";
-    EXPECT_LE(std::filesystem::file_size(slots), (d == &d0 ? 3 : 4) * BlockFileBytes(testing::kBlock));
+    EXPECT_LE(std::filesystem::file_size(slots),
+              (d == &d0 ? 3 : 4) * BlockFileBytes(testing::kBlock));
   }
   EXPECT_EQ(s.tiers[0].evictions, 10u);
   EXPECT_EQ(s.tiers[1].evictions, 7u);
