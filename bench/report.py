@@ -157,9 +157,9 @@ def disk(d):
               "Slot file): a store is one O_DIRECT write into a slot of a file that is "
               "`fallocate`d 64 MiB at a time while the tier fills (as fio lays out its own file "
               "before writing), a load one read of a slot; no file is created, renamed, opened "
-              "or closed per block. Each block moves its payload and a 4 KiB page for its "
-              "trailer (a 64 KiB block is 17 pages), and the figures count the payload only, "
-              "while fio moves exactly the block size.", ""]
+              "or closed per block. A slot holds the payload alone (its checksum stays in the "
+              "engine's index), so a block moves its size rounded up to 4 KiB, as fio's "
+              "transfers do.", ""]
     slow = [(r, what) for r in d["rows"] for what in ("store", "load")
             if r[f"{what}_ratio"] < 0.9 and "disk_write_us_per_block" in r["agent"]]
     if slow:

@@ -124,19 +124,13 @@ def build_llm(run: dict, engine_id: str | None = None):
 def exposition(llm, stats) -> str:
     """vLLM's Prometheus text once the connector's counters reached it. The scheduler hands
     vLLM the connector's stats at each step, and the last step of a request may come before
-    its stores finished: wait until the engines are idle, then step vLLM once more with a
-    request shorter than one block (nothing to look up, store or load) so that the scheduler
-    reports the engines' final counters."""
+    its stores finished: wait until the engines are idle (stats() returns once they settle),
+    then step vLLM once more with a request shorter than one block (nothing to look up, store
+    or load) so that the scheduler reports the engines' final counters."""
     from prometheus_client import REGISTRY, generate_latest
     from vllm import SamplingParams
 
-    last, same = None, 0
-    deadline = time.monotonic() + 30
-    while same < 3 and time.monotonic() < deadline:
-        now = stats()["rank_stats"]
-        same = same + 1 if now == last and all(s["queue_depth"] == 0 for s in now) else 0
-        last = now
-        time.sleep(0.1)
+    stats()
     llm.generate([{"prompt_token_ids": [1, 2, 3]}],
                  SamplingParams(max_tokens=1, temperature=0.0, detokenize=False),
                  use_tqdm=False)
