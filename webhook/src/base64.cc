@@ -1,9 +1,13 @@
 #include "webhook/base64.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace kvoffload::webhook {
 namespace {
@@ -11,7 +15,8 @@ namespace {
 // Every admission answer carries its patch in base64, and OpenSSL's EVP_EncodeBlock (which this
 // replaced) spent 10 instructions a byte on it: 30k of a KServe pod's admission and a quarter
 // of a small pod's. No faster encoder is packaged for Debian 12 (no simdutf, no aklomp/base64),
-// so this one writes two characters per lookup in a table of the 4096 12-bit values.
+// so this one uses SSSE3 where the CPU has it (every x86-64 server CPU since 2011) and
+// elsewhere writes two characters per lookup in a table of the 4096 12-bit values.
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 constexpr std::array<std::array<char, 2>, 4096> kPairs = [] {
@@ -22,14 +27,8 @@ constexpr std::array<std::array<char, 2>, 4096> kPairs = [] {
 
 void Put(char* at, uint64_t twelve_bits) { std::memcpy(at, kPairs[twelve_bits & 0xfff].data(), 2); }
 
-}  // namespace
-
-void AppendBase64(std::string& out, std::string_view data) {
-  const size_t at = out.size();
-  out.resize(at + 4 * ((data.size() + 2) / 3));
-  char* w = out.data() + at;
-  const auto* r = reinterpret_cast<const unsigned char*>(data.data());
-  size_t n = data.size();
+// Encodes the n bytes at r (n a multiple of 3) into w.
+void EncodeGroups(const unsigned char* r, size_t n, char* w) {
   // Six bytes a step, read as one big-endian word: eight are read, so two must follow.
   for (; n >= 8; n -= 6, r += 6, w += 8) {
     uint64_t x;
@@ -45,12 +44,81 @@ void AppendBase64(std::string& out, std::string_view data) {
     Put(w, x >> 12);
     Put(w + 2, x);
   }
+}
+
+#if defined(__x86_64__)
+// Wojciech Mula's SSSE3 encoding ("Base64 encoding with SIMD instructions", 2016): 12 bytes
+// become 16 characters per step, the 6-bit fields moved into bytes by a shuffle and two 16-bit
+// multiplies, and each field turned into its character by adding an offset that a 16-entry
+// shuffle table gives per alphabet range. A fifth of the table's cost per byte.
+// Encodes 12-byte steps of the n bytes at r while 16 are readable; returns the bytes done.
+__attribute__((target("ssse3"))) size_t EncodeSsse3(const unsigned char* r, size_t n,
+                                                    size_t readable, char* w) {
+  const __m128i spread = _mm_set_epi8(10, 11, 9, 10, 7, 8, 6, 7, 4, 5, 3, 4, 1, 2, 0, 1);
+  const __m128i offsets = _mm_setr_epi8('a' - 26, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+                                        '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+                                        '0' - 52, '+' - 62, '/' - 63, 'A', 0, 0);
+  size_t done = 0;
+  for (; n - done >= 12 && readable - done >= 16; done += 12, w += 16) {
+    const __m128i in = _mm_shuffle_epi8(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + done)), spread);
+    // Per 32-bit lane, fields a and c to the low six bits of bytes 0 and 2 (mulhi), b and d to
+    // bytes 1 and 3 (mullo).
+    const __m128i ac = _mm_mulhi_epu16(_mm_and_si128(in, _mm_set1_epi32(0x0fc0fc00)),
+                                       _mm_set1_epi32(0x04000040));
+    const __m128i bd = _mm_mullo_epi16(_mm_and_si128(in, _mm_set1_epi32(0x003f03f0)),
+                                       _mm_set1_epi32(0x01000010));
+    const __m128i fields = _mm_or_si128(ac, bd);
+    // Table index: 0 for 26-51 (a-z), 1-12 for 52-63 (digits, '+', '/'), 13 for 0-25 (A-Z).
+    __m128i index = _mm_subs_epu8(fields, _mm_set1_epi8(51));
+    index = _mm_or_si128(
+        index, _mm_and_si128(_mm_cmpgt_epi8(_mm_set1_epi8(26), fields), _mm_set1_epi8(13)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w),
+                     _mm_add_epi8(_mm_shuffle_epi8(offsets, index), fields));
+  }
+  return done;
+}
+
+const bool kHaveSsse3 = __builtin_cpu_supports("ssse3");
+#endif
+
+// Encodes the n bytes at r (a multiple of 3), of which `readable` may be read, into w.
+void Encode(const unsigned char* r, size_t n, size_t readable, char* w) {
+#if defined(__x86_64__)
+  if (kHaveSsse3) {
+    const size_t done = EncodeSsse3(r, n, readable, w);
+    r += done;
+    n -= done;
+    w += done / 3 * 4;
+  }
+#else
+  (void)readable;
+#endif
+  EncodeGroups(r, n, w);
+}
+
+}  // namespace
+
+void AppendBase64(std::string& out, std::string_view data) {
+  out.reserve(out.size() + 4 * ((data.size() + 2) / 3));
+  const auto* r = reinterpret_cast<const unsigned char*>(data.data());
+  size_t n = data.size();
+  // Through a buffer on the stack, appended a piece at a time: growing `out` first and writing
+  // in place would zero the whole answer before overwriting it.
+  constexpr size_t kGroups = 256;  // 768 bytes in (64 SIMD steps), 1 KiB out
+  std::array<char, 4 * kGroups> buf;
+  while (n >= 3) {
+    const size_t take = std::min(n / 3, kGroups) * 3;
+    Encode(r, take, n, buf.data());
+    out.append(buf.data(), take / 3 * 4);
+    r += take;
+    n -= take;
+  }
   if (n > 0) {
     const uint64_t x = (uint64_t{r[0]} << 16) | (n == 2 ? uint64_t{r[1]} << 8 : 0);
-    w[0] = kAlphabet[x >> 18];
-    w[1] = kAlphabet[(x >> 12) & 63];
-    w[2] = n == 2 ? kAlphabet[(x >> 6) & 63] : '=';
-    w[3] = '=';
+    const char tail[] = {kAlphabet[x >> 18], kAlphabet[(x >> 12) & 63],
+                         n == 2 ? kAlphabet[(x >> 6) & 63] : '=', '='};
+    out.append(tail, 4);
   }
 }
 

@@ -239,48 +239,55 @@ bool AnySpecial(uint64_t w) {
 
 void AppendJsonString(std::string& out, std::string_view s) {
   const size_t start = out.size();
-  out += '"';
+  // Written through a pointer into room for the worst case (every byte a 6-byte \u00XX, plus
+  // the quotes), then cut to size: the values we write are often JSON themselves (the tiers'
+  // env, the vLLM flag, the status annotation), a quote every few bytes, and two appends per
+  // escape were half of this function's cost.
+  out.resize(start + 2 + 6 * s.size());
+  char* w = out.data() + start;
+  *w++ = '"';
   bool ascii = true;
-  size_t run = 0;
-  size_t i = 0;
-  while (i < s.size()) {
-    if (i + 8 <= s.size()) {
-      uint64_t w = 0;
-      std::memcpy(&w, s.data() + i, 8);
-      if (!AnySpecial(w)) {
-        i += 8;
+  const char* r = s.data();
+  const char* const end = r + s.size();
+  while (r < end) {
+    if (end - r >= 8) {
+      uint64_t word = 0;
+      std::memcpy(&word, r, 8);
+      if (!AnySpecial(word)) {
+        std::memcpy(w, r, 8);
+        w += 8;
+        r += 8;
         continue;
       }
     }
-    for (const size_t end = std::min(s.size(), i + 8); i < end; ++i) {
-      const char e = kEscapes[static_cast<unsigned char>(s[i])];
-      if (e == 0) continue;
-      if (e == kHigh) {
-        ascii = false;
+    for (const char* const stop = std::min(end, r + 8); r < stop; ++r) {
+      const auto c = static_cast<unsigned char>(*r);
+      const char e = kEscapes[c];
+      if (e == 0 || e == kHigh) {
+        ascii = ascii && e == 0;
+        *w++ = static_cast<char>(c);
         continue;
       }
-      out.append(s.data() + run, i - run);
-      const char escaped[] = {'\\', e};
-      out.append(escaped, 2);
+      *w++ = '\\';
+      *w++ = e;
       if (e == 'u') {
         constexpr char kHex[] = "0123456789abcdef";
-        const auto c = static_cast<unsigned char>(s[i]);
-        const char digits[] = {'0', '0', kHex[c >> 4], kHex[c & 0xf]};
-        out.append(digits, 4);
+        *w++ = '0';
+        *w++ = '0';
+        *w++ = kHex[c >> 4];
+        *w++ = kHex[c & 0xf];
       }
-      run = i + 1;
     }
   }
+  *w++ = '"';
+  out.resize(static_cast<size_t>(w - out.data()));
   if (!ascii && !simdjson::validate_utf8(s.data(), s.size())) {
     // Rare (simdjson validated everything parsed; this is text from elsewhere): nlohmann's
     // own replacement of the bad bytes.
     out.resize(start);
     out += nlohmann::json(std::string(s))
                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return;
   }
-  out.append(s.data() + run, s.size() - run);
-  out += '"';
 }
 
 namespace {
@@ -351,19 +358,17 @@ std::string DumpJson(const nlohmann::json& value) {
   return out;
 }
 
-std::string EscapePointerToken(std::string_view token) {
-  std::string out;
-  out.reserve(token.size());
+void AppendPointerToken(std::string& pointer, std::string_view token) {
+  pointer += '/';
   for (char c : token) {
     if (c == '~') {
-      out += "~0";
+      pointer += "~0";
     } else if (c == '/') {
-      out += "~1";
+      pointer += "~1";
     } else {
-      out += c;
+      pointer += c;
     }
   }
-  return out;
 }
 
 std::string StringAt(const nlohmann::json& obj, std::string_view key) {

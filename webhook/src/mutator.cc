@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -25,7 +27,7 @@ std::string TierFieldPath(size_t i) {
 }
 
 // One step of a pointer walk: an object member, or an array element by decimal index.
-JsonView Child(const JsonView& node, const std::string& token) {
+JsonView Child(const JsonView& node, std::string_view token) {
   if (node.IsArray()) {
     size_t index = 0;
     for (char c : token) {
@@ -69,9 +71,13 @@ std::string EnvEntry(std::string_view name, std::string_view value) {
 // them as a DOM only to serialise and free it cost a tenth of an admission.
 class Patch {
  public:
+  // A KServe pod's patch is about 3 KB: growing the text from empty copied it eight times.
+  Patch() { ops_.reserve(4096); }
   // Values are JSON text.
-  void Add(std::string_view path, std::string_view value_json) {
-    Open("add", path);
+  void Add(std::string_view path, std::string_view value_json) { Add(path, "", value_json); }
+  // The path is `path` followed by `suffix` ("/-" to append to an array).
+  void Add(std::string_view path, std::string_view suffix, std::string_view value_json) {
+    Open("add", path, suffix);
     ops_ += value_json;
     ops_ += '}';
   }
@@ -82,26 +88,30 @@ class Patch {
   }
   // Sets root[path...][key] = value (JSON text), creating missing parent objects in a single
   // add: the API server's JSON patch fails an add whose parent is missing.
-  void SetMember(const JsonView& root, const std::vector<std::string>& path,
-                 const std::string& key, std::string_view value_json) {
+  void SetMember(const JsonView& root, std::initializer_list<std::string_view> path,
+                 std::string_view key, std::string_view value_json) {
     JsonView node = root;
     std::string pointer;
-    size_t depth = 0;
-    for (; depth < path.size(); ++depth) {
-      const JsonView next = Child(node, path[depth]);
+    const std::string_view* step = path.begin();
+    for (; step != path.end(); ++step) {
+      const JsonView next = Child(node, *step);
       // Arrays along the way are walked, never created: only objects are filled in.
       if (!next.IsObject() && !next.IsArray()) break;
       node = next;
-      pointer += "/" + EscapePointerToken(path[depth]);
+      AppendPointerToken(pointer, *step);
     }
-    if (depth == path.size()) {
-      Add(pointer + "/" + EscapePointerToken(key), value_json);
+    if (step == path.end()) {
+      AppendPointerToken(pointer, key);
+      Add(pointer, value_json);
       return;
     }
     // The missing objects, innermost first: {"key":value}, then {"path[i]":{...}}.
     std::string nested = ObjectText(key, value_json);
-    for (size_t i = path.size(); i-- > depth + 1;) nested = ObjectText(path[i], nested);
-    Add(pointer + "/" + EscapePointerToken(path[depth]), nested);
+    for (const std::string_view* inner = path.end() - 1; inner > step; --inner) {
+      nested = ObjectText(*inner, nested);
+    }
+    AppendPointerToken(pointer, *step);
+    Add(pointer, nested);
   }
   // The operations as a JSON array; "" when there are none.
   std::string Take() {
@@ -112,11 +122,15 @@ class Patch {
  private:
   // An operation up to its value, which the caller appends, then closes. Members come in the
   // order nlohmann's sorted objects gave them (op, path, value): the text earlier releases sent.
-  void Open(std::string_view op, std::string_view path) {
+  void Open(std::string_view op, std::string_view path, std::string_view suffix = "") {
     ops_ += ops_.empty() ? "[{\"op\":\"" : ",{\"op\":\"";
     ops_ += op;
     ops_ += "\",\"path\":";
     AppendJsonString(ops_, path);
+    if (!suffix.empty()) {
+      // Inside the path's closing quote; the suffixes ("/-") need no escaping.
+      ops_.insert(ops_.size() - 1, suffix);
+    }
     ops_ += ",\"value\":";
   }
 
@@ -129,28 +143,32 @@ class ArrayAppend {
  public:
   ArrayAppend(const JsonView& current, std::string path)
       : exists_(current.IsArray()), path_(std::move(path)) {}
-  // An item as JSON text.
-  void Push(std::string value_json) { items_.push_back(std::move(value_json)); }
+  // An item as JSON text, kept until Flush.
+  void Push(std::string value_json) { Borrow(owned_.emplace_back(std::move(value_json))); }
+  // An item as JSON text that outlives this object (the workload's FromSpec, a constant).
+  void Borrow(std::string_view value_json) { items_.push_back(value_json); }
   void Flush(Patch* patch) {
     if (items_.empty()) return;
     if (exists_) {
-      for (const std::string& item : items_) patch->Add(path_ + "/-", item);
+      for (std::string_view item : items_) patch->Add(path_, "/-", item);
     } else {
       std::string array = "[";
-      for (const std::string& item : items_) {
+      for (std::string_view item : items_) {
         if (array.size() > 1) array += ',';
         array += item;
       }
       array += ']';
-      patch->Add(path_, array);
+      patch->Add(path_, "", array);
     }
     items_.clear();
+    owned_.clear();
   }
 
  private:
   bool exists_;
   std::string path_;
-  std::vector<std::string> items_;  // JSON text
+  std::vector<std::string_view> items_;  // JSON text
+  std::deque<std::string> owned_;        // what Push kept (a deque never moves its elements)
 };
 
 // The agent's install step, as JSON text. It depends only on the agent image, which is one per
@@ -255,13 +273,14 @@ struct SpecDerived {
   Mode mode = Mode::kVllmNative;
   std::string container;
   std::string agent_image;
-  FromSpec derived;
+  std::shared_ptr<const FromSpec> derived;
 };
 
 // The pods of one workload share their FromSpec, and building it (the tiers' JSON, the
 // canonical spec and its SHA-256, the vLLM flag's JSON) was a quarter of a small pod's
 // admission: each thread keeps its last.
-const FromSpec& Derive(const MutationInput& in, Mode mode, const std::string& container) {
+std::shared_ptr<const FromSpec> Derive(const MutationInput& in, Mode mode,
+                                       const std::string& container) {
   thread_local std::optional<SpecDerived> last;
   if (last && last->mode == mode && last->container == container &&
       last->agent_image == in.options.agent_image && SameSpec(last->spec, in.spec) &&
@@ -274,11 +293,19 @@ const FromSpec& Derive(const MutationInput& in, Mode mode, const std::string& co
   d.mode = mode;
   d.container = container;
   d.agent_image = in.options.agent_image;
+  auto derived = std::make_shared<FromSpec>();
   const json tiers_env = TiersEnv(in.spec, in.pvcs);
-  d.derived.tiers_text = DumpJson(tiers_env);
-  d.derived.config_hash =
-      ConfigHash(in.spec, mode, container, tiers_env, in.options.agent_image);
-  d.derived.transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
+  derived->tiers_text = DumpJson(tiers_env);
+  derived->config_hash = ConfigHash(in.spec, mode, container, tiers_env, in.options.agent_image);
+  derived->transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
+  for (auto& [name, value] : std::initializer_list<std::pair<const char*, std::string>>{
+           {"KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value())},
+           {"KVOFFLOAD_EVICTION_POLICY",
+            in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy},
+           {"KVOFFLOAD_TIERS", derived->tiers_text},
+           {"KVOFFLOAD_CONFIG_HASH", derived->config_hash}}) {
+    derived->env.push_back({name, value, EnvEntry(name, value)});
+  }
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     const Tier& t = in.spec.secondary[i];
     json volume = {{"name", TierVolumeName(i)}};
@@ -296,11 +323,12 @@ const FromSpec& Derive(const MutationInput& in, Mode mode, const std::string& co
         volume["persistentVolumeClaim"] = {{"claimName", t.ref_name}};
         break;
     }
-    d.derived.tier_volumes.push_back(DumpJson(volume));
+    derived->tier_volumes.push_back(DumpJson(volume));
     json mount = {{"name", TierVolumeName(i)}, {"mountPath", TierMountPath(i)}};
     if (t.kind == TierKind::kPvcRef && !t.ref_path.empty()) mount["subPath"] = t.ref_path;
-    d.derived.tier_mounts.push_back(DumpJson(mount));
+    derived->tier_mounts.push_back(DumpJson(mount));
   }
+  d.derived = std::move(derived);
   last = std::move(d);
   return last->derived;
 }
@@ -541,7 +569,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   if (const std::string status = StringAt(annotations, kAnnotationStatus);
       !status.empty() && denials.empty()) {
     Result<json> parsed = ParseJson(status, kAnnotationStatus);
-    if (parsed.ok() && StringAt(*parsed, "configHash") == plan.from_spec.config_hash) {
+    if (parsed.ok() && StringAt(*parsed, "configHash") == plan.from_spec->config_hash) {
       plan.already_injected = true;
       plan.warnings.clear();
       return out;
@@ -613,7 +641,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const JsonView container = pod["spec"]["containers"].Elements()[c_index];
   const std::string& c_name = plan.container_name;
   const std::string c_path = "/spec/containers/" + std::to_string(c_index);
-  const std::string& hash = plan.from_spec.config_hash;
+  const std::string& hash = plan.from_spec->config_hash;
   const bool any_shared = plan.any_shared;
 
   Patch patch;
@@ -626,15 +654,16 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::vector<std::string> tier_paths;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     tier_paths.push_back(TierMountPath(i));
-    if (plan.add_tier_volume[i]) add_volumes.Push(plan.from_spec.tier_volumes[i]);
+    if (plan.add_tier_volume[i]) add_volumes.Borrow(plan.from_spec->tier_volumes[i]);
     if (!HasEntry(mounts, "mountPath", TierMountPath(i)) &&
         !HasEntry(mounts, "name", TierVolumeName(i))) {
-      add_mounts.Push(plan.from_spec.tier_mounts[i]);
+      add_mounts.Borrow(plan.from_spec->tier_mounts[i]);
     }
   }
 
   if (plan.ephemeral_request) {
-    patch.SetMember(pod, {"spec", "containers", std::to_string(c_index), "resources", "requests"},
+    const std::string index = std::to_string(c_index);
+    patch.SetMember(pod, {"spec", "containers", index, "resources", "requests"},
                     "ephemeral-storage", Quoted(plan.ephemeral_request->ToString()));
   }
 
@@ -644,8 +673,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         DumpJson({{"name", kAgentVolume}, {"emptyDir", json::object()}});
     static const std::string kMount = DumpJson(
         {{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
-    if (!HasEntry(volumes, "name", kAgentVolume)) add_volumes.Push(kVolume);
-    if (!HasEntry(mounts, "name", kAgentVolume)) add_mounts.Push(kMount);
+    if (!HasEntry(volumes, "name", kAgentVolume)) add_volumes.Borrow(kVolume);
+    if (!HasEntry(mounts, "name", kAgentVolume)) add_mounts.Borrow(kMount);
     const JsonView init = pod["spec"]["initContainers"];
     if (!HasEntry(init, "name", kAgentInitContainer)) {
       ArrayAppend add_init(init, "/spec/initContainers");
@@ -671,21 +700,21 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     return static_cast<size_t>(it - env_names.begin());
   };
   ArrayAppend add_env(env, c_path + "/env");
-  auto set_env = [&](const std::string& name, const std::string& value) {
+  // `entry_json`: the entry as JSON text, when the workload's FromSpec has it already.
+  auto set_env = [&](const std::string& name, const std::string& value,
+                     const std::string* entry_json = nullptr) {
     const std::optional<size_t> at = env_find(name);
     if (at && IsEnvEntry(env_items[*at], name, value)) return;
-    std::string entry = EnvEntry(name, value);
-    if (!at) {
-      add_env.Push(std::move(entry));
+    if (at) {
+      patch.Replace(c_path + "/env/" + std::to_string(*at),
+                    entry_json != nullptr ? *entry_json : EnvEntry(name, value));
+    } else if (entry_json != nullptr) {
+      add_env.Borrow(*entry_json);
     } else {
-      patch.Replace(c_path + "/env/" + std::to_string(*at), entry);
+      add_env.Push(EnvEntry(name, value));
     }
   };
-  set_env("KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value()));
-  set_env("KVOFFLOAD_EVICTION_POLICY",
-          in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy);
-  set_env("KVOFFLOAD_TIERS", plan.from_spec.tiers_text);
-  set_env("KVOFFLOAD_CONFIG_HASH", hash);
+  for (const FromSpec::Env& e : plan.from_spec->env) set_env(e.name, e.value, &e.entry);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
   if (any_shared && !env_find("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
   if (mode == Mode::kAgent) {
@@ -713,7 +742,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag;
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
-    const std::string& ours = plan.from_spec.transfer_config;
+    const std::string& ours = plan.from_spec->transfer_config;
     const std::optional<size_t> additional = env_find("VLLM_ADDITIONAL_ARGS");
     // The kubelet keeps the last entry of a repeated name, so that is the one vLLM reads.
     const auto last_additional =

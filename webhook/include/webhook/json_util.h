@@ -43,8 +43,8 @@ void AppendJson(std::string& out, const nlohmann::json& value);
 // The JSON string for `text` (quoted, escaped, as AppendJson writes strings) appended to `out`.
 void AppendJsonString(std::string& out, std::string_view text);
 
-// One RFC 6901 reference token: '~' -> "~0", '/' -> "~1".
-std::string EscapePointerToken(std::string_view token);
+// Appends '/' and one RFC 6901 reference token ('~' -> "~0", '/' -> "~1") to a JSON pointer.
+void AppendPointerToken(std::string& pointer, std::string_view token);
 
 // Reads a string member or returns "" (absent, null or not a string).
 std::string StringAt(const nlohmann::json& obj, std::string_view key);

@@ -8,6 +8,7 @@
 #define KVOFFLOAD_WEBHOOK_MUTATOR_H_
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,6 +112,15 @@ struct FromSpec {
   // Per tier: its volume and its container mount, as JSON text (added where missing).
   std::vector<std::string> tier_volumes;
   std::vector<std::string> tier_mounts;
+  // Our env variables that follow from the spec alone, in the order they are set, each with
+  // its entry {"name":...,"value":...} as JSON text: escaping the tiers' JSON into a string
+  // for every pod cost more than the rest of the env.
+  struct Env {
+    std::string name;
+    std::string value;
+    std::string entry;
+  };
+  std::vector<Env> env;
 };
 
 // What CheckMutation() settled for BuildPatch(): with it, building the patch cannot fail.
@@ -118,7 +128,7 @@ struct MutationPlan {
   Mode mode = Mode::kVllmNative;
   size_t container = 0;  // index of the target container in spec.containers
   std::string container_name;
-  FromSpec from_spec;
+  std::shared_ptr<const FromSpec> from_spec;  // shared by the pods of a workload, never null
   // Per tier: its volume is missing from the pod and is added (KServe may have rendered some).
   std::vector<bool> add_tier_volume;
   // The target container's ephemeral-storage request once the added emptyDir tiers count.
