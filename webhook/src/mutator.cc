@@ -298,7 +298,7 @@ std::shared_ptr<const FromSpec> Derive(const MutationInput& in, Mode mode,
   derived->tiers_text = DumpJson(tiers_env);
   derived->config_hash = ConfigHash(in.spec, mode, container, tiers_env, in.options.agent_image);
   derived->transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
-  for (auto& [name, value] : std::initializer_list<std::pair<const char*, std::string>>{
+  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::string>>{
            {"KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value())},
            {"KVOFFLOAD_EVICTION_POLICY",
             in.spec.eviction_policy.empty() ? "lru" : in.spec.eviction_policy},
