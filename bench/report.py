@@ -58,7 +58,9 @@ def webhook(w):
              "connections on one event-driven thread, latency from the time each request was due) "
              "at fixed rates, and at half our saturation rate against nginx too; pods without a "
              "mode annotation, so the server's --default-mode decides (agent, the default, or "
-             "vllm-native). Then tests/reliability/webhook_hostile.py: admissions on fresh "
+             "vllm-native). One admission's instructions: kvoffload-admission-cost (the server's "
+             "handler and allocator, no network) under callgrind, 201 admissions minus 101, over "
+             "100. Then tests/reliability/webhook_hostile.py: admissions on fresh "
              "connections (a TLS handshake each, 50/s for 5 s) while 1000 hostile connections of "
              "one kind are held open (reopened when cut off; request and idle deadlines 3 s).", ""]
     if w is None:
@@ -83,6 +85,14 @@ def webhook(w):
                          f"{limit} us" if judged else "", f"{r['p99_us'] / limit:.2f}" if judged else "",
                          f"p99 <= {limit // 1000} ms" if judged else "",
                          met(r["p99_us"] <= limit) if judged else ""])
+    instructions = w.get("instructions")
+    if instructions:
+        for name, n in instructions.items():
+            body = w["bodies"][name]["request_bytes"]
+            judged = name == "kserve"
+            rows.append([f"one admission, {name} pod ({body} B), callgrind", f"{n / 1000:.0f}k instructions",
+                         "150k" if judged else "", f"{n / 150000:.2f}" if judged else "",
+                         "< 150k" if judged else "", met(n < 150000) if judged else ""])
     rows.append(["ready after start", f"{w['ready_ms']:.0f} ms", "100 ms", f"{w['ready_ms'] / 100:.2f}",
                  "< 100 ms", met(w["ready_ms"] < 100)])
     peak_mib = w["rss_peak_kib"] / 1024
@@ -118,16 +128,17 @@ def webhook(w):
            "connection (16) and used a whole core at 20,000 req/s, so a queue built in the client "
            "before the server was busy; it now runs 64 connections on one Asio thread, about 0.55 "
            "of a core at that rate (its own CPU time is in webhook.json as client_cpu_s). Where "
-           "our tail is above nginx's at the same rate, the gap is the admission's hand-off: each "
+           "our tail is above nginx's at the same rate, the likeliest cause is the admission's "
+           "hand-off: each "
            "one moves from an I/O thread to a worker and back (about 2 context switches per "
            "request against nginx's 0.6). Answering on the I/O thread instead halved the switches "
            "and saved 12% of the server's CPU at 20,000 req/s, but the p99 at 26,000 req/s got "
            "worse (9-54 ms against 3-5 ms, alternating binaries), likely because while both I/O "
            "threads compute admissions no connection is read or written, so the worker pool "
-           "stays. Over three runs on 2026-12-03 (12 half-rate "
-           "rows) nginx's p99 was under 5 ms in 7 and ours in 1, so the target is missed by the "
-           "server, not only by the machine; the same runs gave GET /healthz 0.77-0.81 of nginx "
-           "with the transport unchanged since it measured 0.85 on 2026-12-02. "
+           "stays. Over four runs on 2026-12-03 (16 half-rate "
+           "rows) nginx's p99 was under 5 ms in 10 and ours in 1, so the target is missed by the "
+           "server, not only by the machine; the same runs gave GET /healthz 0.77-0.92 of nginx "
+           "with the transport unchanged (0.85 on 2026-12-02). "
            "The hostile rows measure the client's own handshake too, and on a loaded "
            "machine the prober (Python, sharing the 2 cores with 1000 hostile clients and the "
            "server) is itself starved: the count of admissions sent in 5 s shows how much. Client "

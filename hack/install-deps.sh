@@ -20,7 +20,7 @@ packages=(
 )
 # `install-deps.sh bench`: also the limits `make bench` measures against (never `make test`).
 if [[ "${1:-}" == bench ]]; then
-  packages+=(fio wrk nginx-light)
+  packages+=(fio wrk nginx-light valgrind)   # valgrind: callgrind counts an admission's instructions
 fi
 
 missing=()

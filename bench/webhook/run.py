@@ -2,7 +2,8 @@
 """Webhook benchmark: throughput at saturation against an nginx ceiling (same TLS, same client,
 same concurrency, a static answer of the same size) for both bodies in both modes (agent, the
 default, and vllm-native), latency percentiles at fixed rates from an open-loop client, time from
-start to ready, RSS idle and under load, then legitimate admissions under 1000 hostile connections
+start to ready, RSS idle and under load, one admission's instructions under callgrind
+(kvoffload-admission-cost), then legitimate admissions under 1000 hostile connections
 (tests/reliability/webhook_hostile.py: p99 per kind, RSS with 10000 idle connections).
 
 usage: run.py BUILD_DIR OUT_JSON   (prints a markdown report on stdout)
@@ -12,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import ssl
 import subprocess
 import sys
@@ -22,6 +24,7 @@ BUILD, OUT = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 WEBHOOK = os.path.join(BUILD, "webhook", "kv-offload-webhook")
 LOADGEN = os.path.join(BUILD, "bench", "kvoffload-loadgen")
+ADMISSION_COST = os.path.join(BUILD, "bench", "kvoffload-admission-cost")
 WRK_SECONDS = int(os.environ.get("BENCH_WRK_SECONDS", "10"))
 RATE_SECONDS = int(os.environ.get("BENCH_RATE_SECONDS", "10"))
 CONNECTIONS = 64
@@ -82,6 +85,25 @@ def loadgen(port, body_file, ca, rate):
     return json.loads(out.stdout)
 
 
+def admission_instructions(tmp):
+    """One admission's instructions per bench body under callgrind: the difference between 201
+    and 101 admissions, over 100, so the one-time set-up cancels out."""
+    if shutil.which("valgrind") is None:
+        log("valgrind not installed: admission instructions not measured")
+        return None
+    out = {}
+    for name in ("small", "kserve"):
+        counts = []
+        for n in (101, 201):
+            run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                                  ADMISSION_COST, f"{tmp}/{name}.json", str(n)],
+                                 capture_output=True, text=True, check=True)
+            counts.append(int(re.search(r"Collected : (\d+)", run.stderr).group(1)))
+        out[name] = (counts[1] - counts[0]) // 100
+        log(f"{name}: {out[name]} instructions per admission (callgrind)")
+    return out
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="kvoffload-bench-")
     cert, key, ca = f"{tmp}/tls.crt", f"{tmp}/tls.key", f"{tmp}/tls.crt"
@@ -94,6 +116,7 @@ def main():
     results = {"bodies": {}}
     for mode in ("agent", "vllm-native"):
         measure_mode(mode, tmp, cert, key, ca, port, nginx_port, results)
+    results["instructions"] = admission_instructions(tmp)
     hostile = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tests", "reliability",
                                                            "webhook_hostile.py"), WEBHOOK,
                               "--hostile", "1000", "--rate", "50", "--seconds", "5", "--idle", "10000"],
