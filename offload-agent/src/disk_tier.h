@@ -81,9 +81,9 @@ class DiskTier {
 
   // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) into a free slot,
   // or to a temp file that it publishes atomically, evicting to make room first. OK when the
-  // block is (now) here; ResourceExhausted when no room can be made; IOError on a failed write. The trailer must be
-  // encoded, or `encode` given: it is called (once) only when the file is really written, so a
-  // block already here costs no checksum.
+  // block is (now) here; ResourceExhausted when no room can be made; IOError on a failed
+  // write. The trailer must be encoded, or `encode` given: it is called (once) only when the
+  // file is really written, so a block already here costs no checksum.
   Status Insert(const BlockKey& key, std::byte* file, const std::function<void()>& encode = {});
 
   // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
