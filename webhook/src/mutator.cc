@@ -298,6 +298,9 @@ std::shared_ptr<const FromSpec> Derive(const MutationInput& in, Mode mode,
   derived->tiers_text = DumpJson(tiers_env);
   derived->config_hash = ConfigHash(in.spec, mode, container, tiers_env, in.options.agent_image);
   derived->transfer_config = DumpJson(KvTransferConfig(in.spec, mode));
+  derived->flag_argument = FlagArgument(FlagRoute::kArgs, derived->transfer_config);
+  derived->flag_argument_for_eval =
+      FlagArgument(FlagRoute::kArgsForEval, derived->transfer_config);
   for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::string>>{
            {"KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value())},
            {"KVOFFLOAD_EVICTION_POLICY",
@@ -775,7 +778,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       vllm_flag = "not-injected";
       vllm_flag_reason = kFlagReasonLaunchDropsArgs;
     } else {
-      std::vector<std::string> extra = {FlagArgument(launch.route, ours)};
+      const bool for_eval = launch.route == FlagRoute::kArgsForEval ||
+                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
+      std::vector<std::string> extra = {for_eval ? plan.from_spec->flag_argument_for_eval
+                                                 : plan.from_spec->flag_argument};
       if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
         extra.push_back("--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds));
         const std::optional<int64_t> grace = pod["spec"]["terminationGracePeriodSeconds"].Int();

@@ -109,6 +109,10 @@ struct FromSpec {
   std::string tiers_text;       // the KVOFFLOAD_TIERS value (TiersEnv), as JSON text
   std::string config_hash;      // ConfigHash
   std::string transfer_config;  // our --kv-transfer-config value (KvTransferConfig), as text
+  // The flag with that value as each launch route passes it (FlagArgument): as it is (kArgs,
+  // kAdditionalArgsEnv) and shell-quoted for a script that evals it (the *ForEval routes).
+  std::string flag_argument;
+  std::string flag_argument_for_eval;
   // Per tier: its volume and its container mount, as JSON text (added where missing).
   std::vector<std::string> tier_volumes;
   std::vector<std::string> tier_mounts;
