@@ -9,7 +9,9 @@
 //   threads, each keeping one job in flight: one-block store jobs (a disk write per eviction)
 //   and, by default, one-block load jobs. --load-batch / --load-jobs give other load shapes
 //   (--load-batch=8 --load-jobs=1 is one 8-block job at a time, whose queue drains to
-//   nothing at the end of every job, which fio's never does).
+//   nothing at the end of every job, which fio's never does). --store-batch / --store-jobs do
+//   the same for stores: --store-batch=8 --store-jobs=1 is how vLLM stores, a step's new
+//   blocks in one job, whose evictions are written to disk together.
 //   --state=empty times an empty tier; --state=full the steady state of a tier that serves
 //   traffic: the tier holds exactly the blocks of one pass and is filled by an untimed pass
 //   first, so every timed store evicts a block from disk, and the loads read a full tier.
@@ -127,12 +129,14 @@ int RunDisk(Flags& flags) {
   const std::string io = flags.GetString("disk-io", "auto");
   const size_t load_batch = flags.GetU64("load-batch", 1);
   const size_t load_jobs = flags.GetU64("load-jobs", qd);
+  const size_t store_batch = flags.GetU64("store-batch", 1);
+  const size_t store_jobs = flags.GetU64("store-jobs", qd);
   const std::string state = flags.GetString("state", "empty");
   if (!flags.Done("disk")) return 2;
   if (dir_flag.empty() || block == 0 || qd == 0 || load_batch == 0 || load_jobs == 0 ||
-      (state != "empty" && state != "full")) {
-    std::cerr << "kvoffload-bench disk: --dir is required; --block-size, --qd, --load-batch and "
-                 "--load-jobs > 0; --state is empty or full\n";
+      store_batch == 0 || store_jobs == 0 || (state != "empty" && state != "full")) {
+    std::cerr << "kvoffload-bench disk: --dir is required; --block-size, --qd, --load-batch, "
+                 "--load-jobs, --store-batch and --store-jobs > 0; --state is empty or full\n";
     return 2;
   }
   const bool full = state == "full";
@@ -154,7 +158,7 @@ int RunDisk(Flags& flags) {
   Result<std::unique_ptr<Engine>> engine = Engine::Open(config);
   if (!engine.ok()) return Fail("disk", engine.status());
   std::fprintf(stderr, "[kvoffload-bench] %s\n", (*engine)->Describe().c_str());
-  DeviceBuffer dev(std::max(qd, load_jobs * load_batch) * block);
+  DeviceBuffer dev(std::max({qd, load_jobs * load_batch, store_jobs * store_batch}) * block);
 
   // Full: round 0 fills the disk tier (and the pinned one); the timed round 1 evicts it.
   const uint64_t round = full ? 1 : 0;
@@ -164,7 +168,8 @@ int RunDisk(Flags& flags) {
     if (!fill.ok()) return Fail("disk", fill.status());
   }
   const TierStats before = (*engine)->Stats().tiers.at(1);
-  Result<uint64_t> store_ns = RunJobs(**engine, true, round, 0, n, 1, qd, dev, block, "disk store");
+  Result<uint64_t> store_ns =
+      RunJobs(**engine, true, round, 0, n, store_batch, store_jobs, dev, block, "disk store");
   if (!store_ns.ok()) return Fail("disk", store_ns.status());
   // Blocks the timed stores wrote to disk (the last ones stored are still only pinned).
   const TierStats after = (*engine)->Stats().tiers.at(1);

@@ -33,13 +33,29 @@ bool CpuTier::Protected(const BlockKey& key) {
   return it != entries_.end() && it->second.state == State::kResident;
 }
 
-Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position) {
+Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position,
+                                         Victims* deferred) {
   MutexLock lock(&mu_);
   if (entries_.contains(key)) {
     return Status::AlreadyExists("block " + key.ToHex() + " is already in the cpu tier");
   }
   entries_.emplace(key, Entry{});
   policy_->OnInsertAt(key, position);
+  return PlaceLocked(key, lock, deferred);
+}
+
+Result<std::byte*> CpuTier::Place(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  return PlaceLocked(key, lock, nullptr);
+}
+
+void CpuTier::Demote(Victims& victims) {
+  MutexLock lock(&mu_);
+  DemoteLocked(victims, lock);
+}
+
+Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
+                                        Victims* deferred) {
   // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
   auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
     const Entry& e = entries_.at(k);
@@ -48,7 +64,8 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position) 
   while (free_.empty()) {
     std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
     if (!victim) {
-      if (evictions_in_flight_ > 0) {
+      // Our own deferred victims count as in flight, but only we can demote them.
+      if (evictions_in_flight_ > 0 && (deferred == nullptr || deferred->empty())) {
         cv_.Wait();
         continue;
       }
@@ -57,33 +74,57 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position) 
       return Status::ResourceExhausted("all " + std::to_string(slot_count_) +
                                        " pinned host slots are in use by copies in flight or held for loads");
     }
-    Entry& v = entries_.at(*victim);
-    v.state = State::kEvicting;
-    ++stats_.evictions;
-    ++evictions_in_flight_;
-    const size_t slot = v.slot;
-    lock.Unlock();
-    // Pins only block slot reuse, not the demotion: readers and the disk write both only read.
-    const bool taken = sink_ && sink_(*victim, SlotPtr(slot));
-    lock.Lock();
-    // Recorded after the sink's own "entered disk0": a reader of the feed never sees the block
-    // in no tier while it moves down.
-    if (events_) events_->Record(*victim, kTierCpu, /*removed=*/true);
-    if (!taken) ++stats_.dropped;
-    Entry& demoted = entries_.at(*victim);
-    if (demoted.pins == 0) {
-      entries_.erase(*victim);
-      free_.push_back(slot);
-    } else {
-      demoted.state = State::kZombie;  // a copy still reads it; Unpin frees the slot
+    if (deferred != nullptr) {
+      deferred->push_back(Evicting(*victim));
+      return nullptr;
     }
-    --evictions_in_flight_;
-    cv_.SignalAll();
+    Victims one{Evicting(*victim)};
+    DemoteLocked(one, lock);
   }
   Entry& e = entries_.at(key);
   e.slot = free_.back();
   free_.pop_back();
   return SlotPtr(e.slot);
+}
+
+CpuTier::Victim CpuTier::Evicting(const BlockKey& key) {
+  Entry& v = entries_.at(key);
+  v.state = State::kEvicting;
+  ++stats_.evictions;
+  ++evictions_in_flight_;
+  return Victim{key, v.slot};
+}
+
+void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock) {
+  if (victims.empty()) return;
+  std::vector<BlockKey> keys;
+  std::vector<std::byte*> slots;
+  for (const Victim& v : victims) {
+    keys.push_back(v.key);
+    slots.push_back(SlotPtr(v.slot));
+  }
+  std::unique_ptr<bool[]> taken(new bool[victims.size()]());
+  lock.Unlock();
+  // Pins only block slot reuse, not the demotion: readers and the disk write both only read.
+  if (sink_) sink_(keys, slots, std::span(taken.get(), victims.size()));
+  lock.Lock();
+  for (size_t i = 0; i < victims.size(); ++i) {
+    const BlockKey& key = victims[i].key;
+    // Recorded after the sink's own "entered disk0": a reader of the feed never sees the block
+    // in no tier while it moves down.
+    if (events_) events_->Record(key, kTierCpu, /*removed=*/true);
+    if (!taken[i]) ++stats_.dropped;
+    Entry& demoted = entries_.at(key);
+    if (demoted.pins == 0) {
+      entries_.erase(key);
+      free_.push_back(victims[i].slot);
+    } else {
+      demoted.state = State::kZombie;  // a copy still reads it; Unpin frees the slot
+    }
+    --evictions_in_flight_;
+  }
+  victims.clear();
+  cv_.SignalAll();
 }
 
 void CpuTier::CommitInsert(const BlockKey& key, bool keep_pinned) {

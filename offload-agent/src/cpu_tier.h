@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -26,9 +27,16 @@ namespace kvoffload {
 
 class CpuTier {
  public:
-  // Receives an evicted block: its slot (payload + room for the trailer), valid during the call.
-  // Returns whether a lower tier took it (false: the block is dropped and counted).
-  using EvictSink = std::function<bool(const BlockKey& key, std::byte* slot)>;
+  // Receives evicted blocks: their slots (payload + room for the trailer), valid during the
+  // call. Sets taken[i] when a lower tier took block i (false: it is dropped and counted).
+  using EvictSink = std::function<void(std::span<const BlockKey> keys,
+                                       std::span<std::byte* const> slots, std::span<bool> taken)>;
+  // Victims chosen but not demoted yet (BeginInsert with a list; Demote sends them down).
+  struct Victim {
+    BlockKey key;
+    size_t slot;
+  };
+  using Victims = std::vector<Victim>;
 
   // REQUIRES: pool->size() >= one slot; policy sized for pool->size() / slot bytes.
   // holds (blocks never chosen as victims) and events (residency feed) may be null; both
@@ -53,8 +61,20 @@ class CpuTier {
   // CommitInsert. AlreadyExists when the key is known here (resident, being inserted, or
   // evicted but its slot still pinned); ResourceExhausted when every slot is pinned.
   // position: the block's place in the chain being stored, for the policy (OnInsertAt).
+  //
+  // With `deferred`, a block that needs a victim does not wait for its demotion: the victim is
+  // added to the list and the block gets no slot yet (nullptr); the caller sends the list down
+  // with Demote and then takes the slots with Place. A caller with deferred victims never waits
+  // here for other demotions (ResourceExhausted instead: demote first, then retry), so they
+  // cannot wait on it.
   Result<std::byte*> BeginInsert(const BlockKey& key,
-                                 uint32_t position = EvictionPolicy::kUnknownPosition);
+                                 uint32_t position = EvictionPolicy::kUnknownPosition,
+                                 Victims* deferred = nullptr);
+  // Demotes the victims together (one call of the sink) and frees their slots.
+  void Demote(Victims& victims);
+  // A slot for a block that BeginInsert left without one, evicting (now) as needed.
+  // ResourceExhausted when every slot is pinned: the block is then forgotten.
+  Result<std::byte*> Place(const BlockKey& key);
   // Publishes the block; with keep_pinned the caller holds a pin to release with Unpin.
   void CommitInsert(const BlockKey& key, bool keep_pinned);
   void AbortInsert(const BlockKey& key);
@@ -90,6 +110,14 @@ class CpuTier {
   };
 
   std::byte* SlotPtr(size_t slot) const { return pool_->data() + slot * slot_bytes_; }
+  // Gives `key` (being inserted, no slot yet) a free slot, evicting as BeginInsert says.
+  Result<std::byte*> PlaceLocked(const BlockKey& key, MutexLock& lock, Victims* deferred)
+      REQUIRES(mu_);
+  // Marks a victim as being demoted.
+  Victim Evicting(const BlockKey& key) REQUIRES(mu_);
+  // Runs the sink with mu_ released, then frees the victims' slots (or leaves them to the last
+  // Unpin).
+  void DemoteLocked(Victims& victims, MutexLock& lock) REQUIRES(mu_);
 
   const std::unique_ptr<PinnedRegion> pool_;
   const size_t slot_bytes_;

@@ -225,46 +225,86 @@ bool DiskTier::Contains(const BlockKey& key) {
 
 Status DiskTier::Insert(const BlockKey& key, std::byte* file,
                         const std::function<void()>& encode) {
+  Status result;
+  InsertBatch(std::span(&key, 1), std::span(&file, 1),
+              encode ? BlockEncoder([&encode](size_t) { encode(); }) : BlockEncoder(),
+              std::span(&result, 1));
+  return result;
+}
+
+void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* const> files,
+                           const BlockEncoder& encode, std::span<Status> results) {
+  std::vector<size_t> todo;  // the blocks this call writes, with their rooms
+  std::vector<Room> rooms;
   MutexLock lock(&mu_);
-  if (auto it = entries_.find(key); it != entries_.end()) {
-    if (!it->second.evicting && !it->second.doomed) return Status::Ok();  // already here
-    // The old copy is leaving. Waiting for it could wait on a job that waits on us, so this
-    // copy is given up (the caller counts it as dropped).
-    return Status::Unavailable("block " + key.ToHex() + " is being removed from " +
-                               options_.name);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const BlockKey& key = keys[i];
+    results[i] = Status::Ok();
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      if (!it->second.evicting && !it->second.doomed) continue;  // already here
+      // The old copy is leaving. Waiting for it could wait on a job that waits on us, so this
+      // copy is given up (the caller counts it as dropped).
+      results[i] = Status::Unavailable("block " + key.ToHex() + " is being removed from " +
+                                       options_.name);
+      continue;
+    }
+    if (inserting_.contains(key)) continue;  // another thread (or this batch) is writing it
+    inserting_.insert(key);
+    PolicyOn(PolicyCall::kInsert, key);
+    Room room;
+    if (Status s = Reserve(&room); !s.ok()) {
+      ++stats_.refused;  // every file of ours is pinned, held or being evicted
+      inserting_.erase(key);
+      PolicyOn(PolicyCall::kRemove, key);
+      NoteWrite(s, /*no_victim=*/true);
+      cv_.SignalAll();
+      results[i] = s;
+      continue;
+    }
+    todo.push_back(i);
+    rooms.push_back(std::move(room));
   }
-  if (inserting_.contains(key)) return Status::Ok();  // another thread is writing it now
-  inserting_.insert(key);
-  PolicyOn(PolicyCall::kInsert, key);
-  Room room;
-  Status s = Reserve(&room);
-  if (!s.ok()) {
-    ++stats_.refused;  // every file of ours is pinned, held or being evicted
-    inserting_.erase(key);
-    PolicyOn(PolicyCall::kRemove, key);
-    NoteWrite(s, /*no_victim=*/true);
-    cv_.SignalAll();
-    return s;
-  }
+  if (todo.empty()) return;
   lock.Unlock();
-  if (encode) encode();
-  Result<bool> published = WriteFile(key, file, room);
-  lock.Lock();
-  inserting_.erase(key);
-  // WriteFile settled the reservation: kept when our file (or another process's) holds the
-  // bytes, given back otherwise.
-  if (published.ok()) {
-    // A slot file keeps the payload's checksum here rather than in a trailer on disk.
-    const uint32_t crc = slots_ ? EncodedPayloadCrc(file, options_.block_bytes) : 0;
-    entries_.emplace(key, Entry{.at = {room.slot, crc}});
-    if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
-  } else {
-    PolicyOn(PolicyCall::kRemove, key);
-    ++stats_.io_errors;
+  if (encode) {
+    for (size_t i : todo) encode(i);
   }
-  NoteWrite(published.status());
+  // Written together: a store job's evictions keep as many writes in flight as it has blocks,
+  // instead of one at a time on the job's thread.
+  std::vector<Result<bool>> published;
+  if (slots_) {
+    std::vector<std::byte*> slot_files;
+    std::vector<uint64_t> slot_numbers;
+    for (size_t j = 0; j < todo.size(); ++j) {
+      slot_files.push_back(files[todo[j]]);
+      slot_numbers.push_back(rooms[j].slot);
+    }
+    published = WriteSlots(slot_files, slot_numbers);
+  } else {
+    for (size_t j = 0; j < todo.size(); ++j) {
+      published.push_back(WriteFile(keys[todo[j]], files[todo[j]], rooms[j]));
+    }
+  }
+  lock.Lock();
+  for (size_t j = 0; j < todo.size(); ++j) {
+    const size_t i = todo[j];
+    const BlockKey& key = keys[i];
+    inserting_.erase(key);
+    // The write settled the reservation: kept when our file (or another process's) holds the
+    // bytes, given back otherwise.
+    if (published[j].ok()) {
+      // A slot file keeps the payload's checksum here rather than in a trailer on disk.
+      const uint32_t crc = slots_ ? EncodedPayloadCrc(files[i], options_.block_bytes) : 0;
+      entries_.emplace(key, Entry{.at = {rooms[j].slot, crc}});
+      if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/false);
+    } else {
+      PolicyOn(PolicyCall::kRemove, key);
+      ++stats_.io_errors;
+    }
+    NoteWrite(published[j].status());
+    results[i] = published[j].status();
+  }
   cv_.SignalAll();
-  return published.status();
 }
 
 Status DiskTier::Reserve(Room* room) {
@@ -398,33 +438,53 @@ std::string DiskTier::TempPath(std::string_view stem) const {
          std::to_string(counter.fetch_add(1)) + ".tmp";
 }
 
-void DiskTier::TimedWrite(IoOp* op) {
+void DiskTier::TimedWrite(std::span<IoOp> ops) {
+  // Each op's own time to completion: the figure is per block, as with one write at a time.
   const uint64_t t0 = NowNs();
-  io_->Execute(std::span(op, 1));
-  const uint64_t t1 = NowNs();
+  uint64_t ns = 0;
+  io_->ExecuteEach(ops, [&](size_t) { ns += NowNs() - t0; });
+  uint64_t bytes = 0;
+  for (const IoOp& op : ops) bytes += op.done;
   MutexLock lock(&mu_);
-  stats_.bytes_written += op->done;
-  stats_.write_ns += t1 - t0;
+  stats_.bytes_written += bytes;
+  stats_.write_ns += ns;
 }
 
-Result<bool> DiskTier::WriteSlot(std::byte* file, uint64_t slot) {
-  Status s = slots_->Allocate(slot);
-  if (s.ok()) {
-    // The payload alone: the trailer's checksum stays in the index (Insert).
-    IoOp op{IoOp::Kind::kWrite, slots_->fd(), file, stored_bytes_, slots_->Offset(slot), 0,
-            Status::Ok()};
-    TimedWrite(&op);
-    if (!op.status.ok()) {
-      s = op.status.code() == StatusCode::kResourceExhausted
-              ? op.status
-              : Status::IOError("write slot " + std::to_string(slot) + " of " +
-                                slots_->path() + ": " + op.status.message());
-    }
+std::vector<Result<bool>> DiskTier::WriteSlots(std::span<std::byte* const> files,
+                                               std::span<const uint64_t> slots) {
+  std::vector<Status> status(files.size());
+  std::vector<IoOp> ops;
+  std::vector<size_t> op_of;
+  for (size_t j = 0; j < files.size(); ++j) {
+    status[j] = slots_->Allocate(slots[j]);
+    if (!status[j].ok()) continue;
+    // The payload alone: the trailer's checksum stays in the index (InsertBatch).
+    ops.push_back(IoOp{IoOp::Kind::kWrite, slots_->fd(), files[j], stored_bytes_,
+                       slots_->Offset(slots[j]), 0, Status::Ok()});
+    op_of.push_back(j);
   }
-  if (s.ok()) return true;
-  // The slot holds no block now (perhaps half of one): it is free, and its bytes go back.
-  FreeSlot(slot);
-  return s;
+  if (!ops.empty()) TimedWrite(ops);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Status& s = ops[k].status;
+    if (s.ok()) continue;
+    const size_t j = op_of[k];
+    status[j] = s.code() == StatusCode::kResourceExhausted
+                    ? s
+                    : Status::IOError("write slot " + std::to_string(slots[j]) + " of " +
+                                      slots_->path() + ": " + s.message());
+  }
+  std::vector<Result<bool>> out;
+  out.reserve(files.size());
+  for (size_t j = 0; j < files.size(); ++j) {
+    if (status[j].ok()) {
+      out.emplace_back(true);
+      continue;
+    }
+    // The slot holds no block now (perhaps half of one): it is free, and its bytes go back.
+    FreeSlot(slots[j]);
+    out.emplace_back(status[j]);
+  }
+  return out;
 }
 
 void DiskTier::FreeSlot(uint64_t slot) {
@@ -433,7 +493,6 @@ void DiskTier::FreeSlot(uint64_t slot) {
 }
 
 Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Room& room) {
-  if (slots_) return WriteSlot(file, room.slot);
   const std::string final_path = BlockPath(dir_, key);
   const std::string& spare = room.spare;
   const bool reuse = !spare.empty();
@@ -453,7 +512,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
     return s;
   }
   IoOp op{IoOp::Kind::kWrite, fd, file, file_bytes_, 0, 0, Status::Ok()};
-  TimedWrite(&op);
+  TimedWrite(std::span(&op, 1));
   int rc = -1;
   int err = 0;
   if (reuse) {

@@ -85,6 +85,12 @@ class DiskTier {
   // write. The trailer must be encoded, or `encode` given: it is called (once) only when the
   // file is really written, so a block already here costs no checksum.
   Status Insert(const BlockKey& key, std::byte* file, const std::function<void()>& encode = {});
+  // Encodes block i's trailer in place (InsertBatch calls it only for the blocks it writes).
+  using BlockEncoder = std::function<void(size_t i)>;
+  // Insert for each block (results[i] as Insert returns), with the writes of those that go to
+  // disk submitted together: a store job's evictions keep that many writes in flight.
+  void InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* const> files,
+                   const BlockEncoder& encode, std::span<Status> results);
 
   // Pins the blocks that are here (results[i] OK; NotFound for the others) so that no eviction
   // takes them before ReadPinned. Callers pin before making room anywhere in the cascade.
@@ -158,17 +164,20 @@ class DiskTier {
   // Makes room for one block; mu_ is released while victims are cascaded.
   Status Reserve(Room* room) REQUIRES(mu_);
   void Evict(const BlockKey& key, SlotRef at);
-  // True when this call published the file; false when another process had already.
+  // A file per block: true when this call published the file; false when another process
+  // had already.
   Result<bool> WriteFile(const BlockKey& key, std::byte* file, const Room& room);
-  // The slot file's half of WriteFile; gives the slot and its bytes back when it fails.
-  Result<bool> WriteSlot(std::byte* file, uint64_t slot);
+  // The slot file's writes, submitted together; each slot whose write fails is given back
+  // with its bytes.
+  std::vector<Result<bool>> WriteSlots(std::span<std::byte* const> files,
+                                       std::span<const uint64_t> slots);
   // Checks a block read from its slot against the checksum kept for it, and puts its trailer
   // back (the next tier and the caller take whole block files).
   Status VerifySlot(std::byte* file, const BlockKey& key, SlotRef at) const;
   // Gives a slot and its bytes back (its block left the index, or never entered it).
   void FreeSlot(uint64_t slot);
-  // Runs one write and counts its bytes and time.
-  void TimedWrite(IoOp* op);
+  // Runs the writes and counts their bytes and each one's time.
+  void TimedWrite(std::span<IoOp> ops);
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
   void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
   // Forgets the block, leaving its file to the caller.

@@ -94,13 +94,16 @@ class EngineImpl final : public Engine {
     }
     // The cascade: cpu -> disk0 -> disk1 -> ... -> dropped.
     if (!disks_.empty()) {
-      cpu_->SetEvictSink([this](const BlockKey& key, std::byte* slot) {
+      cpu_->SetEvictSink([this](std::span<const BlockKey> keys, std::span<std::byte* const> files,
+                                std::span<bool> taken) {
         // A block promoted from disk0 is usually still there (promotion keeps the disk copy):
         // its trailer is checksummed only if disk0 really has to write it again.
-        return disks_[0]
-            ->Insert(key, slot,
-                     [&] { EncodeBlockFile(slot, config_.block_bytes, fingerprint_, key); })
-            .ok();
+        std::vector<Status> results(keys.size());
+        disks_[0]->InsertBatch(
+            keys, files,
+            [&](size_t i) { EncodeBlockFile(files[i], config_.block_bytes, fingerprint_, keys[i]); },
+            results);
+        for (size_t i = 0; i < keys.size(); ++i) taken[i] = results[i].ok();
       });
     }
     for (size_t i = 0; i + 1 < disks_.size(); ++i) {
@@ -361,13 +364,31 @@ class EngineImpl final : public Engine {
   }
 
   Status RunStore(const std::vector<BlockKey>& keys, const std::vector<void*>& ptrs) {
-    std::vector<size_t> taken;  // slots reserved, data not copied yet
+    std::vector<size_t> taken;    // slots reserved (or to be placed), data not copied yet
+    std::vector<size_t> waiting;  // of those, the blocks whose slot a victim still holds
+    CpuTier::Victims victims;     // theirs, demoted together in flush
     std::vector<CopyOp> ops;
     Status first_error;
-    // Copies the reserved blocks in and publishes them, freeing their pins for eviction: a
-    // batch larger than the pinned tier is stored in pieces that fit.
+    auto fail = [&](const Status& s, size_t blocks) {
+      failed_stores_ += blocks;
+      if (first_error.ok()) first_error = s;
+    };
+    // Demotes the victims (their disk writes in flight together), copies the reserved blocks
+    // in and publishes them, freeing their pins for eviction: a batch larger than the pinned
+    // tier is stored in pieces that fit.
     auto flush = [&] {
-      if (ops.empty()) return;
+      cpu_->Demote(victims);
+      for (size_t i : waiting) {
+        Result<std::byte*> slot = cpu_->Place(keys[i]);
+        if (!slot.ok()) {
+          std::erase(taken, i);  // forgotten by the tier
+          fail(slot.status(), 1);
+          continue;
+        }
+        GatherOps(ops, *slot, ptrs, i);
+      }
+      waiting.clear();
+      if (taken.empty()) return;
       const uint64_t t0 = NowNs();
       Status copied = CopyAndWait(CopyDirection::kDeviceToHost, ops);
       d2h_ns_ += NowNs() - t0;
@@ -382,8 +403,7 @@ class EngineImpl final : public Engine {
         stored_blocks_ += taken.size();
         d2h_bytes_ += taken.size() * config_.block_bytes;
       } else {
-        failed_stores_ += taken.size();
-        if (first_error.ok()) first_error = copied;
+        fail(copied, taken.size());
       }
       taken.clear();
       ops.clear();
@@ -393,20 +413,23 @@ class EngineImpl final : public Engine {
       // Callers pass a request's blocks in chain order, so the index is the block's position
       // among those this call stores (the policy's OnInsertAt).
       const auto position = static_cast<uint32_t>(i);
-      Result<std::byte*> slot = cpu_->BeginInsert(keys[i], position);
+      Result<std::byte*> slot = cpu_->BeginInsert(keys[i], position, &victims);
       if (slot.status().code() == StatusCode::kResourceExhausted && !taken.empty()) {
-        flush();  // our own reserved slots were the pinned ones
-        slot = cpu_->BeginInsert(keys[i], position);
+        flush();  // our own reserved slots were the pinned ones, or our victims not demoted
+        slot = cpu_->BeginInsert(keys[i], position, &victims);
       }
       if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
       cpu_->NoteStore(slot.status().code() == StatusCode::kResourceExhausted);
       if (!slot.ok()) {
-        ++failed_stores_;
-        if (first_error.ok()) first_error = slot.status();
+        fail(slot.status(), 1);
         continue;
       }
       taken.push_back(i);
-      GatherOps(ops, *slot, ptrs, i);
+      if (*slot == nullptr) {
+        waiting.push_back(i);
+      } else {
+        GatherOps(ops, *slot, ptrs, i);
+      }
     }
     flush();
     return first_error;

@@ -117,6 +117,53 @@ TEST(EngineTest, CascadesCpuToDisk0ToDisk1ThenDrops) {
   EXPECT_LE(testing::BytesUnder(d1.path()), 4 * testing::kSlot);
 }
 
+// Counts the writes each call to the disk backend carries.
+class WriteBatchRecorder final : public DiskIo {
+ public:
+  WriteBatchRecorder(std::unique_ptr<DiskIo> base, std::shared_ptr<std::vector<size_t>> sizes)
+      : base_(std::move(base)), sizes_(std::move(sizes)) {}
+  std::string_view name() const override { return base_->name(); }
+  std::string Describe() const override { return base_->Describe(); }
+  void Execute(std::span<IoOp> ops) override {
+    if (!ops.empty() && ops[0].kind == IoOp::Kind::kWrite) sizes_->push_back(ops.size());
+    base_->Execute(ops);
+  }
+
+ private:
+  std::unique_ptr<DiskIo> base_;
+  std::shared_ptr<std::vector<size_t>> sizes_;  // written by the job's thread, read after Wait
+};
+
+// A job that stores a request's new blocks evicts as many from the pinned tier: their disk
+// writes go out together (one batch in flight), not one after another on the job's thread.
+TEST(EngineTest, AStoreJobWritesItsVictimsToDiskTogether) {
+  TempDir d0;
+  auto sizes = std::make_shared<std::vector<size_t>>();
+  EngineHooks hooks;
+  hooks.wrap_disk_io = [sizes](size_t, std::unique_ptr<DiskIo> base) {
+    return std::unique_ptr<DiskIo>(std::make_unique<WriteBatchRecorder>(std::move(base), sizes));
+  };
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(Config(4, {Tier(d0.path(), 16)}), hooks);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Engine& e = **opened;
+  const Blocks first = Blocks::Make(0, 4);
+  ASSERT_TRUE(StoreAndWait(e, first).ok());
+  EXPECT_TRUE(sizes->empty()) << "the pinned tier had room";
+  const Blocks second = Blocks::Make(4, 4);
+  ASSERT_TRUE(StoreAndWait(e, second).ok());
+  EXPECT_EQ(*sizes, std::vector<size_t>{4}) << "the four victims in one batch";
+  EXPECT_EQ(e.Lookup(first.keys).tiers, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(e.Lookup(second.keys).tiers, (std::vector<int>{0, 0, 0, 0}));
+  ExpectLoadsExactly(e, first);
+  ExpectLoadsExactly(e, second);
+  // More new blocks than the pinned tier holds: stored in pieces that fit, each piece's
+  // victims written together, and nothing refused.
+  const Blocks big = Blocks::Make(8, 6);
+  ASSERT_TRUE(StoreAndWait(e, big).ok());
+  EXPECT_EQ(e.Stats().failed_stores, 0u);
+  ExpectLoadsExactly(e, big);
+}
+
 // Stores blocks one job each, so that LRU order is the order given.
 void StoreOneByOne(Engine& e, const Blocks& b) {
   for (size_t i = 0; i < b.keys.size(); ++i) {

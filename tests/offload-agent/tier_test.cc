@@ -49,9 +49,10 @@ void Insert(CpuTier& t, uint64_t k) {
 TEST(CpuTierTest, PinnedBlockIsNeverTheVictim) {
   auto t = MakeCpu(2);
   std::vector<BlockKey> evicted;
-  t->SetEvictSink([&](const BlockKey& k, std::byte*) {
-    evicted.push_back(k);
-    return true;
+  t->SetEvictSink([&](std::span<const BlockKey> keys, std::span<std::byte* const>,
+                      std::span<bool> taken) {
+    evicted.insert(evicted.end(), keys.begin(), keys.end());
+    std::fill(taken.begin(), taken.end(), true);
   });
   Insert(*t, 1);
   Insert(*t, 2);
@@ -85,10 +86,12 @@ TEST(CpuTierTest, AllPinnedRefusesInsteadOfOverfilling) {
 TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
   auto t = MakeCpu(1);
   std::byte* pinned_slot = nullptr;
-  t->SetEvictSink([&](const BlockKey& k, std::byte* slot) {
-    pinned_slot = t->Pin(k);  // a load reads the block while it is being demoted
-    EXPECT_EQ(pinned_slot, slot);
-    return true;
+  t->SetEvictSink([&](std::span<const BlockKey> keys, std::span<std::byte* const> slots,
+                      std::span<bool> taken) {
+    ASSERT_EQ(keys.size(), 1u);
+    pinned_slot = t->Pin(keys[0]);  // a load reads the block while it is being demoted
+    EXPECT_EQ(pinned_slot, slots[0]);
+    taken[0] = true;
   });
   Insert(*t, 1);
   // Block 1 is demoted while pinned: its slot cannot be handed to block 2 yet.
