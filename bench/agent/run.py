@@ -82,12 +82,17 @@ def disk():
         # Alternating runs, best of each: the machine is shared and its neighbours come and go.
         # Both states of the tier (empty; full, so that every store evicts) share fio's figures.
         # Each state's write limit: fio writing a new file (empty) or over a written one (full).
+        # "step" is the full tier as vLLM drives it: a step's blocks in one job (QD of them),
+        # one job at a time, for stores and for loads.
         agent, cmds, fio_write, fio_read = {}, {}, {"empty": 0.0, "full": 0.0}, 0.0
         fio_write_cmd = {}
+        shapes = {"empty": ["--state=empty"], "full": ["--state=full"],
+                  "step": ["--state=full", f"--store-batch={QD}", "--store-jobs=1",
+                           f"--load-batch={QD}", "--load-jobs=1"]}
         for _ in range(DISK_REPS):
-            for state in ("empty", "full"):
+            for state, flags in shapes.items():
                 got, cmds[state] = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}",
-                                         f"--qd={QD}", f"--total={DISK_TOTAL}", f"--state={state}")
+                                         f"--qd={QD}", f"--total={DISK_TOTAL}", *flags)
                 best = agent.setdefault(state, got)
                 # Each direction's best run, with that run's time per block.
                 for what, disk_us in (("store", "disk_write_us_per_block"),
@@ -100,11 +105,11 @@ def disk():
                 fio_write[state] = max(fio_write[state], w)
             r, fio_read_cmd = fio("read", bs)
             fio_read = max(fio_read, r)
-        for state in ("empty", "full"):
-            a, w = agent[state], fio_write[state]
+        for state in shapes:
+            a, w = agent[state], fio_write["empty" if state == "empty" else "full"]
             rows.append({"block_size": bs, "state": state, "agent": a, "command": cmds[state],
                          "fio_write_gibps": w, "fio_read_gibps": fio_read,
-                         "fio_write_command": fio_write_cmd[state],
+                         "fio_write_command": fio_write_cmd["empty" if state == "empty" else "full"],
                          "fio_read_command": fio_read_cmd,
                          "store_ratio": a["store_gibps"] / w,
                          "load_ratio": a["load_gibps"] / fio_read})

@@ -561,17 +561,39 @@ class EngineImpl final : public Engine {
     const size_t file_bytes = BlockFileBytes(config_.block_bytes);
     std::vector<std::byte*> dst(idx.size(), nullptr);
     std::vector<bool> promoted(idx.size(), false);
-    for (size_t j = 0; j < idx.size(); ++j) {
-      if (!batch.result[j].ok()) continue;  // gone since the lookup
-      Result<std::byte*> slot = cpu_->BeginInsert(batch.keys[j]);
+    // As in RunStore: the victims that make room for the promoted blocks are demoted together.
+    CpuTier::Victims victims;
+    std::vector<size_t> waiting;  // promoted blocks whose slot a victim still holds
+    auto place = [&](size_t j, Result<std::byte*> slot) {
       promoted[j] = slot.ok();
       if (slot.ok()) {
         dst[j] = *slot;
       } else {
+        // Not promoted (every slot pinned): read into a buffer of its own.
         bounce.emplace_back(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, file_bytes)));
         dst[j] = bounce.back().get();
       }
+    };
+    auto settle = [&] {
+      cpu_->Demote(victims);
+      for (size_t j : waiting) place(j, cpu_->Place(batch.keys[j]));
+      waiting.clear();
+    };
+    for (size_t j = 0; j < idx.size(); ++j) {
+      if (!batch.result[j].ok()) continue;  // gone since the lookup
+      Result<std::byte*> slot = cpu_->BeginInsert(batch.keys[j], EvictionPolicy::kUnknownPosition,
+                                                  &victims);
+      if (slot.status().code() == StatusCode::kResourceExhausted && !waiting.empty()) {
+        settle();  // our own victims, not demoted yet, were the room
+        slot = cpu_->BeginInsert(batch.keys[j], EvictionPolicy::kUnknownPosition, &victims);
+      }
+      if (slot.ok() && *slot == nullptr) {
+        waiting.push_back(j);
+      } else {
+        place(j, std::move(slot));
+      }
     }
+    settle();
     disks_[t]->ReadPinned(batch.keys, dst, batch.result, [&](size_t j) {
       src[idx[j]] = dst[j];
       on_read(idx[j]);

@@ -135,8 +135,9 @@ class WriteBatchRecorder final : public DiskIo {
 };
 
 // A job that stores a request's new blocks evicts as many from the pinned tier: their disk
-// writes go out together (one batch in flight), not one after another on the job's thread.
-TEST(EngineTest, AStoreJobWritesItsVictimsToDiskTogether) {
+// writes go out together (one batch in flight), not one after another on the job's thread. So
+// do the victims of a load job's promotions.
+TEST(EngineTest, AJobWritesItsVictimsToDiskTogether) {
   TempDir d0;
   auto sizes = std::make_shared<std::vector<size_t>>();
   EngineHooks hooks;
@@ -154,10 +155,15 @@ TEST(EngineTest, AStoreJobWritesItsVictimsToDiskTogether) {
   EXPECT_EQ(*sizes, std::vector<size_t>{4}) << "the four victims in one batch";
   EXPECT_EQ(e.Lookup(first.keys).tiers, (std::vector<int>{1, 1, 1, 1}));
   EXPECT_EQ(e.Lookup(second.keys).tiers, (std::vector<int>{0, 0, 0, 0}));
+  // A load that promotes blocks from disk makes room the same way: the pinned tier's blocks
+  // (the second four, on no disk yet) go down in one batch before the reads.
+  sizes->clear();
   ExpectLoadsExactly(e, first);
+  EXPECT_EQ(*sizes, std::vector<size_t>{4}) << "the four victims of the promotions in one batch";
+  EXPECT_EQ(e.Lookup(first.keys).tiers, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(e.Lookup(second.keys).tiers, (std::vector<int>{1, 1, 1, 1}));
   ExpectLoadsExactly(e, second);
-  // More new blocks than the pinned tier holds: stored in pieces that fit, each piece's
-  // victims written together, and nothing refused.
+  // More new blocks than the pinned tier holds: stored in pieces that fit, and nothing refused.
   const Blocks big = Blocks::Make(8, 6);
   ASSERT_TRUE(StoreAndWait(e, big).ok());
   EXPECT_EQ(e.Stats().failed_stores, 0u);
