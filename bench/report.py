@@ -190,6 +190,14 @@ def disk(d):
               "or closed per block. A slot holds the payload alone (its checksum stays in the "
               "engine's index), so a block moves its size rounded up to 4 KiB, as fio's "
               "transfers do.", ""]
+    if any(r["state"] == "step" and min(r["store_ratio"], r["load_ratio"]) < 0.9
+           for r in d["rows"]):
+        lines += ["A *full, steps* job does its own work on the CPU while its disk is idle: a "
+                  "store job checksums its victims before their writes and copies its blocks in "
+                  "after them, a load job verifies and copies each block as it arrives, and with "
+                  "one job at a time nothing else is queued meanwhile. vLLM does not wait for "
+                  "one step's store job before it queues the next, so on the engine's two "
+                  "workers two jobs can overlap, which this shape does not credit.", ""]
     slow = [(r, what) for r in d["rows"] for what in ("store", "load")
             if r[f"{what}_ratio"] < 0.9 and "disk_write_us_per_block" in r["agent"]]
     if slow:
