@@ -190,14 +190,24 @@ def disk(d):
               "or closed per block. A slot holds the payload alone (its checksum stays in the "
               "engine's index), so a block moves its size rounded up to 4 KiB, as fio's "
               "transfers do.", ""]
-    if any(r["state"] == "step" and min(r["store_ratio"], r["load_ratio"]) < 0.9
-           for r in d["rows"]):
-        lines += ["A *full, steps* job does its own work on the CPU while its disk is idle: a "
-                  "store job checksums its victims before their writes and copies its blocks in "
-                  "after them, a load job verifies and copies each block as it arrives, and with "
-                  "one job at a time nothing else is queued meanwhile. vLLM does not wait for "
-                  "one step's store job before it queues the next, so on the engine's two "
-                  "workers two jobs can overlap, which this shape does not credit.", ""]
+    steps = [r for r in d["rows"] if r["state"] == "step"]
+    if any(min(r["store_ratio"], r["load_ratio"]) < 0.9 for r in steps):
+        burst = "; ".join(
+            f"{r['block_size']}: fio {r['fio_burst_write_gibps']:.2f} GiB/s in bursts against "
+            f"{r['fio_write_gibps']:.2f} steady, the steps stores "
+            f"{r['agent']['store_gibps'] / r['fio_burst_write_gibps']:.2f} of the bursts"
+            for r in steps if "fio_burst_write_gibps" in r)
+        lines += ["Where a *full, steps* row misses: with one job at a time, the disk queue "
+                  "fills when a job submits its blocks' transfers and drains to nothing before "
+                  "the job ends, and the job's own work on the CPU (checksums, copies) runs "
+                  "while its disk is idle. For reference, fio in that shape (`qd` writes "
+                  "submitted together, all awaited before the next `qd`): "
+                  + (burst + ". " if burst else "")
+                  + "vLLM does not wait for one step's job before it queues the next, so on the "
+                  "engine's two workers two jobs can overlap, which this shape does not credit.",
+                  ""]
+        lines += [f"    {r['fio_burst_write_command']}" for r in steps
+                  if r["block_size"] == "2M" and "fio_burst_write_command" in r] + [""]
     slow = [(r, what) for r in d["rows"] for what in ("store", "load")
             if r[f"{what}_ratio"] < 0.9 and "disk_write_us_per_block" in r["agent"]]
     if slow:

@@ -55,13 +55,16 @@ def bench(*args):
     return json.loads(out), " ".join(shlex.quote(a) for a in cmd)
 
 
-def fio(rw, bs, overwrite=False):
+def fio(rw, bs, overwrite=False, burst=False):
     """fio's bandwidth in GiB/s for one sequential pass of DISK_TOTAL, O_DIRECT, io_uring.
     overwrite: the file is written whole before the timed pass, which then writes over
-    allocated blocks, as a full tier does."""
+    allocated blocks, as a full tier does. burst: QD transfers submitted together and all
+    awaited before the next QD, the shape of one engine job of QD blocks at a time."""
     cmd = ["fio", f"--name=kvoffload-{rw}", f"--directory={DISK_DIR}", f"--rw={rw}", f"--bs={bs}",
            f"--iodepth={QD}", "--direct=1", "--ioengine=io_uring", f"--size={DISK_TOTAL}",
-           *(["--overwrite=1"] if overwrite else []), "--unlink=1", "--output-format=json"]
+           *(["--overwrite=1"] if overwrite else []),
+           *([f"--iodepth_batch_submit={QD}", f"--iodepth_batch_complete_min={QD}"] if burst else []),
+           "--unlink=1", "--output-format=json"]
     log(" ".join(cmd))
     job = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)["jobs"][0]
     return job["read" if rw == "read" else "write"]["bw_bytes"] / 2**30, " ".join(cmd)
@@ -85,6 +88,7 @@ def disk():
         # "step" is the full tier as vLLM drives it: a step's blocks in one job (QD of them),
         # one job at a time, for stores and for loads.
         agent, cmds, fio_write, fio_read = {}, {}, {"empty": 0.0, "full": 0.0}, 0.0
+        fio_burst = 0.0  # fio writing over a full file in "step" jobs' shape: a reference
         fio_write_cmd = {}
         shapes = {"empty": ["--state=empty"], "full": ["--state=full"],
                   "step": ["--state=full", f"--store-batch={QD}", "--store-jobs=1",
@@ -105,12 +109,16 @@ def disk():
                 fio_write[state] = max(fio_write[state], w)
             r, fio_read_cmd = fio("read", bs)
             fio_read = max(fio_read, r)
+            b, fio_burst_cmd = fio("write", bs, overwrite=True, burst=True)
+            fio_burst = max(fio_burst, b)
         for state in shapes:
             a, w = agent[state], fio_write["empty" if state == "empty" else "full"]
             rows.append({"block_size": bs, "state": state, "agent": a, "command": cmds[state],
                          "fio_write_gibps": w, "fio_read_gibps": fio_read,
                          "fio_write_command": fio_write_cmd["empty" if state == "empty" else "full"],
                          "fio_read_command": fio_read_cmd,
+                         **({"fio_burst_write_gibps": fio_burst,
+                             "fio_burst_write_command": fio_burst_cmd} if state == "step" else {}),
                          "store_ratio": a["store_gibps"] / w,
                          "load_ratio": a["load_gibps"] / fio_read})
             log(f"disk {bs} {state}: store {a['store_gibps']:.2f} GiB/s vs fio {w:.2f}; "
