@@ -103,7 +103,7 @@ void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock) {
     keys.push_back(v.key);
     slots.push_back(SlotPtr(v.slot));
   }
-  std::unique_ptr<bool[]> taken(new bool[victims.size()]());
+  auto taken = std::make_unique<bool[]>(victims.size());
   lock.Unlock();
   // Pins only block slot reuse, not the demotion: readers and the disk write both only read.
   if (sink_) sink_(keys, slots, std::span(taken.get(), victims.size()));

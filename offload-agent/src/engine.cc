@@ -380,6 +380,7 @@ class EngineImpl final : public Engine {
       cpu_->Demote(victims);
       for (size_t i : waiting) {
         Result<std::byte*> slot = cpu_->Place(keys[i]);
+        cpu_->NoteStore(slot.status().code() == StatusCode::kResourceExhausted);
         if (!slot.ok()) {
           std::erase(taken, i);  // forgotten by the tier
           fail(slot.status(), 1);
@@ -419,17 +420,18 @@ class EngineImpl final : public Engine {
         slot = cpu_->BeginInsert(keys[i], position, &victims);
       }
       if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
+      if (slot.ok() && *slot == nullptr) {  // its outcome is known once flush places it
+        taken.push_back(i);
+        waiting.push_back(i);
+        continue;
+      }
       cpu_->NoteStore(slot.status().code() == StatusCode::kResourceExhausted);
       if (!slot.ok()) {
         fail(slot.status(), 1);
         continue;
       }
       taken.push_back(i);
-      if (*slot == nullptr) {
-        waiting.push_back(i);
-      } else {
-        GatherOps(ops, *slot, ptrs, i);
-      }
+      GatherOps(ops, *slot, ptrs, i);
     }
     flush();
     return first_error;
