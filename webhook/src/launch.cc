@@ -276,19 +276,14 @@ std::string ShellQuote(std::string_view text) {
   return out + "'";
 }
 
+bool RouteEvals(FlagRoute route) {
+  return route == FlagRoute::kArgsForEval || route == FlagRoute::kAdditionalArgsEnvForEval;
+}
+
 std::string FlagArgument(FlagRoute route, std::string_view config_json) {
+  if (route == FlagRoute::kUnreachable) return "";
   const std::string flag = std::string(kFlagNames[0]) + "=";
-  switch (route) {
-    case FlagRoute::kArgs:
-    case FlagRoute::kAdditionalArgsEnv:
-      return flag + std::string(config_json);
-    case FlagRoute::kArgsForEval:
-    case FlagRoute::kAdditionalArgsEnvForEval:
-      return flag + ShellQuote(config_json);
-    case FlagRoute::kUnreachable:
-      break;
-  }
-  return "";
+  return flag + (RouteEvals(route) ? ShellQuote(config_json) : std::string(config_json));
 }
 
 namespace {

@@ -778,10 +778,9 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       vllm_flag = "not-injected";
       vllm_flag_reason = kFlagReasonLaunchDropsArgs;
     } else {
-      const bool for_eval = launch.route == FlagRoute::kArgsForEval ||
-                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
-      std::vector<std::string> extra = {for_eval ? plan.from_spec->flag_argument_for_eval
-                                                 : plan.from_spec->flag_argument};
+      std::vector<std::string> extra = {RouteEvals(launch.route)
+                                            ? plan.from_spec->flag_argument_for_eval
+                                            : plan.from_spec->flag_argument};
       if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
         extra.push_back("--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds));
         const std::optional<int64_t> grace = pod["spec"]["terminationGracePeriodSeconds"].Int();

@@ -47,6 +47,9 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
 // `text` as one shell word: single-quoted, with each ' written as '\''.
 std::string ShellQuote(std::string_view text);
 
+// Whether a script evals what `route` hands it, so that the argument must be shell-quoted.
+bool RouteEvals(FlagRoute route);
+
 // The argument that carries `config_json` along `route` (kUnreachable: empty).
 std::string FlagArgument(FlagRoute route, std::string_view config_json);
 
