@@ -146,6 +146,11 @@ def webhook(w):
     return lines + [table(["figure", "value", "limit", "ratio", "target", ""], rows), "", why, ""]
 
 
+def disk_state(row):
+    """A disk row's tier state as the table names it."""
+    return "full, steps" if row["state"] == "step" else row["state"]
+
+
 def disk(d):
     lines = ["## 2. Agent disk tier against fio (O_DIRECT, io_uring, same directory, block size "
              "and queue depth)", ""]
@@ -173,8 +178,7 @@ def disk(d):
                                       ("load", a["load_gibps"], r["fio_read_gibps"], r["load_ratio"])):
             if ratio < 0.9:
                 missed.add((what, r["state"]))
-            state = "full, steps" if r["state"] == "step" else r["state"]
-            rows.append([f"{what} {r['block_size']}", state, f"{got:.2f} GiB/s",
+            rows.append([f"{what} {r['block_size']}", disk_state(r), f"{got:.2f} GiB/s",
                          f"fio {'write' if what == 'store' else 'read'} {lim:.2f} GiB/s",
                          f"{ratio:.3f}", ">= 0.90", met(ratio >= 0.9)])
     lines += [table(["figure", "tier", "agent", "limit", "ratio", "target", ""], rows), ""]
@@ -218,8 +222,7 @@ def disk(d):
             flight_us = a[f"{what}_us_per_block_in_flight"]
             limit = r["fio_write_gibps" if what == "store" else "fio_read_gibps"]
             fio_us = d["qd"] * a["block_bytes"] / (limit * 2**30) * 1e6
-            state = "full, steps" if r["state"] == "step" else r["state"]
-            parts.append(f"{what} {r['block_size']} {state}: {disk_us:.0f} us of "
+            parts.append(f"{what} {r['block_size']} {disk_state(r)}: {disk_us:.0f} us of "
                          f"{flight_us:.0f} (fio's: {fio_us:.0f} us each)")
         lines += ["Where a cell misses, the time per block says where it goes: how long the "
                   "block's disk transfer took (with its checksum) against how long its client "

@@ -112,10 +112,11 @@ def disk():
             b, fio_burst_cmd = fio("write", bs, overwrite=True, burst=True)
             fio_burst = max(fio_burst, b)
         for state in shapes:
-            a, w = agent[state], fio_write["empty" if state == "empty" else "full"]
+            limit = "empty" if state == "empty" else "full"  # "step" writes over a full tier
+            a, w = agent[state], fio_write[limit]
             rows.append({"block_size": bs, "state": state, "agent": a, "command": cmds[state],
                          "fio_write_gibps": w, "fio_read_gibps": fio_read,
-                         "fio_write_command": fio_write_cmd["empty" if state == "empty" else "full"],
+                         "fio_write_command": fio_write_cmd[limit],
                          "fio_read_command": fio_read_cmd,
                          **({"fio_burst_write_gibps": fio_burst,
                              "fio_burst_write_command": fio_burst_cmd} if state == "step" else {}),
