@@ -131,18 +131,23 @@ TEST(JsonViewTest, ReadsWhatTheNlohmannValueHolds) {
   EXPECT_TRUE(root["s"]["k"].IsNull());
   EXPECT_TRUE(root["a"]["k"].IsNull());
   EXPECT_TRUE(root["missing"]["k"]["j"].IsNull());
-  EXPECT_TRUE(root["o"].Elements().empty());
-  EXPECT_TRUE(JsonView().Elements().empty());
+  EXPECT_TRUE(root["o"].At(0).IsNull());
+  EXPECT_TRUE(root["o"].Strings().empty());
+  EXPECT_TRUE(root["o"].StringMembers("k").empty());
+  EXPECT_TRUE(JsonView().At(0).IsNull());
+  EXPECT_TRUE(JsonView().Strings().empty());
   EXPECT_EQ(JsonView().Size(), 0u);
-  const std::vector<JsonView> items = root["a"].Elements();
-  ASSERT_EQ(items.size(), 3u);
   EXPECT_EQ(root["a"].Size(), 3u);
-  EXPECT_EQ(items[0].String(), "x");
-  EXPECT_EQ(items[1]["name"].String(), "y");
-  EXPECT_EQ(items[2].Int(), 3);
+  EXPECT_EQ(root["a"].At(0).String(), "x");
+  EXPECT_EQ(root["a"].At(1)["name"].String(), "y");
+  EXPECT_EQ(root["a"].At(2).Int(), 3);
+  EXPECT_TRUE(root["a"].At(3).IsNull());
+  EXPECT_EQ(StringAt(root["a"].At(1), "name"), "y");
+  EXPECT_EQ(root["a"].Strings(), (std::vector<std::string_view>{"x", "", ""}));
+  EXPECT_EQ(root["a"].StringMembers("name"), (std::vector<std::string_view>{"", "y", ""}));
   EXPECT_TRUE(root["e"].IsArray());
-  EXPECT_TRUE(root["e"].Elements().empty());
-  EXPECT_EQ(StringAt(root["a"].Elements()[1], "name"), "y");
+  EXPECT_TRUE(root["e"].Strings().empty());
+  EXPECT_TRUE(root["e"].StringMembers("name").empty());
 
   Result<json> reference = ParseJson(text, "test");
   ASSERT_TRUE(reference.ok());
@@ -151,6 +156,26 @@ TEST(JsonViewTest, ReadsWhatTheNlohmannValueHolds) {
 }
 
 // The document owns its tape: views stay valid when it moves, and Of() reads an nlohmann value.
+// StringMembers reads, for each element, what operator[] then String() read: the mutator's
+// env and volume lookups went from one to the other.
+TEST(JsonViewTest, StringMembersReadWhatEachElementsMemberReads) {
+  const std::string text =
+      R"([{"value":"1","name":"a"},{"name":"b","name":"second"},{"name":7},{"other":"c"},)"
+      R"("text",null,[{"name":"nested"}],{"name":"\u00e9\""},{"name":""}])";
+  Result<JsonDocument> doc = JsonDocument::Parse(text, "test");
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  const JsonView root = doc->Root();
+  const std::vector<std::string_view> names = root.StringMembers("name");
+  ASSERT_EQ(names.size(), root.Size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(names[i], root.At(i)["name"].String()) << "element " << i;
+  }
+  EXPECT_EQ(names[0], "a");
+  EXPECT_EQ(names[1], "b");  // a repeated key: the first
+  EXPECT_EQ(names[7], "\xc3\xa9\"");
+  EXPECT_EQ(root.StringMembers("nam"), std::vector<std::string_view>(names.size()));
+}
+
 TEST(JsonViewTest, DocumentsOwnTheirTextAndMoveWithIt) {
   const json value = {{"metadata", {{"labels", {{"app", "x"}}}}}, {"list", {1, 2}}};
   JsonDocument doc = JsonDocument::Of(value);

@@ -14,13 +14,6 @@ constexpr std::array<std::string_view, 2> kFlagNames = {"--kv-transfer-config",
                                                         "--kv_transfer_config"};
 constexpr std::string_view kAdditionalArgs = "VLLM_ADDITIONAL_ARGS";
 
-// Views into the pod's own strings: the launch script is a few KB and is only read.
-std::vector<std::string_view> StringsOf(const JsonView& list) {
-  std::vector<std::string_view> out;
-  for (const JsonView& v : list.Elements()) out.push_back(v.String());
-  return out;
-}
-
 std::string_view BaseName(std::string_view path) {
   const size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
@@ -362,9 +355,10 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
 }  // namespace
 
 LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args_entry) {
-  const std::vector<std::string_view> command = StringsOf(container["command"]);
+  // Views into the pod's own strings: the launch script is a few KB and is only read.
+  const std::vector<std::string_view> command = container["command"].Strings();
   std::vector<std::string_view> argv = command;
-  for (std::string_view arg : StringsOf(container["args"])) argv.push_back(arg);
+  for (std::string_view arg : container["args"].Strings()) argv.push_back(arg);
   const std::string_view additional_args = additional_args_entry["value"].String();
   const bool additional_args_from_ref = additional_args_entry.Contains("valueFrom");
 

@@ -34,8 +34,7 @@ JsonView Child(const JsonView& node, std::string_view token) {
       if (c < '0' || c > '9') return {};
       index = index * 10 + static_cast<size_t>(c - '0');
     }
-    const std::vector<JsonView> items = node.Elements();
-    return !token.empty() && index < items.size() ? items[index] : JsonView();
+    return token.empty() ? JsonView() : node.At(index);
   }
   return node[token];
 }
@@ -197,10 +196,8 @@ const std::string& AgentInitContainer(const std::string& image) {
 }
 
 bool HasEntry(const JsonView& array, std::string_view key, std::string_view value) {
-  for (const JsonView& e : array.Elements()) {
-    if (e[key].String() == value) return true;
-  }
-  return false;
+  const std::vector<std::string_view> values = array.StringMembers(key);
+  return std::find(values.begin(), values.end(), value) != values.end();
 }
 
 // Whether `entry` is exactly the env entry {"name": name, "value": value}.
@@ -407,7 +404,7 @@ std::string JoinDenials(const std::vector<std::string>& denials) {
 }
 
 int TargetContainer(const JsonView& pod, std::string* error) {
-  const std::vector<JsonView> containers = pod["spec"]["containers"].Elements();
+  const std::vector<std::string_view> containers = pod["spec"]["containers"].StringMembers("name");
   if (containers.empty()) {
     *error = "the pod has no containers";
     return -1;
@@ -415,7 +412,7 @@ int TargetContainer(const JsonView& pod, std::string* error) {
   const std::string_view wanted = pod["metadata"]["annotations"][kAnnotationContainer].String();
   std::string names;
   for (size_t i = 0; i < containers.size(); ++i) {
-    const std::string_view name = containers[i]["name"].String();
+    const std::string_view name = containers[i];
     if (!wanted.empty() && name == wanted) return static_cast<int>(i);
     names += names.empty() ? "" : ", ";
     names += name;
@@ -426,7 +423,7 @@ int TargetContainer(const JsonView& pod, std::string* error) {
     return -1;
   }
   for (size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i]["name"].String() == "main") return static_cast<int>(i);
+    if (containers[i] == "main") return static_cast<int>(i);
   }
   return 0;
 }
@@ -541,7 +538,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   if (c_index < 0 || !mode_known) return out;
 
   plan.container = static_cast<size_t>(c_index);
-  const JsonView container = pod["spec"]["containers"].Elements()[plan.container];
+  const JsonView container = pod["spec"]["containers"].At(plan.container);
   plan.container_name = StringAt(container, "name");
   const std::string& c_name = plan.container_name;
 
@@ -641,7 +638,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const JsonView labels = pod["metadata"]["labels"];
   const Mode mode = plan.mode;
   const size_t c_index = plan.container;
-  const JsonView container = pod["spec"]["containers"].Elements()[c_index];
+  const JsonView container = pod["spec"]["containers"].At(c_index);
   const std::string& c_name = plan.container_name;
   const std::string c_path = "/spec/containers/" + std::to_string(c_index);
   const std::string& hash = plan.from_spec->config_hash;
@@ -690,13 +687,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
 
   // Environment: ours replaced in place, never duplicated; the user's left alone.
   const JsonView env = container["env"];
-  const std::vector<JsonView> env_items = env.Elements();
   // Views of the names in the pod itself, searched front to back (the first of a repeated name
   // is the one found): a KServe pod's env has about a hundred entries and we look up a handful
   // of names, so building a hash index cost more than the scans it saved.
-  std::vector<std::string_view> env_names;
-  env_names.reserve(env_items.size());
-  for (const JsonView& e : env_items) env_names.push_back(e["name"].String());
+  const std::vector<std::string_view> env_names = env.StringMembers("name");
   auto env_find = [&env_names](std::string_view name) -> std::optional<size_t> {
     const auto it = std::find(env_names.begin(), env_names.end(), name);
     if (it == env_names.end()) return std::nullopt;
@@ -707,7 +701,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   auto set_env = [&](const std::string& name, const std::string& value,
                      const std::string* entry_json = nullptr) {
     const std::optional<size_t> at = env_find(name);
-    if (at && IsEnvEntry(env_items[*at], name, value)) return;
+    if (at && IsEnvEntry(env.At(*at), name, value)) return;
     if (at) {
       patch.Replace(c_path + "/env/" + std::to_string(*at),
                     entry_json != nullptr ? *entry_json : EnvEntry(name, value));
@@ -725,8 +719,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     const std::optional<size_t> at = env_find("PYTHONPATH");
     if (!at) {
       set_env("PYTHONPATH", kAgentPythonPath);
-    } else if (env_items[*at]["valueFrom"].IsNull()) {
-      const std::string cur = StringAt(env_items[*at], "value");
+    } else if (env.At(*at)["valueFrom"].IsNull()) {
+      const std::string cur = StringAt(env.At(*at), "value");
       const std::string prefix = std::string(kAgentPythonPath);
       if (cur != prefix && cur.rfind(prefix + ":", 0) != 0) {
         set_env("PYTHONPATH", cur.empty() ? prefix : prefix + ":" + cur);
@@ -753,7 +747,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     const LaunchPlan launch = PlanLaunch(
         container, last_additional == env_names.rend()
                        ? JsonView()
-                       : env_items[static_cast<size_t>(env_names.rend() - last_additional - 1)]);
+                       : env.At(static_cast<size_t>(env_names.rend() - last_additional - 1)));
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
     if (launch.has_user_flag) {
@@ -791,7 +785,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       }
       if (env_route) {
         std::string value =
-            additional ? StringAt(env_items[*additional], "value") : "";
+            additional ? StringAt(env.At(*additional), "value") : "";
         for (const std::string& e : extra) value += (value.empty() ? "" : " ") + e;
         set_env("VLLM_ADDITIONAL_ARGS", value);
         vllm_flag = "VLLM_ADDITIONAL_ARGS";

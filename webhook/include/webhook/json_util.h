@@ -85,8 +85,16 @@ class JsonView {
   bool Contains(std::string_view key) const;
   // The members of an object or the elements of an array; 0 for anything else.
   size_t Size() const;
-  // The elements of an array, in order; empty for anything else.
-  std::vector<JsonView> Elements() const;
+  // The element `index` of an array; absent past its end, and for anything else.
+  JsonView At(size_t index) const;
+  // The elements of an array as strings, in order ("" for an element that is not a string);
+  // empty for anything else.
+  std::vector<std::string_view> Strings() const;
+  // For each element of an array, in order, its member `key` when that is a string, else ""
+  // (an element that is not an object, lacks `key` or holds another type there); empty for
+  // anything else. One pass over the document: reading a KServe container's hundred env names
+  // through a view per element and per member was a seventh of an admission's instructions.
+  std::vector<std::string_view> StringMembers(std::string_view key) const;
 
   // This value as an nlohmann value (a copy), for the code that builds JSON from what it read.
   nlohmann::json ToJson() const;
