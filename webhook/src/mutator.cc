@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 
 #include "webhook/eviction_policies.h"
@@ -73,17 +74,22 @@ class Patch {
   // A KServe pod's patch is about 3 KB: growing the text from empty copied it eight times.
   Patch() { ops_.reserve(4096); }
   // Values are JSON text.
-  void Add(std::string_view path, std::string_view value_json) { Add(path, "", value_json); }
-  // The path is `path` followed by `suffix` ("/-" to append to an array).
-  void Add(std::string_view path, std::string_view suffix, std::string_view value_json) {
-    Open("add", path, suffix);
-    ops_ += value_json;
-    ops_ += '}';
+  void Add(std::string_view path, std::string_view value_json) {
+    Open("add");
+    AppendJsonString(ops_, path);
+    Close(value_json);
+  }
+  // The same with the path given as a JSON string (quoted, escaped): an array's items are
+  // appended to one path, quoted once.
+  void AddAtQuoted(std::string_view path_json, std::string_view value_json) {
+    Open("add");
+    ops_ += path_json;
+    Close(value_json);
   }
   void Replace(std::string_view path, std::string_view value_json) {
-    Open("replace", path);
-    ops_ += value_json;
-    ops_ += '}';
+    Open("replace");
+    AppendJsonString(ops_, path);
+    Close(value_json);
   }
   // Sets root[path...][key] = value (JSON text), creating missing parent objects in a single
   // add: the API server's JSON patch fails an add whose parent is missing.
@@ -119,18 +125,18 @@ class Patch {
   }
 
  private:
-  // An operation up to its value, which the caller appends, then closes. Members come in the
-  // order nlohmann's sorted objects gave them (op, path, value): the text earlier releases sent.
-  void Open(std::string_view op, std::string_view path, std::string_view suffix = "") {
-    ops_ += ops_.empty() ? "[{\"op\":\"" : ",{\"op\":\"";
+  // An operation's start and end, around its path. Members come in the order nlohmann's
+  // sorted objects gave them (op, path, value): the text earlier releases sent. The literals
+  // are string_views: appending a char* measured each one with strlen() on every operation.
+  void Open(std::string_view op) {
+    ops_ += ops_.empty() ? std::string_view("[{\"op\":\"") : std::string_view(",{\"op\":\"");
     ops_ += op;
-    ops_ += "\",\"path\":";
-    AppendJsonString(ops_, path);
-    if (!suffix.empty()) {
-      // Inside the path's closing quote; the suffixes ("/-") need no escaping.
-      ops_.insert(ops_.size() - 1, suffix);
-    }
-    ops_ += ",\"value\":";
+    ops_ += std::string_view("\",\"path\":");
+  }
+  void Close(std::string_view value_json) {
+    ops_ += std::string_view(",\"value\":");
+    ops_ += value_json;
+    ops_ += '}';
   }
 
   std::string ops_;
@@ -149,7 +155,9 @@ class ArrayAppend {
   void Flush(Patch* patch) {
     if (items_.empty()) return;
     if (exists_) {
-      for (std::string_view item : items_) patch->Add(path_, "/-", item);
+      std::string append_path;
+      AppendJsonString(append_path, path_ + "/-");
+      for (std::string_view item : items_) patch->AddAtQuoted(append_path, item);
     } else {
       std::string array = "[";
       for (std::string_view item : items_) {
@@ -157,7 +165,7 @@ class ArrayAppend {
         array += item;
       }
       array += ']';
-      patch->Add(path_, "", array);
+      patch->Add(path_, array);
     }
     items_.clear();
     owned_.clear();
@@ -199,6 +207,51 @@ bool HasEntry(const JsonView& array, std::string_view key, std::string_view valu
   const std::vector<std::string_view> values = array.StringMembers(key);
   return std::find(values.begin(), values.end(), value) != values.end();
 }
+
+// Where a few names sit in the pod's env (the first and the last entry of each), found in one
+// pass over its names: a KServe container's env has about a hundred entries, and scanning them
+// once for every name the admission sets or reads (about ten) was a twentieth of its
+// instructions; a hash index of all the names cost more than the scans.
+class EnvPositions {
+ public:
+  EnvPositions(const std::vector<std::string_view>& names, std::vector<std::string_view> wanted)
+      : wanted_(std::move(wanted)), first_(wanted_.size()), last_(wanted_.size()) {
+    // The wanted names by length (one list per length, the last for 63 bytes and more): a
+    // pod's name is compared only with those of its own length, and first by its first byte.
+    constexpr size_t kLists = 64;
+    std::array<size_t, kLists> head;
+    head.fill(kNone);
+    std::vector<size_t> next(wanted_.size(), kNone);
+    for (size_t k = wanted_.size(); k-- > 0;) {
+      const size_t list = std::min(wanted_[k].size(), kLists - 1);
+      next[k] = head[list];
+      head[list] = k;
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string_view name = names[i];
+      for (size_t k = head[std::min(name.size(), kLists - 1)]; k != kNone; k = next[k]) {
+        if ((!name.empty() && name[0] != wanted_[k][0]) || name != wanted_[k]) continue;
+        if (!first_[k]) first_[k] = i;
+        last_[k] = i;
+      }
+    }
+  }
+  std::optional<size_t> First(std::string_view name) const { return first_[Slot(name)]; }
+  std::optional<size_t> Last(std::string_view name) const { return last_[Slot(name)]; }
+
+ private:
+  size_t Slot(std::string_view name) const {
+    const auto it = std::find(wanted_.begin(), wanted_.end(), name);
+    // Only a name the constructor was given can be asked for: anything else is a bug here.
+    if (it == wanted_.end()) throw std::logic_error("EnvPositions: " + std::string(name));
+    return static_cast<size_t>(it - wanted_.begin());
+  }
+
+  static constexpr size_t kNone = ~size_t{0};
+  std::vector<std::string_view> wanted_;
+  std::vector<std::optional<size_t>> first_;
+  std::vector<std::optional<size_t>> last_;
+};
 
 // Whether `entry` is exactly the env entry {"name": name, "value": value}.
 bool IsEnvEntry(const JsonView& entry, std::string_view name, std::string_view value) {
@@ -298,6 +351,8 @@ std::shared_ptr<const FromSpec> Derive(const MutationInput& in, Mode mode,
   derived->flag_argument = FlagArgument(FlagRoute::kArgs, derived->transfer_config);
   derived->flag_argument_for_eval =
       FlagArgument(FlagRoute::kArgsForEval, derived->transfer_config);
+  AppendJsonString(derived->flag_argument_json, derived->flag_argument);
+  AppendJsonString(derived->flag_argument_for_eval_json, derived->flag_argument_for_eval);
   for (const auto& [name, value] : std::initializer_list<std::pair<const char*, std::string>>{
            {"KVOFFLOAD_CPU_BYTES", std::to_string(in.spec.cpu.Value())},
            {"KVOFFLOAD_EVICTION_POLICY",
@@ -687,20 +742,16 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
 
   // Environment: ours replaced in place, never duplicated; the user's left alone.
   const JsonView env = container["env"];
-  // Views of the names in the pod itself, searched front to back (the first of a repeated name
-  // is the one found): a KServe pod's env has about a hundred entries and we look up a handful
-  // of names, so building a hash index cost more than the scans it saved.
-  const std::vector<std::string_view> env_names = env.StringMembers("name");
-  auto env_find = [&env_names](std::string_view name) -> std::optional<size_t> {
-    const auto it = std::find(env_names.begin(), env_names.end(), name);
-    if (it == env_names.end()) return std::nullopt;
-    return static_cast<size_t>(it - env_names.begin());
-  };
+  // The names this admission sets or reads; the first of a repeated name is the one replaced.
+  std::vector<std::string_view> env_wanted = {"PYTHONHASHSEED", "KVOFFLOAD_LIBRARY",
+                                              "PYTHONPATH", "VLLM_ADDITIONAL_ARGS"};
+  for (const FromSpec::Env& e : plan.from_spec->env) env_wanted.push_back(e.name);
+  const EnvPositions env_at(env.StringMembers("name"), std::move(env_wanted));
   ArrayAppend add_env(env, c_path + "/env");
   // `entry_json`: the entry as JSON text, when the workload's FromSpec has it already.
   auto set_env = [&](const std::string& name, const std::string& value,
                      const std::string* entry_json = nullptr) {
-    const std::optional<size_t> at = env_find(name);
+    const std::optional<size_t> at = env_at.First(name);
     if (at && IsEnvEntry(env.At(*at), name, value)) return;
     if (at) {
       patch.Replace(c_path + "/env/" + std::to_string(*at),
@@ -713,10 +764,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   };
   for (const FromSpec::Env& e : plan.from_spec->env) set_env(e.name, e.value, &e.entry);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
-  if (any_shared && !env_find("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
+  if (any_shared && !env_at.First("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
   if (mode == Mode::kAgent) {
     set_env("KVOFFLOAD_LIBRARY", kAgentLibrary);
-    const std::optional<size_t> at = env_find("PYTHONPATH");
+    const std::optional<size_t> at = env_at.First("PYTHONPATH");
     if (!at) {
       set_env("PYTHONPATH", kAgentPythonPath);
     } else if (env.At(*at)["valueFrom"].IsNull()) {
@@ -740,14 +791,11 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
     const std::string& ours = plan.from_spec->transfer_config;
-    const std::optional<size_t> additional = env_find("VLLM_ADDITIONAL_ARGS");
+    const std::optional<size_t> additional = env_at.First("VLLM_ADDITIONAL_ARGS");
     // The kubelet keeps the last entry of a repeated name, so that is the one vLLM reads.
-    const auto last_additional =
-        std::find(env_names.rbegin(), env_names.rend(), std::string_view("VLLM_ADDITIONAL_ARGS"));
-    const LaunchPlan launch = PlanLaunch(
-        container, last_additional == env_names.rend()
-                       ? JsonView()
-                       : env.At(static_cast<size_t>(env_names.rend() - last_additional - 1)));
+    const std::optional<size_t> last_additional = env_at.Last("VLLM_ADDITIONAL_ARGS");
+    const LaunchPlan launch =
+        PlanLaunch(container, last_additional ? env.At(*last_additional) : JsonView());
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
     if (launch.has_user_flag) {
@@ -772,11 +820,12 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       vllm_flag = "not-injected";
       vllm_flag_reason = kFlagReasonLaunchDropsArgs;
     } else {
-      std::vector<std::string> extra = {RouteEvals(launch.route)
-                                            ? plan.from_spec->flag_argument_for_eval
-                                            : plan.from_spec->flag_argument};
+      const bool evals = RouteEvals(launch.route);
+      const FromSpec& derived = *plan.from_spec;
+      // What follows our flag: the agent's write-back needs vLLM to wait for it on SIGTERM.
+      std::string shutdown_timeout;
       if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
-        extra.push_back("--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds));
+        shutdown_timeout = "--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds);
         const std::optional<int64_t> grace = pod["spec"]["terminationGracePeriodSeconds"].Int();
         if (grace && *grace < kAgentShutdownTimeoutSeconds + 5) {
           warnings->push_back("terminationGracePeriodSeconds " + std::to_string(*grace) +
@@ -786,13 +835,16 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       if (env_route) {
         std::string value =
             additional ? StringAt(env.At(*additional), "value") : "";
-        for (const std::string& e : extra) value += (value.empty() ? "" : " ") + e;
+        if (!value.empty()) value += ' ';
+        value += evals ? derived.flag_argument_for_eval : derived.flag_argument;
+        if (!shutdown_timeout.empty()) value += ' ' + shutdown_timeout;
         set_env("VLLM_ADDITIONAL_ARGS", value);
         vllm_flag = "VLLM_ADDITIONAL_ARGS";
       } else {
         ArrayAppend add_args(container["args"], c_path + "/args");
         if (launch.needs_arg0) add_args.Push(Quoted("--"));
-        for (const std::string& e : extra) add_args.Push(Quoted(e));
+        add_args.Borrow(evals ? derived.flag_argument_for_eval_json : derived.flag_argument_json);
+        if (!shutdown_timeout.empty()) add_args.Push(Quoted(shutdown_timeout));
         add_args.Flush(&patch);
         vllm_flag = "args";
       }

@@ -113,6 +113,10 @@ struct FromSpec {
   // kAdditionalArgsEnv) and shell-quoted for a script that evals it (the *ForEval routes).
   std::string flag_argument;
   std::string flag_argument_for_eval;
+  // The two as JSON strings, as the args route appends them: escaping the flag's JSON again
+  // for every pod cost more than the rest of the args.
+  std::string flag_argument_json;
+  std::string flag_argument_for_eval_json;
   // Per tier: its volume and its container mount, as JSON text (added where missing).
   std::vector<std::string> tier_volumes;
   std::vector<std::string> tier_mounts;
