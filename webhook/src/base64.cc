@@ -15,8 +15,10 @@ namespace {
 // Every admission answer carries its patch in base64, and OpenSSL's EVP_EncodeBlock (which this
 // replaced) spent 10 instructions a byte on it: 30k of a KServe pod's admission and a quarter
 // of a small pod's. No faster encoder is packaged for Debian 12 (no simdutf, no aklomp/base64),
-// so this one uses SSSE3 where the CPU has it (every x86-64 server CPU since 2011) and
-// elsewhere writes two characters per lookup in a table of the 4096 12-bit values.
+// so this one uses AVX2 and SSSE3 where the CPU has them (every x86-64 server CPU since 2013
+// and 2011) and elsewhere writes two characters per lookup in a table of the 4096 12-bit
+// values. Each kind of step runs in every test of a long enough input: AVX2 takes 24 bytes at
+// a time, SSSE3 a 12-byte step it leaves, the table the last few bytes.
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 constexpr std::array<std::array<char, 2>, 4096> kPairs = [] {
@@ -79,12 +81,52 @@ __attribute__((target("ssse3"))) size_t EncodeSsse3(const unsigned char* r, size
   return done;
 }
 
+// The same steps on 24 bytes at a time, one 12-byte group in each 128-bit lane (AVX2's shuffle
+// works within a lane, so the SSSE3 constants serve both lanes). Half the instructions per
+// byte; the SSSE3 loop then takes a 12-byte step the AVX2 one leaves.
+__attribute__((target("avx2"))) size_t EncodeAvx2(const unsigned char* r, size_t n,
+                                                  size_t readable, char* w) {
+  const __m256i spread = _mm256_setr_epi8(1, 0, 2, 1, 4, 3, 5, 4, 7, 6, 8, 7, 10, 9, 11, 10, 1,
+                                          0, 2, 1, 4, 3, 5, 4, 7, 6, 8, 7, 10, 9, 11, 10);
+  const __m256i offsets = _mm256_setr_epi8(
+      'a' - 26, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+      '0' - 52, '0' - 52, '+' - 62, '/' - 63, 'A', 0, 0, 'a' - 26, '0' - 52, '0' - 52, '0' - 52,
+      '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52, '+' - 62, '/' - 63,
+      'A', 0, 0);
+  size_t done = 0;
+  for (; n - done >= 24 && readable - done >= 28; done += 24, w += 32) {
+    const __m128i low = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + done));
+    const __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + done + 12));
+    const __m256i in = _mm256_shuffle_epi8(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(low), high, 1), spread);
+    const __m256i ac = _mm256_mulhi_epu16(_mm256_and_si256(in, _mm256_set1_epi32(0x0fc0fc00)),
+                                          _mm256_set1_epi32(0x04000040));
+    const __m256i bd = _mm256_mullo_epi16(_mm256_and_si256(in, _mm256_set1_epi32(0x003f03f0)),
+                                          _mm256_set1_epi32(0x01000010));
+    const __m256i fields = _mm256_or_si256(ac, bd);
+    __m256i index = _mm256_subs_epu8(fields, _mm256_set1_epi8(51));
+    index = _mm256_or_si256(index, _mm256_and_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(26), fields),
+                                                    _mm256_set1_epi8(13)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w),
+                        _mm256_add_epi8(_mm256_shuffle_epi8(offsets, index), fields));
+  }
+  return done;
+}
+
 const bool kHaveSsse3 = __builtin_cpu_supports("ssse3");
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
 // Encodes the n bytes at r (a multiple of 3), of which `readable` may be read, into w.
 void Encode(const unsigned char* r, size_t n, size_t readable, char* w) {
 #if defined(__x86_64__)
+  if (kHaveAvx2) {
+    const size_t done = EncodeAvx2(r, n, readable, w);
+    r += done;
+    n -= done;
+    readable -= done;
+    w += done / 3 * 4;
+  }
   if (kHaveSsse3) {
     const size_t done = EncodeSsse3(r, n, readable, w);
     r += done;
