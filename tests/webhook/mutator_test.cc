@@ -234,6 +234,49 @@ TEST(MutateTest, TheLastVllmAdditionalArgsIsTheOneVllmReads) {
       << first_is_theirs.patch;
 }
 
+// Of a repeated env name the container gets the last entry, so that is the one each of ours is
+// read from and replaced in; names like ours (as long, the same first byte) are left alone.
+TEST(MutateTest, TheEnvEntryTheContainerGetsIsTheOneReadAndReplaced) {
+  json pod = Pod(EmptyDirSpec("1Gi"));
+  pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+  json& c = pod["spec"]["containers"][0];
+  c["command"] = {"/bin/bash", "-c", "exec vllm serve /m $VLLM_ADDITIONAL_ARGS"};
+  const std::string long_name(70, 'K');
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"KVOFFLOAD_TIERZ", "x"},      {"PYTHONPATH", "/first"},
+      {"KVOFFLOAD_TIERS", "stale"},  {"PYTHONPATH", "/app"},
+      {long_name, "kept"},           {"KVOFFLOAD_TIERS", "stale too"},
+      {"VLLM_ADDITIONAL_ARGS", "--first"}, {"VLLM_ADDITIONAL_ARGS", "--max-model-len 4096"}};
+  for (const auto& [name, value] : env) c["env"].push_back({{"name", name}, {"value", value}});
+  Result<Resolution> res = Resolve(pod, "team-a", nullptr);
+  ASSERT_TRUE(res.ok()) << res.status().message();
+  const Mutation m = Mutate(
+      MutationInput(pod, "team-a", std::move(*res), {Mode::kAgent, "registry/agent:1"}));
+  ASSERT_TRUE(m.allowed) << m.denial;
+  const json patched = pod.patch(json::parse(m.patch))["spec"]["containers"][0]["env"];
+  // What the kubelet gives the container: the last value of each name.
+  std::map<std::string, std::string> seen;
+  std::map<std::string, int> count;
+  for (const json& e : patched) {
+    seen[e["name"].get<std::string>()] = e["value"].get<std::string>();
+    ++count[e["name"].get<std::string>()];
+  }
+  EXPECT_EQ(seen["PYTHONPATH"], "/opt/kvoffload/python:/app");
+  EXPECT_EQ(seen["KVOFFLOAD_TIERS"].rfind("[{", 0), 0u) << seen["KVOFFLOAD_TIERS"];
+  EXPECT_EQ(seen["VLLM_ADDITIONAL_ARGS"].rfind("--max-model-len 4096 --kv-transfer-config", 0),
+            0u)
+      << seen["VLLM_ADDITIONAL_ARGS"];
+  EXPECT_EQ(seen["KVOFFLOAD_TIERZ"], "x");
+  EXPECT_EQ(seen[long_name], "kept");
+  EXPECT_EQ(count["KVOFFLOAD_TIERS"], 2);  // replaced, not added again
+  EXPECT_EQ(count["PYTHONPATH"], 2);
+  EXPECT_EQ(count["VLLM_ADDITIONAL_ARGS"], 2);
+  // The entries before the last of each name are the pod's own, unchanged.
+  for (size_t i : {0u, 1u, 2u, 4u, 6u}) {
+    EXPECT_EQ(patched[i]["value"], env[i].second) << "entry " << i;
+  }
+}
+
 // What a mutation derives from the spec alone (tiers, hash, the vLLM flag) is kept per thread
 // for the last spec: inputs that differ in any part it reads must each get their own, as a
 // thread that saw none of the others gives them. A quantity written another way is another

@@ -208,14 +208,15 @@ bool HasEntry(const JsonView& array, std::string_view key, std::string_view valu
   return std::find(values.begin(), values.end(), value) != values.end();
 }
 
-// Where a few names sit in the pod's env (the first and the last entry of each), found in one
-// pass over its names: a KServe container's env has about a hundred entries, and scanning them
-// once for every name the admission sets or reads (about ten) was a twentieth of its
-// instructions; a hash index of all the names cost more than the scans.
+// Which entry of the pod's env gives each of a few names its value (the last: the kubelet
+// keeps the last of a repeated name), found in one pass over its names: a KServe container's
+// env has about a hundred entries, and scanning them once for every name the admission sets or
+// reads (about ten) was a twentieth of its instructions; a hash index of all the names cost
+// more than the scans.
 class EnvPositions {
  public:
   EnvPositions(const std::vector<std::string_view>& names, std::vector<std::string_view> wanted)
-      : wanted_(std::move(wanted)), first_(wanted_.size()), last_(wanted_.size()) {
+      : wanted_(std::move(wanted)), last_(wanted_.size()) {
     // The wanted names by length (one list per length, the last for 63 bytes and more): a
     // pod's name is compared only with those of its own length, and first by its first byte.
     constexpr size_t kLists = 64;
@@ -231,13 +232,12 @@ class EnvPositions {
       const std::string_view name = names[i];
       for (size_t k = head[std::min(name.size(), kLists - 1)]; k != kNone; k = next[k]) {
         if ((!name.empty() && name[0] != wanted_[k][0]) || name != wanted_[k]) continue;
-        if (!first_[k]) first_[k] = i;
         last_[k] = i;
       }
     }
   }
-  std::optional<size_t> First(std::string_view name) const { return first_[Slot(name)]; }
-  std::optional<size_t> Last(std::string_view name) const { return last_[Slot(name)]; }
+  // The index of the entry the container gets for `name`, if the pod sets it.
+  std::optional<size_t> Of(std::string_view name) const { return last_[Slot(name)]; }
 
  private:
   size_t Slot(std::string_view name) const {
@@ -249,7 +249,6 @@ class EnvPositions {
 
   static constexpr size_t kNone = ~size_t{0};
   std::vector<std::string_view> wanted_;
-  std::vector<std::optional<size_t>> first_;
   std::vector<std::optional<size_t>> last_;
 };
 
@@ -740,9 +739,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   add_volumes.Flush(&patch);
   add_mounts.Flush(&patch);
 
-  // Environment: ours replaced in place, never duplicated; the user's left alone.
+  // Environment: ours replaced in place, never duplicated; the user's left alone. Of a repeated
+  // name, the last entry is read and replaced: it is the one the container gets.
   const JsonView env = container["env"];
-  // The names this admission sets or reads; the first of a repeated name is the one replaced.
+  // The names this admission sets or reads.
   std::vector<std::string_view> env_wanted = {"PYTHONHASHSEED", "KVOFFLOAD_LIBRARY",
                                               "PYTHONPATH", "VLLM_ADDITIONAL_ARGS"};
   for (const FromSpec::Env& e : plan.from_spec->env) env_wanted.push_back(e.name);
@@ -751,7 +751,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   // `entry_json`: the entry as JSON text, when the workload's FromSpec has it already.
   auto set_env = [&](const std::string& name, const std::string& value,
                      const std::string* entry_json = nullptr) {
-    const std::optional<size_t> at = env_at.First(name);
+    const std::optional<size_t> at = env_at.Of(name);
     if (at && IsEnvEntry(env.At(*at), name, value)) return;
     if (at) {
       patch.Replace(c_path + "/env/" + std::to_string(*at),
@@ -764,10 +764,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   };
   for (const FromSpec::Env& e : plan.from_spec->env) set_env(e.name, e.value, &e.entry);
   // Hash-keyed sharing across replicas needs the same Python hash seed everywhere.
-  if (any_shared && !env_at.First("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
+  if (any_shared && !env_at.Of("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
   if (mode == Mode::kAgent) {
     set_env("KVOFFLOAD_LIBRARY", kAgentLibrary);
-    const std::optional<size_t> at = env_at.First("PYTHONPATH");
+    const std::optional<size_t> at = env_at.Of("PYTHONPATH");
     if (!at) {
       set_env("PYTHONPATH", kAgentPythonPath);
     } else if (env.At(*at)["valueFrom"].IsNull()) {
@@ -791,11 +791,9 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
   if (runs_vllm) {
     const std::string& ours = plan.from_spec->transfer_config;
-    const std::optional<size_t> additional = env_at.First("VLLM_ADDITIONAL_ARGS");
-    // The kubelet keeps the last entry of a repeated name, so that is the one vLLM reads.
-    const std::optional<size_t> last_additional = env_at.Last("VLLM_ADDITIONAL_ARGS");
+    const std::optional<size_t> additional = env_at.Of("VLLM_ADDITIONAL_ARGS");
     const LaunchPlan launch =
-        PlanLaunch(container, last_additional ? env.At(*last_additional) : JsonView());
+        PlanLaunch(container, additional ? env.At(*additional) : JsonView());
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
     if (launch.has_user_flag) {
