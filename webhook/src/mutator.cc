@@ -203,8 +203,7 @@ const std::string& AgentInitContainer(const std::string& image) {
   return cached;
 }
 
-bool HasEntry(const JsonView& array, std::string_view key, std::string_view value) {
-  const std::vector<std::string_view> values = array.StringMembers(key);
+bool Contains(const std::vector<std::string_view>& values, std::string_view value) {
   return std::find(values.begin(), values.end(), value) != values.end();
 }
 
@@ -632,12 +631,12 @@ CheckedMutation CheckMutation(const MutationInput& in) {
 
   // Tier volumes the pod lacks are added; the emptyDir ones among them raise the container's
   // ephemeral-storage request, which must stay within its limit.
-  const JsonView volumes = pod["spec"]["volumes"];
+  const std::vector<std::string_view> volume_names = pod["spec"]["volumes"].StringMembers("name");
   std::optional<Quantity> ephemeral_added;
   bool sum_ok = true;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     const Tier& t = in.spec.secondary[i];
-    const bool add = !HasEntry(volumes, "name", TierVolumeName(i));
+    const bool add = !Contains(volume_names, TierVolumeName(i));
     plan.add_tier_volume.push_back(add);
     if (!add || t.kind != TierKind::kEmptyDir || !sum_ok) continue;
     Result<Quantity> sum =
@@ -703,14 +702,16 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const JsonView mounts = container["volumeMounts"];
   ArrayAppend add_volumes(volumes, "/spec/volumes");
   ArrayAppend add_mounts(mounts, c_path + "/volumeMounts");
+  // Each read once: the tiers and the agent look for several entries in them.
+  const std::vector<std::string_view> mount_names = mounts.StringMembers("name");
+  const std::vector<std::string_view> mount_paths = mounts.StringMembers("mountPath");
 
   // Tier volumes and mounts; only what is missing (KServe may have rendered some already).
   std::vector<std::string> tier_paths;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
     tier_paths.push_back(TierMountPath(i));
     if (plan.add_tier_volume[i]) add_volumes.Borrow(plan.from_spec->tier_volumes[i]);
-    if (!HasEntry(mounts, "mountPath", TierMountPath(i)) &&
-        !HasEntry(mounts, "name", TierVolumeName(i))) {
+    if (!Contains(mount_paths, tier_paths.back()) && !Contains(mount_names, TierVolumeName(i))) {
       add_mounts.Borrow(plan.from_spec->tier_mounts[i]);
     }
   }
@@ -727,10 +728,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         DumpJson({{"name", kAgentVolume}, {"emptyDir", json::object()}});
     static const std::string kMount = DumpJson(
         {{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
-    if (!HasEntry(volumes, "name", kAgentVolume)) add_volumes.Borrow(kVolume);
-    if (!HasEntry(mounts, "name", kAgentVolume)) add_mounts.Borrow(kMount);
+    if (!Contains(volumes.StringMembers("name"), kAgentVolume)) add_volumes.Borrow(kVolume);
+    if (!Contains(mount_names, kAgentVolume)) add_mounts.Borrow(kMount);
     const JsonView init = pod["spec"]["initContainers"];
-    if (!HasEntry(init, "name", kAgentInitContainer)) {
+    if (!Contains(init.StringMembers("name"), kAgentInitContainer)) {
       ArrayAppend add_init(init, "/spec/initContainers");
       add_init.Push(AgentInitContainer(in.options.agent_image));
       add_init.Flush(&patch);
@@ -768,10 +769,11 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   if (mode == Mode::kAgent) {
     set_env("KVOFFLOAD_LIBRARY", kAgentLibrary);
     const std::optional<size_t> at = env_at.Of("PYTHONPATH");
+    const JsonView entry = at ? env.At(*at) : JsonView();
     if (!at) {
       set_env("PYTHONPATH", kAgentPythonPath);
-    } else if (env.At(*at)["valueFrom"].IsNull()) {
-      const std::string cur = StringAt(env.At(*at), "value");
+    } else if (entry["valueFrom"].IsNull()) {
+      const std::string cur = StringAt(entry, "value");
       const std::string prefix = std::string(kAgentPythonPath);
       if (cur != prefix && cur.rfind(prefix + ":", 0) != 0) {
         set_env("PYTHONPATH", cur.empty() ? prefix : prefix + ":" + cur);
