@@ -44,7 +44,9 @@ class EngineImpl final : public Engine {
     // touched; say so to waiters.
     MutexLock lock(&jobs_mu_);
     for (const auto& [id, job] : jobs_) {
-      if (!job->done) Finish(*job, Status::Unavailable("engine shut down before the job ran"));
+      if (job->done) continue;
+      Finish(*job, Status::Unavailable("engine shut down before the job ran"));
+      job->finished.SignalAll();
     }
   }
 
@@ -191,14 +193,19 @@ class EngineImpl final : public Engine {
     // Ours until we return: another thread's Poll or Wait may forget the job (erase it from
     // jobs_) between its wake-up and ours.
     const std::shared_ptr<JobRecord> record = it->second;
+    bool ran = false;
     if (!record->started && running_ < config_.worker_threads) {
       // No worker has taken it yet, and one could: this thread runs it instead of sleeping
       // until a worker has, which spares a wake-up of a worker and one of this thread.
       RunJob(*record, lock);
+      ran = true;
     }
     while (!record->done) record->finished.Wait();
     jobs_.erase(job);  // nothing when another caller forgot it first
-    return record->status;
+    Status status = record->status;
+    lock.Unlock();
+    if (ran) Announce(*record);
+    return status;
   }
 
   WriteBackReport WriteBack(std::chrono::milliseconds budget) override {
@@ -296,14 +303,21 @@ class EngineImpl final : public Engine {
     Status s = fn();
     lock.Lock();
     --running_;
-    // All: a woken worker may find its job taken by a waiter and leave the slot to another.
-    run_slot_free_.SignalAll();
     Finish(job, std::move(s));
   }
 
+  // The caller announces the job's end (Announce) once it has released jobs_mu_.
   void Finish(JobRecord& job, Status status) REQUIRES(jobs_mu_) {
     job.done = true;
     job.status = std::move(status);
+  }
+
+  // Wakes who waits for a job RunJob ran: the threads in Wait on it and the workers waiting for
+  // a run slot (all of them: a woken worker may find its job taken by a waiter and leave the
+  // slot to another). Called with jobs_mu_ released: a thread woken under it would only sleep
+  // again on it until the caller let go, one more sleep and wake-up per job.
+  void Announce(JobRecord& job) EXCLUDES(jobs_mu_) {
+    run_slot_free_.SignalAll();
     job.finished.SignalAll();
   }
 
@@ -320,20 +334,29 @@ class EngineImpl final : public Engine {
   }
 
   Result<JobId> Submit(std::function<Status()> fn) {
-    MutexLock lock(&jobs_mu_);
     auto record = std::make_shared<JobRecord>(&jobs_mu_);
     record->fn = std::move(fn);
+    JobId id = 0;
+    {
+      MutexLock lock(&jobs_mu_);
+      id = next_job_++;
+      jobs_.emplace(id, record);
+    }
+    // Queued with jobs_mu_ released, as the worker it wakes takes that lock first.
     const bool queued = workers_->Push([this, record] {
       MutexLock start_lock(&jobs_mu_);
       // Threads in Wait may hold run slots: the worker waits for one (or for a waiter to
       // take this job) rather than run more jobs at once than the workers are.
       while (!record->started && running_ >= config_.worker_threads) run_slot_free_.Wait();
-      if (!record->started) RunJob(*record, start_lock);
+      if (record->started) return;
+      RunJob(*record, start_lock);
+      start_lock.Unlock();
+      Announce(*record);
     });
-    if (!queued) return Status::Unavailable("engine is shutting down");
-    const JobId id = next_job_++;
-    jobs_.emplace(id, std::move(record));
-    return id;
+    if (queued) return id;
+    MutexLock lock(&jobs_mu_);
+    jobs_.erase(id);
+    return Status::Unavailable("engine is shutting down");
   }
 
   // The longest prefix of keys that `tier_of` places in a tier, with those tiers.
