@@ -266,9 +266,6 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
   }
   if (todo.empty()) return;
   lock.Unlock();
-  if (encode) {
-    for (size_t i : todo) encode(i);
-  }
   // Written together: a store job's evictions keep as many writes in flight as it has blocks,
   // instead of one at a time on the job's thread.
   std::vector<Result<bool>> published;
@@ -279,8 +276,17 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
       slot_files.push_back(files[todo[j]]);
       slot_numbers.push_back(rooms[j].slot);
     }
-    published = WriteSlots(slot_files, slot_numbers);
+    // A slot holds the payload alone, and its checksum goes to the index: each block is
+    // encoded once its write is done, while the batch's other writes are in flight, instead
+    // of all of them before the first write starts (8 x 4 us at 64 KiB, with the disk idle).
+    published = WriteSlots(slot_files, slot_numbers, [&](size_t j) {
+      if (encode) encode(todo[j]);
+    });
   } else {
+    // A file's trailer is part of what it writes.
+    if (encode) {
+      for (size_t i : todo) encode(i);
+    }
     for (size_t j = 0; j < todo.size(); ++j) {
       published.push_back(WriteFile(keys[todo[j]], files[todo[j]], rooms[j]));
     }
@@ -438,11 +444,14 @@ std::string DiskTier::TempPath(std::string_view stem) const {
          std::to_string(counter.fetch_add(1)) + ".tmp";
 }
 
-void DiskTier::TimedWrite(std::span<IoOp> ops) {
+void DiskTier::TimedWrite(std::span<IoOp> ops, const DiskIo::OpDone& done) {
   // Each op's own time to completion: the figure is per block, as with one write at a time.
   const uint64_t t0 = NowNs();
   uint64_t ns = 0;
-  io_->ExecuteEach(ops, [&](size_t) { ns += NowNs() - t0; });
+  io_->ExecuteEach(ops, [&](size_t k) {
+    ns += NowNs() - t0;
+    if (done) done(k);
+  });
   uint64_t bytes = 0;
   for (const IoOp& op : ops) bytes += op.done;
   MutexLock lock(&mu_);
@@ -451,7 +460,8 @@ void DiskTier::TimedWrite(std::span<IoOp> ops) {
 }
 
 std::vector<Result<bool>> DiskTier::WriteSlots(std::span<std::byte* const> files,
-                                               std::span<const uint64_t> slots) {
+                                               std::span<const uint64_t> slots,
+                                               const BlockEncoder& written) {
   std::vector<Status> status(files.size());
   std::vector<IoOp> ops;
   std::vector<size_t> op_of;
@@ -463,7 +473,7 @@ std::vector<Result<bool>> DiskTier::WriteSlots(std::span<std::byte* const> files
                        slots_->Offset(slots[j]), 0, Status::Ok()});
     op_of.push_back(j);
   }
-  if (!ops.empty()) TimedWrite(ops);
+  if (!ops.empty()) TimedWrite(ops, [&](size_t k) { written(op_of[k]); });
   for (size_t k = 0; k < ops.size(); ++k) {
     const Status& s = ops[k].status;
     if (s.ok()) continue;

@@ -168,16 +168,19 @@ class DiskTier {
   // had already.
   Result<bool> WriteFile(const BlockKey& key, std::byte* file, const Room& room);
   // The slot file's writes, submitted together; each slot whose write fails is given back
-  // with its bytes.
+  // with its bytes. written(j) runs once file j's write has completed, while the others may
+  // still be in flight.
   std::vector<Result<bool>> WriteSlots(std::span<std::byte* const> files,
-                                       std::span<const uint64_t> slots);
+                                       std::span<const uint64_t> slots,
+                                       const BlockEncoder& written);
   // Checks a block read from its slot against the checksum kept for it, and puts its trailer
   // back (the next tier and the caller take whole block files).
   Status VerifySlot(std::byte* file, const BlockKey& key, SlotRef at) const;
   // Gives a slot and its bytes back (its block left the index, or never entered it).
   void FreeSlot(uint64_t slot);
-  // Runs the writes and counts their bytes and each one's time.
-  void TimedWrite(std::span<IoOp> ops);
+  // Runs the writes and counts their bytes and each one's time; done(k) (if given) runs once
+  // op k has completed.
+  void TimedWrite(std::span<IoOp> ops, const DiskIo::OpDone& done = {});
   // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
   void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
   // Forgets the block, leaving its file to the caller.
