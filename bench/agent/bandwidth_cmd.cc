@@ -11,7 +11,8 @@
 //   (--load-batch=8 --load-jobs=1 is one 8-block job at a time, whose queue drains to
 //   nothing at the end of every job, which fio's never does). --store-batch / --store-jobs do
 //   the same for stores: --store-batch=8 --store-jobs=1 is how vLLM stores, a step's new
-//   blocks in one job, whose evictions are written to disk together.
+//   blocks in one job. The pinned tier's demoter writes evictions to disk in batches of
+//   --demote-batch (default qd) ahead of the stores that need the slots.
 //   --state=empty times an empty tier; --state=full the steady state of a tier that serves
 //   traffic: the tier holds exactly the blocks of one pass and is filled by an untimed pass
 //   first, so every timed store evicts a block from disk, and the loads read a full tier.
@@ -131,6 +132,7 @@ int RunDisk(Flags& flags) {
   const size_t load_jobs = flags.GetU64("load-jobs", qd);
   const size_t store_batch = flags.GetU64("store-batch", 1);
   const size_t store_jobs = flags.GetU64("store-jobs", qd);
+  const size_t demote_batch = flags.GetU64("demote-batch", qd);
   const std::string state = flags.GetString("state", "empty");
   if (!flags.Done("disk")) return 2;
   if (dir_flag.empty() || block == 0 || qd == 0 || load_batch == 0 || load_jobs == 0 ||
@@ -148,8 +150,11 @@ int RunDisk(Flags& flags) {
   config.disk_io = io;
   config.worker_threads = qd;
   config.io_parallelism = qd;
-  // Room for the jobs in flight plus as many evicted slots; everything else lives on disk.
-  const size_t cpu_blocks = 2 * qd;
+  // The demoter writes up to qd victims together (--demote-batch, 0: every store evicts its
+  // own), as fio keeps qd writes queued; the pinned tier is the smallest it runs in (4
+  // batches: 2 kept free, 2 resident). Everything else lives on disk.
+  config.demote_batch = demote_batch;
+  const size_t cpu_blocks = 4 * qd;
   config.cpu_bytes = cpu_blocks * SlotBytes(block);
   // Empty: room for every block, so nothing is evicted from disk. Full: room for one pass.
   const size_t disk_blocks = full ? n : n + cpu_blocks + 1;

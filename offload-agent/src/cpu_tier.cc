@@ -1,6 +1,8 @@
 // Pinned host tier: slot reservation with eviction to the sink, pins, publication.
 #include "cpu_tier.h"
 
+#include <utility>
+
 #include "block_file.h"
 
 namespace kvoffload {
@@ -41,12 +43,16 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position,
   }
   entries_.emplace(key, Entry{});
   policy_->OnInsertAt(key, position);
-  return PlaceLocked(key, lock, deferred);
+  Result<std::byte*> slot = PlaceLocked(key, lock, deferred);
+  WakeDemoterIfAsked(lock);
+  return slot;
 }
 
 Result<std::byte*> CpuTier::Place(const BlockKey& key) {
   MutexLock lock(&mu_);
-  return PlaceLocked(key, lock, nullptr);
+  Result<std::byte*> slot = PlaceLocked(key, lock, nullptr);
+  WakeDemoterIfAsked(lock);
+  return slot;
 }
 
 void CpuTier::Demote(Victims& victims) {
@@ -54,14 +60,23 @@ void CpuTier::Demote(Victims& victims) {
   DemoteLocked(victims, lock);
 }
 
+bool CpuTier::Unevictable(const BlockKey& key) const {
+  const Entry& e = entries_.at(key);
+  return e.pins > 0 || e.state != State::kResident || (holds_ && holds_->Contains(key));
+}
+
 Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
                                         Victims* deferred) {
   // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
-  auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
-    const Entry& e = entries_.at(k);
-    return e.pins > 0 || e.state != State::kResident || (holds_ && holds_->Contains(k));
-  };
+  auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return Unevictable(k); };
   while (free_.empty()) {
+    // The demoter's batch frees slots soon: waiting for it keeps its writes together, where
+    // evicting a victim here would write that one alone. A caller with deferred victims of
+    // its own never waits (BeginInsert).
+    if (demoting_ > 0 && (deferred == nullptr || deferred->empty())) {
+      cv_.Wait();
+      continue;
+    }
     std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
     if (!victim) {
       // Our own deferred victims count as in flight, but only we can demote them.
@@ -84,7 +99,62 @@ Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
   Entry& e = entries_.at(key);
   e.slot = free_.back();
   free_.pop_back();
+  if (free_.size() + demoting_ < demote_batch_) demoter_asked_ = true;
   return SlotPtr(e.slot);
+}
+
+void CpuTier::WakeDemoterIfAsked(MutexLock& lock) {
+  const bool wake = std::exchange(demoter_asked_, false);
+  lock.Unlock();
+  if (wake) demoter_cv_.Signal();
+}
+
+void CpuTier::DemoteAhead(size_t batch) {
+  demote_batch_ = batch;
+  demoter_ = std::thread([this] { DemoterLoop(); });
+}
+
+void CpuTier::StopDemoting() {
+  {
+    MutexLock lock(&mu_);
+    demoter_stop_ = true;
+  }
+  demoter_cv_.Signal();
+  if (demoter_.joinable()) demoter_.join();
+}
+
+void CpuTier::DemoterLoop() {
+  auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return Unevictable(k); };
+  MutexLock lock(&mu_);
+  for (;;) {
+    // Woken by an insert that left fewer than a batch free; a wake-up that finds enough free
+    // (another insert's, or a spurious one) goes back to sleep.
+    while (!demoter_stop_ && free_.size() + demoting_ >= demote_batch_) demoter_cv_.Wait();
+    // Awake, it writes batch after batch until 2 * batch slots are free or being freed, each
+    // of at most `batch` victims (the writes a disk queue takes at once): under a stream of
+    // stores the next batch goes out as soon as the last is written, where waiting for the
+    // next insert to ask left the disk idle for a wake-up each time (64 KiB blocks stored 8
+    // a job: 1.40-1.48 -> 1.76-1.79 GiB/s, median of 5 runs).
+    while (!demoter_stop_ && free_.size() + demoting_ < 2 * demote_batch_) {
+      Victims victims;
+      while (victims.size() < demote_batch_ &&
+             free_.size() + demoting_ + victims.size() < 2 * demote_batch_) {
+        std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
+        if (!victim) break;
+        victims.push_back(Evicting(*victim));
+      }
+      if (victims.empty()) {
+        // Every block is pinned, held or in flight: the next insert that takes a slot asks again.
+        demoter_cv_.Wait();
+        continue;
+      }
+      const size_t n = victims.size();
+      demoting_ += n;
+      DemoteLocked(victims, lock);  // wakes the inserts waiting for this batch (PlaceLocked)
+      demoting_ -= n;
+    }
+    if (demoter_stop_) return;
+  }
 }
 
 CpuTier::Victim CpuTier::Evicting(const BlockKey& key) {

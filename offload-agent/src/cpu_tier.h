@@ -4,6 +4,8 @@
 // Thread-safe: one mutex guards the index; the sink runs outside it; pinned slots (copies and
 // reads in flight) are never victims and are not reused until unpinned. No call waits for a
 // pin to be released (a job holding pins may be the one asking), which keeps jobs deadlock-free.
+// With DemoteAhead, a thread of the tier demotes victims in batches before inserts need their
+// slots; an insert waits for that thread's batch, which waits for nothing an insert holds.
 #ifndef KVOFFLOAD_SRC_CPU_TIER_H_
 #define KVOFFLOAD_SRC_CPU_TIER_H_
 
@@ -11,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -45,8 +48,18 @@ class CpuTier {
           std::unique_ptr<EvictionPolicy> policy, const HoldSet* holds = nullptr,
           EventLog* events = nullptr);
 
+  ~CpuTier() { StopDemoting(); }
+
   // REQUIRES: called once, before any insert.
   void SetEvictSink(EvictSink sink) { sink_ = std::move(sink); }
+  // Keeps slots free ahead of inserts: whenever fewer than `batch` slots are free or being
+  // freed, a thread of the tier demotes victims (one call of the sink) until 2 * batch are.
+  // Inserts then take free slots instead of each waiting for its own victim's write, and the
+  // writes reach the disk together. REQUIRES: the sink is set; 4 * batch <= slots(); called
+  // once, before any insert.
+  void DemoteAhead(size_t batch);
+  // Stops that thread once its batch is demoted: before whatever the sink writes to goes.
+  void StopDemoting();
   // Where the tier says it turned full (every slot pinned or held) and that it takes blocks
   // again; without a call, stderr. REQUIRES: called before any insert.
   void SetLog(LogSink log) { log_ = std::move(log); }
@@ -98,6 +111,7 @@ class CpuTier {
   TierStats Stats();
   size_t slot_bytes() const { return slot_bytes_; }
   size_t slots() const { return slot_count_; }
+  size_t demote_batch() const { return demote_batch_; }  // 0 without DemoteAhead
 
  private:
   // kEvicting: being demoted, still readable. kZombie: demoted while pinned; the slot is freed by
@@ -110,14 +124,22 @@ class CpuTier {
   };
 
   std::byte* SlotPtr(size_t slot) const { return pool_->data() + slot * slot_bytes_; }
-  // Gives `key` (being inserted, no slot yet) a free slot, evicting as BeginInsert says.
+  // Not a victim now: pinned, held, or not resident.
+  bool Unevictable(const BlockKey& key) const REQUIRES(mu_);
+  // Gives `key` (being inserted, no slot yet) a free slot, evicting as BeginInsert says. Asks
+  // the demoter for a batch when this leaves too few slots free (WakeDemoterIfAsked).
   Result<std::byte*> PlaceLocked(const BlockKey& key, MutexLock& lock, Victims* deferred)
       REQUIRES(mu_);
+  // Releases mu_ (the caller's scope ends with it released), then wakes the demoter if
+  // PlaceLocked asked for it: woken under the lock, it would only sleep again on mu_ until
+  // the inserting thread let go.
+  void WakeDemoterIfAsked(MutexLock& lock) REQUIRES(mu_);
   // Marks a victim as being demoted.
   Victim Evicting(const BlockKey& key) REQUIRES(mu_);
   // Runs the sink with mu_ released, then frees the victims' slots (or leaves them to the last
   // Unpin).
   void DemoteLocked(Victims& victims, MutexLock& lock) REQUIRES(mu_);
+  void DemoterLoop() EXCLUDES(mu_);
 
   const std::unique_ptr<PinnedRegion> pool_;
   const size_t slot_bytes_;
@@ -133,6 +155,14 @@ class CpuTier {
   std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
   std::vector<size_t> free_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  // DemoteAhead: its batch (0: none), the demoter's share of evictions_in_flight_, whether an
+  // insert asked it for a batch, and whether it is to stop.
+  size_t demote_batch_ = 0;
+  size_t demoting_ GUARDED_BY(mu_) = 0;
+  bool demoter_asked_ GUARDED_BY(mu_) = false;
+  bool demoter_stop_ GUARDED_BY(mu_) = false;
+  CondVar demoter_cv_{&mu_};
+  std::thread demoter_;
   TierStats stats_ GUARDED_BY(mu_);
   // Whether the last store was refused, and how many were since the tier turned full: a
   // change is logged once, not once per block.

@@ -39,6 +39,7 @@ class EngineImpl final : public Engine {
   ~EngineImpl() override {
     // Running jobs finish (their copies complete); queued ones are dropped unrun.
     if (workers_ != nullptr) workers_->Stop();
+    if (cpu_ != nullptr) cpu_->StopDemoting();
     // So a job not done now never started (a job a thread runs in Wait is done before that
     // call returns, and no call may overlap the destructor): its device memory was not
     // touched; say so to waiters.
@@ -107,6 +108,10 @@ class EngineImpl final : public Engine {
             results);
         for (size_t i = 0; i < keys.size(); ++i) taken[i] = results[i].ok();
       });
+    }
+    if (!disks_.empty() && config_.demote_batch > 0 &&
+        4 * config_.demote_batch <= cpu_->slots()) {
+      cpu_->DemoteAhead(config_.demote_batch);
     }
     for (size_t i = 0; i + 1 < disks_.size(); ++i) {
       disks_[i]->SetEvictSink([this, i](const BlockKey& key, std::byte* file) {
@@ -272,6 +277,9 @@ class EngineImpl final : public Engine {
                       std::to_string(cpu_->slot_bytes()) + " bytes = " +
                       std::to_string(cpu_->slots() * cpu_->slot_bytes()) + " bytes, policy " +
                       config_.eviction_policy;
+    if (cpu_->demote_batch() > 0) {
+      out += ", demoted ahead in batches of " + std::to_string(cpu_->demote_batch());
+    }
     for (const auto& d : disks_) out += "; " + d->Describe();
     out += "; fingerprint " + fingerprint_.ToHex() + " (model " + fp.model + ", revision " +
            (fp.revision.empty() ? "-" : fp.revision) + ", dtype " + fp.dtype + ", rank " +

@@ -24,6 +24,7 @@ constexpr std::byte kSentinel{0xEE};
 struct Param {
   std::string policy;
   std::string disk_io;
+  size_t demote_batch = 0;  // 1: the pinned tier's demoter keeps 2 of its 4 slots free
 };
 
 class EnginePropertyTest : public ::testing::TestWithParam<Param> {
@@ -35,6 +36,7 @@ class EnginePropertyTest : public ::testing::TestWithParam<Param> {
         4, {Tier(d0_.path(), 6), Tier(d1_.path(), 9, /*persistent=*/true)}, GetParam().policy);
     c.disk_io = GetParam().disk_io;
     c.worker_threads = 3;
+    c.demote_batch = GetParam().demote_batch;
     Result<std::unique_ptr<Engine>> e = Engine::Open(c);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e).value();
@@ -97,17 +99,25 @@ TEST_P(EnginePropertyTest, SingleThreadCapacityAndExactBytes) {
     exact += Step(rng);
     ASSERT_NO_FATAL_FAILURE(CheckCapacity());
     if (step % 20 == 0) {
-      // Everything a lookup reports is loadable, byte for byte (nothing else runs meanwhile).
+      // Everything a lookup reports is loadable, byte for byte (no job runs meanwhile). The
+      // pinned tier's demoter may still be moving blocks down the cascade after the last
+      // store, and the last tier drops what it evicts: with it, the lookup holds what it found.
+      const bool hold = GetParam().demote_batch > 0;
       std::vector<BlockKey> all;
       for (uint64_t k = 0; k < kKeys; ++k) all.push_back(Key(k));
       std::vector<BlockKey> present;
       for (const BlockKey& k : all) {
-        if (engine_->Lookup(std::span(&k, 1)).prefix == 1) present.push_back(k);
+        const std::span<const BlockKey> one(&k, 1);
+        if ((hold ? engine_->Hold(one) : engine_->Lookup(one)).prefix == 1) present.push_back(k);
       }
       testing::Blocks b;
       b.keys = present;
       b = b.Empty();
-      ASSERT_TRUE(testing::LoadAndWait(*engine_, b).ok());
+      Status loaded = testing::LoadAndWait(*engine_, b);
+      if (hold) {
+        ASSERT_TRUE(engine_->Release(present).ok());
+      }
+      ASSERT_TRUE(loaded.ok()) << loaded.ToString();
       for (size_t i = 0; i < present.size(); ++i) {
         ASSERT_EQ(b.data[i], Pattern(present[i], kBlock));
       }
@@ -196,9 +206,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{"arc", "uring"}, Param{"chain-lru", "psync"},
                       Param{"chain-lru", "uring"}, Param{"s3fifo", "psync"},
                       Param{"s3fifo", "uring"}, Param{"lru-tinylfu", "psync"},
-                      Param{"lru-tinylfu", "uring"}),
+                      Param{"lru-tinylfu", "uring"}, Param{"lru", "psync", 1},
+                      Param{"lru", "uring", 1}, Param{"arc", "uring", 1},
+                      Param{"chain-lru", "uring", 1}, Param{"s3fifo", "uring", 1},
+                      Param{"lru-tinylfu", "uring", 1}),
     [](const ::testing::TestParamInfo<Param>& p) {
       std::string name = p.param.policy + "_" + p.param.disk_io;
+      if (p.param.demote_batch > 0) name += "_demoter";
       std::replace(name.begin(), name.end(), '-', '_');  // test names are identifiers
       return name;
     });

@@ -1,6 +1,7 @@
 // The two tier types on their own: pinned blocks are never evicted from the pinned host tier or
 // from a disk tier, a tier whose blocks are all pinned refuses a new block instead of exceeding
-// its capacity, a slot still read by a copy is not reused, reads report each verified block as
+// its capacity, a slot still read by a copy is not reused, the pinned tier's demoter writes
+// batches ahead of inserts, reads report each verified block as
 // it arrives, publishing through named temp files (no O_TMPFILE) works the same, a full disk
 // tier writes new blocks over its victims' files, a private tier reopened after a crash
 // removes the spare and temp files the crash left, and a block file that goes between a
@@ -11,17 +12,21 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "block_file.h"
 #include "cpu_tier.h"
 #include "disk_tier.h"
 #include "faulty_disk_io.h"
 #include "kvoffload/device.h"
+#include "kvoffload/mutex.h"
 #include "test_util.h"
 
 namespace kvoffload {
@@ -103,6 +108,91 @@ TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
       << "the reader still sees its bytes";
   t->Unpin(Key(1));
   EXPECT_TRUE(t->BeginInsert(Key(2)).ok()) << "the last unpin freed the slot";
+}
+
+// DemoteAhead: a thread of the tier writes the policy's victims down in batches of at most
+// `batch`, before inserts need their slots, and at rest leaves at least `batch` slots free; an
+// insert that finds no free slot while a batch is being written waits for it and never demotes
+// a victim itself.
+TEST(CpuTierTest, DemoterWritesBatchesAheadAndInsertsWaitForIt) {
+  constexpr size_t kSlots = 8;
+  constexpr size_t kBatch = 2;
+  auto t = MakeCpu(kSlots);
+  Mutex mu;
+  CondVar changed(&mu);
+  std::vector<std::vector<BlockKey>> batches;
+  std::set<std::thread::id> demoting_threads;
+  bool gate_open = false;  // the first batch's sink call waits for it
+  t->SetEvictSink([&](std::span<const BlockKey> keys, std::span<std::byte* const> slots,
+                      std::span<bool> taken) {
+    MutexLock lock(&mu);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_EQ(std::memcmp(slots[i], testing::Pattern(keys[i], kBlock).data(), kBlock), 0);
+    }
+    batches.emplace_back(keys.begin(), keys.end());
+    demoting_threads.insert(std::this_thread::get_id());
+    changed.SignalAll();
+    while (!gate_open) changed.Wait();
+    std::fill(taken.begin(), taken.end(), true);
+  });
+  t->DemoteAhead(kBatch);
+  // 7 blocks leave 1 slot free: the demoter takes the two oldest and stops in the sink.
+  for (uint64_t k = 0; k < 7; ++k) Insert(*t, k);
+  {
+    MutexLock lock(&mu);
+    while (batches.empty()) changed.Wait();
+  }
+  Insert(*t, 7);  // the last free slot
+  // No slot is free and the demoter's batch is in flight: this insert waits for it.
+  std::atomic<bool> started{false};
+  std::atomic<bool> inserted{false};
+  std::thread inserter([&] {
+    started = true;
+    Insert(*t, 8);
+    inserted = true;
+  });
+  while (!started) std::this_thread::yield();
+  // A head start, so that the insert is most likely waiting when the batch ends (it passes
+  // either way; a wrong tier shows as a sink call on the inserting thread).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(inserted) << "inserted with no slot free and the batch still in the sink";
+  {
+    MutexLock lock(&mu);
+    gate_open = true;
+    changed.SignalAll();
+  }
+  inserter.join();
+  EXPECT_TRUE(inserted);
+  // The demoter goes on until at least kBatch slots are free (a bound on time, not a timed
+  // assertion: on a slow machine the loop only takes longer). Once awake it refills to
+  // 2 * kBatch, but the last insert may have taken one of those after it went to sleep.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (t->Stats().used_bytes > (kSlots - kBatch) * kSlot &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  t->StopDemoting();
+  const size_t used_slots = t->Stats().used_bytes / kSlot;
+  EXPECT_LE(used_slots, kSlots - kBatch);
+  EXPECT_GE(used_slots, kSlots - 2 * kBatch);
+  std::vector<BlockKey> demoted;
+  for (const std::vector<BlockKey>& b : batches) {
+    EXPECT_GE(b.size(), 1u);
+    EXPECT_LE(b.size(), kBatch);
+    demoted.insert(demoted.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(demoting_threads.size(), 1u) << "one demoter wrote every batch";
+  EXPECT_FALSE(demoting_threads.contains(std::this_thread::get_id()));
+  EXPECT_FALSE(demoting_threads.contains(inserter.get_id()));
+  // LRU: the oldest blocks went, in order; every other block is still here.
+  ASSERT_EQ(demoted.size(), 9 - used_slots);
+  for (uint64_t k = 0; k < 9; ++k) {
+    const bool gone = k < demoted.size();
+    if (gone) {
+      EXPECT_EQ(demoted[k], Key(k));
+    }
+    EXPECT_EQ(t->Contains(Key(k)), !gone) << "block " << k;
+  }
 }
 
 class DiskTierTest : public ::testing::Test {

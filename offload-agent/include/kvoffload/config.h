@@ -40,6 +40,10 @@ struct KVOFFLOAD_EXPORT EngineConfig {
   std::string disk_io = "auto";  // "auto" | "uring" | "psync"
   size_t worker_threads = 2;     // jobs run concurrently
   size_t io_parallelism = 4;     // psync threads / uring rings per tier
+  // With a disk tier, the pinned tier keeps slots free ahead of stores: when fewer than this
+  // many are free, its demoter writes victims down together until twice as many are. 0, or a
+  // pinned tier of fewer than 4 * demote_batch slots: each store evicts its own victims.
+  size_t demote_batch = 16;
   size_t event_capacity = 0;     // residency events kept for TakeEvents; 0 = no event feed
   // Device pointers per block. A vLLM block spans one page in each of its KV tensors: the
   // engine gathers them into one block (one slot, one file) on store and scatters them back
