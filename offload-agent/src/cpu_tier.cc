@@ -69,14 +69,11 @@ Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
                                         Victims* deferred) {
   // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
   auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return Unevictable(k); };
+  // With no slot free, this insert demotes a victim of its own even while the demoter writes a
+  // batch: waiting for that batch instead left the disk with one batch at a time, draining
+  // to nothing before the next, where stores that write their own victims keep it busy
+  // meanwhile (256 KiB one-block stores, median of 5: 0.99 GiB/s waiting, 1.39 not).
   while (free_.empty()) {
-    // The demoter's batch frees slots soon: waiting for it keeps its writes together, where
-    // evicting a victim here would write that one alone. A caller with deferred victims of
-    // its own never waits (BeginInsert).
-    if (demoting_ > 0 && (deferred == nullptr || deferred->empty())) {
-      cv_.Wait();
-      continue;
-    }
     std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
     if (!victim) {
       // Our own deferred victims count as in flight, but only we can demote them.

@@ -5,7 +5,7 @@
 // reads in flight) are never victims and are not reused until unpinned. No call waits for a
 // pin to be released (a job holding pins may be the one asking), which keeps jobs deadlock-free.
 // With DemoteAhead, a thread of the tier demotes victims in batches before inserts need their
-// slots; an insert waits for that thread's batch, which waits for nothing an insert holds.
+// slots; it waits for nothing an insert holds, and no insert waits for it.
 #ifndef KVOFFLOAD_SRC_CPU_TIER_H_
 #define KVOFFLOAD_SRC_CPU_TIER_H_
 
@@ -53,9 +53,9 @@ class CpuTier {
   // REQUIRES: called once, before any insert.
   void SetEvictSink(EvictSink sink) { sink_ = std::move(sink); }
   // Keeps slots free ahead of inserts: whenever fewer than `batch` slots are free or being
-  // freed, a thread of the tier demotes victims (one call of the sink) until 2 * batch are.
-  // Inserts then take free slots instead of each waiting for its own victim's write, and the
-  // writes reach the disk together. REQUIRES: the sink is set; 4 * batch <= slots(); called
+  // freed, a thread of the tier demotes victims (a batch per call of the sink) until 2 * batch
+  // are. Inserts then take free slots instead of each waiting for its own victim's write; one
+  // that finds none still demotes its own. REQUIRES: the sink is set; 4 * batch <= slots(); called
   // once, before any insert.
   void DemoteAhead(size_t batch);
   // Stops that thread once its batch is demoted: before whatever the sink writes to goes.

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
@@ -111,18 +110,18 @@ TEST(CpuTierTest, SlotReadDuringDemotionIsReusedOnlyAfterUnpin) {
 }
 
 // DemoteAhead: a thread of the tier writes the policy's victims down in batches of at most
-// `batch`, before inserts need their slots, and at rest leaves at least `batch` slots free; an
-// insert that finds no free slot while a batch is being written waits for it and never demotes
-// a victim itself.
-TEST(CpuTierTest, DemoterWritesBatchesAheadAndInsertsWaitForIt) {
+// `batch` before inserts need their slots, and at rest leaves at least `batch` slots free. An
+// insert that finds a free slot returns while a batch is still being written; one that finds
+// none demotes the next victim itself rather than wait for the batch.
+TEST(CpuTierTest, DemoterWritesBatchesAheadOfInserts) {
   constexpr size_t kSlots = 8;
   constexpr size_t kBatch = 2;
   auto t = MakeCpu(kSlots);
   Mutex mu;
   CondVar changed(&mu);
   std::vector<std::vector<BlockKey>> batches;
-  std::set<std::thread::id> demoting_threads;
-  bool gate_open = false;  // the first batch's sink call waits for it
+  std::vector<std::thread::id> writers;  // the thread of each batch
+  bool gate_open = false;                // sink calls wait for it
   t->SetEvictSink([&](std::span<const BlockKey> keys, std::span<std::byte* const> slots,
                       std::span<bool> taken) {
     MutexLock lock(&mu);
@@ -130,42 +129,32 @@ TEST(CpuTierTest, DemoterWritesBatchesAheadAndInsertsWaitForIt) {
       EXPECT_EQ(std::memcmp(slots[i], testing::Pattern(keys[i], kBlock).data(), kBlock), 0);
     }
     batches.emplace_back(keys.begin(), keys.end());
-    demoting_threads.insert(std::this_thread::get_id());
+    writers.push_back(std::this_thread::get_id());
     changed.SignalAll();
     while (!gate_open) changed.Wait();
     std::fill(taken.begin(), taken.end(), true);
   });
   t->DemoteAhead(kBatch);
-  // 7 blocks leave 1 slot free: the demoter takes the two oldest and stops in the sink.
+  // 7 blocks leave 1 slot free: the demoter takes the two oldest and stays in the sink.
   for (uint64_t k = 0; k < 7; ++k) Insert(*t, k);
   {
     MutexLock lock(&mu);
     while (batches.empty()) changed.Wait();
   }
-  Insert(*t, 7);  // the last free slot
-  // No slot is free and the demoter's batch is in flight: this insert waits for it.
-  std::atomic<bool> started{false};
-  std::atomic<bool> inserted{false};
-  std::thread inserter([&] {
-    started = true;
-    Insert(*t, 8);
-    inserted = true;
-  });
-  while (!started) std::this_thread::yield();
-  // A head start, so that the insert is most likely waiting when the batch ends (it passes
-  // either way; a wrong tier shows as a sink call on the inserting thread).
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(inserted) << "inserted with no slot free and the batch still in the sink";
+  Insert(*t, 7);  // the last free slot, taken while the batch is still being written
+  // No slot free: this insert demotes block 2 (the oldest not yet in flight) on its own thread.
+  std::thread inserter([&] { Insert(*t, 8); });
   {
     MutexLock lock(&mu);
+    while (batches.size() < 2) changed.Wait();
     gate_open = true;
     changed.SignalAll();
   }
+  const std::thread::id inserter_id = inserter.get_id();
   inserter.join();
-  EXPECT_TRUE(inserted);
   // The demoter goes on until at least kBatch slots are free (a bound on time, not a timed
   // assertion: on a slow machine the loop only takes longer). Once awake it refills to
-  // 2 * kBatch, but the last insert may have taken one of those after it went to sleep.
+  // 2 * kBatch, but an insert may have taken one of those after it went to sleep.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (t->Stats().used_bytes > (kSlots - kBatch) * kSlot &&
          std::chrono::steady_clock::now() < deadline) {
@@ -175,15 +164,22 @@ TEST(CpuTierTest, DemoterWritesBatchesAheadAndInsertsWaitForIt) {
   const size_t used_slots = t->Stats().used_bytes / kSlot;
   EXPECT_LE(used_slots, kSlots - kBatch);
   EXPECT_GE(used_slots, kSlots - 2 * kBatch);
+  MutexLock lock(&mu);
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[0], (std::vector<BlockKey>{Key(0), Key(1)}));
+  EXPECT_EQ(batches[1], std::vector<BlockKey>{Key(2)});
+  EXPECT_EQ(writers[1], inserter_id);
   std::vector<BlockKey> demoted;
-  for (const std::vector<BlockKey>& b : batches) {
-    EXPECT_GE(b.size(), 1u);
-    EXPECT_LE(b.size(), kBatch);
-    demoted.insert(demoted.end(), b.begin(), b.end());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    EXPECT_GE(batches[b].size(), 1u);
+    EXPECT_LE(batches[b].size(), kBatch);
+    if (b != 1) {
+      EXPECT_EQ(writers[b], writers[0]) << "batch " << b << " is the demoter's";
+    }
+    demoted.insert(demoted.end(), batches[b].begin(), batches[b].end());
   }
-  EXPECT_EQ(demoting_threads.size(), 1u) << "one demoter wrote every batch";
-  EXPECT_FALSE(demoting_threads.contains(std::this_thread::get_id()));
-  EXPECT_FALSE(demoting_threads.contains(inserter.get_id()));
+  EXPECT_NE(writers[0], std::this_thread::get_id());
+  EXPECT_NE(writers[0], inserter_id);
   // LRU: the oldest blocks went, in order; every other block is still here.
   ASSERT_EQ(demoted.size(), 9 - used_slots);
   for (uint64_t k = 0; k < 9; ++k) {
