@@ -175,7 +175,11 @@ def disk(d):
               ">= 0.90 of fio for store and load in both. The *full, steps* rows drive the full "
               "tier as vLLM does: a step's blocks in one job (`qd` of them), one job at a time, "
               "so a store job's evictions are written together and a load job's reads are "
-              "queued together; they have the same limits as *full*.", ""]
+              "queued together; they have the same limits as *full*. The pinned tier in front "
+              "of the disk tier has 4 x `qd` slots and demotes ahead in batches of `qd` "
+              "(`--demote-batch`): its demoter thread writes victims to disk before stores need "
+              "their slots, and a store that finds no slot free writes a victim of its own "
+              "meanwhile (docs/decisions.md).", ""]
     rows, missed = [], set()
     for r in d["rows"]:
         a = r["agent"]
@@ -217,26 +221,27 @@ def disk(d):
                   ""]
         lines += [f"    {r['fio_burst_write_command']}" for r in steps
                   if r["block_size"] == "2M" and "fio_burst_write_command" in r] + [""]
-    slow = [(r, what) for r in d["rows"] for what in ("store", "load")
-            if r[f"{what}_ratio"] < 0.9 and "disk_write_us_per_block" in r["agent"]]
+    # Loads only: a store's disk write runs on the demoter as often as on its client, so
+    # a write's time is not part of a client's time in flight.
+    slow = [(r, "load") for r in d["rows"]
+            if r["load_ratio"] < 0.9 and "disk_read_us_per_block" in r["agent"]]
     if slow:
         parts = []
         for r, what in slow:
             a = r["agent"]
-            disk_us = a["disk_write_us_per_block" if what == "store" else "disk_read_us_per_block"]
-            flight_us = a[f"{what}_us_per_block_in_flight"]
-            limit = r["fio_write_gibps" if what == "store" else "fio_read_gibps"]
-            fio_us = d["qd"] * a["block_bytes"] / (limit * 2**30) * 1e6
+            disk_us = a["disk_read_us_per_block"]
+            flight_us = a["load_us_per_block_in_flight"]
+            fio_us = d["qd"] * a["block_bytes"] / (r["fio_read_gibps"] * 2**30) * 1e6
             parts.append(f"{what} {r['block_size']} {disk_state(r)}: {disk_us:.0f} us of "
                          f"{flight_us:.0f} (fio's: {fio_us:.0f} us each)")
-        lines += ["Where a cell misses, the time per block says where it goes: how long the "
-                  "block's disk transfer took (with its checksum) against how long its client "
-                  "had it in flight, and how long each of fio's transfers took at the same "
-                  "depth (depth x block size / fio's rate). The rest of the time in flight is "
-                  "the engine's own work per block (the index and policy, the checksum of a "
-                  "store, the copy to or from the device, waking the thread whose transfer "
-                  "finished), during which that block has no transfer queued; small blocks pay "
-                  "it most often per byte. " + "; ".join(parts) + ".", ""]
+        lines += ["Where a load cell misses, the time per block says where it goes: how long "
+                  "the block's disk read took (with its checksum) against how long its client "
+                  "had it in flight, and how long each of fio's reads took at the same depth "
+                  "(depth x block size / fio's rate). The rest of the time in flight is the "
+                  "engine's own work per block (the index and policy, the copy to the device, "
+                  "waking the thread whose read finished), during which that block has no read "
+                  "queued; small blocks pay it most often per byte. " + "; ".join(parts) + ".",
+                  ""]
     return lines
 
 
