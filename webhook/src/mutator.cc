@@ -632,6 +632,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   // Tier volumes the pod lacks are added; the emptyDir ones among them raise the container's
   // ephemeral-storage request, which must stay within its limit.
   const std::vector<std::string_view> volume_names = pod["spec"]["volumes"].StringMembers("name");
+  plan.add_agent_volume = !Contains(volume_names, kAgentVolume);
   std::optional<Quantity> ephemeral_added;
   bool sum_ok = true;
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
@@ -728,7 +729,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         DumpJson({{"name", kAgentVolume}, {"emptyDir", json::object()}});
     static const std::string kMount = DumpJson(
         {{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
-    if (!Contains(volumes.StringMembers("name"), kAgentVolume)) add_volumes.Borrow(kVolume);
+    if (plan.add_agent_volume) add_volumes.Borrow(kVolume);
     if (!Contains(mount_names, kAgentVolume)) add_mounts.Borrow(kMount);
     const JsonView init = pod["spec"]["initContainers"];
     if (!Contains(init.StringMembers("name"), kAgentInitContainer)) {

@@ -139,6 +139,7 @@ struct MutationPlan {
   std::shared_ptr<const FromSpec> from_spec;  // shared by the pods of a workload, never null
   // Per tier: its volume is missing from the pod and is added (KServe may have rendered some).
   std::vector<bool> add_tier_volume;
+  bool add_agent_volume = false;  // the agent's volume is missing (added in agent mode)
   // The target container's ephemeral-storage request once the added emptyDir tiers count.
   std::optional<Quantity> ephemeral_request;
   bool any_shared = false;  // a pvc.ref tier is ReadWriteMany
