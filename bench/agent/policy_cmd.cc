@@ -113,7 +113,9 @@ int RunPolicy(Flags& flags) {
                               {"ops", lookups + churn},
                               {"warm_up_evictions", warm_evictions},
                               {"wall_ns_per_op", per(NowNs() - wall0, lookups + churn)},
-                              {"clock", "thread cpu time"}};
+                              {"clock", "thread cpu time"},
+                              // What state the policy ended in (an adaptive one: which way).
+                              {"state", p.DebugString()}};
   std::cout << out.dump(2) << "\n";
   return 0;
 }

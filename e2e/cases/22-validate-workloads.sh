@@ -36,7 +36,7 @@ refused() {
   printf '%s\n' "${out}"
 }
 bad='{"cpu":"1Gi","evictionPolicy":"fifo"}'
-pod_errors='kvCacheOffloading from pod annotation kvoffload.io/config is invalid: kvCacheOffloading.evictionPolicy: "fifo" is not supported: use one of arc, chain-lru, lru, lru-tinylfu, s3fifo (agent mode) or arc, lru (vllm-native mode); names are lowercase'
+pod_errors='kvCacheOffloading from pod annotation kvoffload.io/config is invalid: kvCacheOffloading.evictionPolicy: "fifo" is not supported: use one of arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo (agent mode) or arc, lru (vllm-native mode); names are lowercase'
 
 # The case: applied but not scaled. Refused, dry-run too, nothing stored.
 for mode in server-dry-run apply; do

@@ -21,6 +21,7 @@ std::unique_ptr<EvictionPolicy> NewArcPolicy(size_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewChainLruPolicy(size_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewS3FifoPolicy(size_t capacity_blocks);
 std::unique_ptr<EvictionPolicy> NewLruTinyLfuPolicy(size_t capacity_blocks);
+std::unique_ptr<EvictionPolicy> NewLirsPolicy(size_t capacity_blocks);
 
 }  // namespace kvoffload
 

@@ -13,6 +13,7 @@ EvictionPolicyRegistry& EvictionPolicies() {
     r->Register("chain-lru", &NewChainLruPolicy);
     r->Register("s3fifo", &NewS3FifoPolicy);
     r->Register("lru-tinylfu", &NewLruTinyLfuPolicy);
+    r->Register("lirs", &NewLirsPolicy);
     return r;
   }();
   return *registry;

@@ -48,7 +48,7 @@ class KeyLists {
     nodes_.reserve(kLists + keys);
     // Node l is list l's sentinel: the lists are circular through it, so linking and unlinking
     // never branch on a list end.
-    for (ListId l = 0; l < kLists; ++l) nodes_.push_back(NodeData{{}, l, l, l});
+    for (ListId l = 0; l < kLists; ++l) nodes_.push_back(NodeData{{}, l, l, l, 0});
     size_t slots = kMinSlots;
     while (!FitsInTable(keys, slots)) slots *= 2;
     ResizeTable(slots);
@@ -67,6 +67,10 @@ class KeyLists {
     }
   }
   ListId list(Node n) const { return nodes_[n].list; }
+  // A word the owner keeps per key, in the node's spare bytes (so reading it costs no miss of
+  // its own); LIRS keeps the time of the key's last use there. 0 for a new key.
+  uint32_t stamp(Node n) const { return nodes_[n].stamp; }
+  void set_stamp(Node n, uint32_t stamp) { nodes_[n].stamp = stamp; }
   const BlockKey& key(Node n) const { return nodes_[n].key; }
   // The least recent key of l. REQUIRES: !empty(l).
   Node back(ListId l) const { return nodes_[l].prev; }
@@ -138,6 +142,7 @@ class KeyLists {
     Node prev;
     Node next;  // also the free list's link
     ListId list;
+    uint32_t stamp;
   };
   static_assert(sizeof(NodeData) == 32);
   // A slot keeps the high 32 bits of the key's hash beside the node, so that a probe passes
@@ -173,6 +178,7 @@ class KeyLists {
       nodes_.emplace_back();
     }
     nodes_[n].key = key;
+    nodes_[n].stamp = 0;
     return n;
   }
   void LinkFront(ListId l, Node n) { LinkAfter(l, l, n); }

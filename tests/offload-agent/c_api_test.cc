@@ -143,7 +143,7 @@ TEST(CApiTest, StoreCascadeLookupLoadAndStats) {
 // The Python settings take their list of policies from here: the agent's registry, joined by
 // ',', with kvo_describe's buffer rules.
 TEST(CApiTest, PolicyNamesAreTheRegisteredPolicies) {
-  const std::string want = "arc,chain-lru,lru,lru-tinylfu,s3fifo";
+  const std::string want = "arc,chain-lru,lirs,lru,lru-tinylfu,s3fifo";
   EXPECT_EQ(kvo_policy_names(nullptr, 0), want.size());
   std::string full(want.size() + 1, 'x');
   EXPECT_EQ(kvo_policy_names(full.data(), full.size()), want.size());
@@ -152,7 +152,7 @@ TEST(CApiTest, PolicyNamesAreTheRegisteredPolicies) {
   EXPECT_EQ(kvo_policy_names(short_buf, sizeof(short_buf)), want.size());
   EXPECT_STREQ(short_buf, "arc,") << "truncated and NUL-terminated";
   // Each listed name creates an engine; a name not listed is refused with the list.
-  for (const char* name : {"arc", "chain-lru", "lru", "lru-tinylfu", "s3fifo"}) {
+  for (const char* name : {"arc", "chain-lru", "lirs", "lru", "lru-tinylfu", "s3fifo"}) {
     kvo_options o = Options(4);
     o.eviction_policy = name;
     kvo_engine* e = nullptr;
@@ -164,7 +164,7 @@ TEST(CApiTest, PolicyNamesAreTheRegisteredPolicies) {
   kvo_engine* e = nullptr;
   ASSERT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvo_last_error())
-                .find("use one of: arc, chain-lru, lru, lru-tinylfu, s3fifo"),
+                .find("use one of: arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo"),
             std::string::npos)
       << kvo_last_error();
 }

@@ -78,7 +78,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
       {{{"KVOFFLOAD_CPU_BYTES", "100"}}, {"KVOFFLOAD_CPU_BYTES=100"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_EVICTION_POLICY", "LRU"}},
        {"KVOFFLOAD_EVICTION_POLICY", "\"LRU\"",
-        "use one of: arc, chain-lru, lru, lru-tinylfu, s3fifo"}},
+        "use one of: arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", "{oops"}},
        {"KVOFFLOAD_TIERS", "{oops", "not JSON"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", R"({"path":"/x"})"}},

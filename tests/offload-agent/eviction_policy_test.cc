@@ -1,6 +1,7 @@
 // Policy semantics: LRU order, pinned keys skipped, ARC adapting on ghost hits and resisting a
 // one-time scan that flushes LRU, S3-FIFO's queues (and the policy against a plain model of
-// it), lru-tinylfu's filter switching on and off, and the name-keyed factory.
+// it), lru-tinylfu's filter switching on and off, lirs keeping a loop that LRU never hits, and
+// the name-keyed factory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -450,6 +451,63 @@ TEST(LruTinyLfuPolicyTest, ALargeTierStillSwitchesTheFilterOn) {
   RunHotSetAmidStream(36000, 18000, 720000, 3);
 }
 
+// lirs starts as LRU (an HIR share of the whole tier) and stays so where recency wins.
+TEST(LirsPolicyTest, WhereRecencyWinsItIsLru) {
+  Cache lirs("lirs", 64);
+  Cache lru("lru", 64);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t k = static_cast<uint64_t>(i / 4) + rng() % 48;
+    ASSERT_EQ(lirs.Access(Key(k)), lru.Access(Key(k))) << "access " << i;
+  }
+  EXPECT_EQ(lirs.policy->EvictionOrder(), lru.policy->EvictionOrder());
+  EXPECT_NE(lirs.policy->DebugString().find("hir-share=1.00"), std::string::npos)
+      << lirs.policy->DebugString();
+}
+
+// A loop over more blocks than the tier holds (sessions that all come back, more of them open
+// than fit): LRU evicts every block just before its turn and never hits. Once the miniatures
+// show it, lirs keeps a fixed LIR set of the loop and hits on it every pass.
+TEST(LirsPolicyTest, KeepsMostOfALoopThatLruNeverHits) {
+  constexpr size_t kCapacity = 100;
+  constexpr uint64_t kLoop = 150;
+  Cache lirs("lirs", kCapacity);
+  Cache lru("lru", kCapacity);
+  size_t lirs_hits = 0;
+  size_t lru_hits = 0;
+  constexpr uint64_t kAccesses = 400 * kLoop;
+  for (uint64_t i = 0; i < kAccesses; ++i) {
+    const bool a = lirs.Access(Key(i % kLoop));
+    const bool b = lru.Access(Key(i % kLoop));
+    if (i >= kAccesses - 20 * kLoop) {
+      lirs_hits += a;
+      lru_hits += b;
+    }
+  }
+  EXPECT_EQ(lru_hits, 0u);
+  // At an HIR share of 10% (or 2%) the 90 (98) LIR blocks hit on every pass of 150.
+  EXPECT_GE(lirs_hits, 20 * 85u) << lirs.policy->DebugString();
+  EXPECT_EQ(lirs.policy->DebugString().find("hir-share=1.00"), std::string::npos)
+      << lirs.policy->DebugString();
+  EXPECT_EQ(lirs.policy->resident(), kCapacity);
+
+  // Pinned blocks are skipped: with every HIR block pinned, the victim is the least recent
+  // LIR block, and the count stays right.
+  EvictionPolicy& p = *lirs.policy;
+  const std::vector<BlockKey> order = p.EvictionOrder();
+  const std::set<BlockKey> pinned(order.begin(), order.begin() + 5);
+  const std::optional<BlockKey> victim =
+      p.SelectVictim([&](const BlockKey& k) { return pinned.contains(k); });
+  ASSERT_TRUE(victim.has_value());
+  EXPECT_FALSE(pinned.contains(*victim));
+  EXPECT_EQ(*victim, order[5]);
+  EXPECT_EQ(p.resident(), kCapacity - 1);
+  p.OnRemove(order[6]);
+  p.OnRemove(order[6]);
+  p.OnRemove(*victim);  // now a ghost: not resident, ignored
+  EXPECT_EQ(p.resident(), kCapacity - 2);
+}
+
 // A disk tier of small blocks can count billions of blocks of capacity: every policy must be
 // made for it without allocating in proportion (lru-tinylfu's counts are capped at 4M blocks).
 TEST(EvictionPolicyFactoryTest, EveryPolicyIsMadeForAHugeTier) {
@@ -483,7 +541,7 @@ TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("\"lfu\""), std::string::npos);
-  EXPECT_NE(bad.status().message().find("arc, chain-lru, lru, lru-tinylfu, s3fifo"),
+  EXPECT_NE(bad.status().message().find("arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo"),
             std::string::npos);
   EXPECT_FALSE(NewEvictionPolicy("lru", 0).ok());
 }

@@ -206,10 +206,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{"arc", "uring"}, Param{"chain-lru", "psync"},
                       Param{"chain-lru", "uring"}, Param{"s3fifo", "psync"},
                       Param{"s3fifo", "uring"}, Param{"lru-tinylfu", "psync"},
-                      Param{"lru-tinylfu", "uring"}, Param{"lru", "psync", 1},
+                      Param{"lru-tinylfu", "uring"}, Param{"lirs", "psync"},
+                      Param{"lirs", "uring"}, Param{"lru", "psync", 1},
                       Param{"lru", "uring", 1}, Param{"arc", "uring", 1},
                       Param{"chain-lru", "uring", 1}, Param{"s3fifo", "uring", 1},
-                      Param{"lru-tinylfu", "uring", 1}),
+                      Param{"lru-tinylfu", "uring", 1}, Param{"lirs", "uring", 1}),
     [](const ::testing::TestParamInfo<Param>& p) {
       std::string name = p.param.policy + "_" + p.param.disk_io;
       if (p.param.demote_batch > 0) name += "_demoter";

@@ -28,7 +28,7 @@ const Names kDevicesSeenBeforeMain = DeviceBackendNames();
 const Names kDiskIoSeenBeforeMain = DiskIoNames();
 
 TEST(RegistryTest, EachListsExactlyItsBuiltIns) {
-  EXPECT_EQ(EvictionPolicyNames(), (Names{"arc", "chain-lru", "lru", "lru-tinylfu", "s3fifo"}));
+  EXPECT_EQ(EvictionPolicyNames(), (Names{"arc", "chain-lru", "lirs", "lru", "lru-tinylfu", "s3fifo"}));
   EXPECT_EQ(DeviceBackendNames(), (Names{"cuda", "host"}));
   EXPECT_EQ(DiskIoNames(), (Names{"auto", "psync", "uring"}));
 }
@@ -47,7 +47,7 @@ void ExpectUnknown(const Status& s, const std::string& value, const std::string&
 
 TEST(RegistryTest, UnknownNameErrorListsTheRegisteredNames) {
   ExpectUnknown(NewEvictionPolicy("fifo", 4).status(), "fifo",
-                "arc, chain-lru, lru, lru-tinylfu, s3fifo");
+                "arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo");
   ExpectUnknown(NewDeviceBackend("tpu").status(), "tpu", "cuda, host");
   ExpectUnknown(NewDiskIo("aio", DiskIoOptions{}).status(), "aio", "auto, psync, uring");
 }
@@ -68,7 +68,7 @@ TEST(RegistryTest, ConfigNamesTheFieldTheValueAndTheRegisteredNames) {
   ExpectUnknown(bad.Validate(), "aio", "auto, psync, uring");
   bad = c;
   bad.eviction_policy = "fifo";
-  ExpectUnknown(bad.Validate(), "fifo", "arc, chain-lru, lru, lru-tinylfu, s3fifo");
+  ExpectUnknown(bad.Validate(), "fifo", "arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo");
 }
 
 // The template itself, on a registry of its own.

@@ -173,12 +173,12 @@ def test_env_errors_name_the_variable():
 def test_policies_are_the_loaded_agents():
     """settings takes its list from the loaded libkvoffload (kvo_policy_names), the registry the
     engine checks against, so every agent policy passes and the error lists them."""
-    assert engine.policy_names() == ("arc", "chain-lru", "lru", "lru-tinylfu", "s3fifo")
+    assert engine.policy_names() == ("arc", "chain-lru", "lirs", "lru", "lru-tinylfu", "s3fifo")
     for policy in engine.policy_names():
         s = settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": policy})
         assert s.eviction_policy == policy
     with pytest.raises(ValueError, match=r"KVOFFLOAD_EVICTION_POLICY='LRU': want one of arc, "
-                                         r"chain-lru, lru, lru-tinylfu, s3fifo \(the policies of .*libkvoffload"):
+                                         r"chain-lru, lirs, lru, lru-tinylfu, s3fifo \(the policies of .*libkvoffload"):
         settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": "LRU"})
 
 

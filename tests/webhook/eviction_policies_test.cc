@@ -25,7 +25,7 @@ Names Strings(std::span<const std::string_view> names) { return Names(names.begi
 TEST(EvictionPoliciesTest, AgentListIsTheAgentRegistry) {
   EXPECT_EQ(Strings(EvictionPolicies(Mode::kAgent)), kvoffload::EvictionPolicyNames());
   EXPECT_EQ(Strings(EvictionPolicies(Mode::kAgent)),
-            (Names{"arc", "chain-lru", "lru", "lru-tinylfu", "s3fifo"}));
+            (Names{"arc", "chain-lru", "lirs", "lru", "lru-tinylfu", "s3fifo"}));
 }
 
 // vllm/v1/kv_offload/cpu/policies/factory.py of vLLM 0.32.0 registers these two.
@@ -86,7 +86,7 @@ TEST(EvictionPoliciesTest, UnknownNameListsBothModes) {
   EXPECT_EQ(parsed.errors[1].path, "kvCacheOffloading.evictionPolicy");
   EXPECT_EQ(
       parsed.errors[1].message,
-      "\"LRU\" is not supported: use one of arc, chain-lru, lru, lru-tinylfu, s3fifo (agent mode) "
+      "\"LRU\" is not supported: use one of arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo (agent mode) "
       "or arc, lru (vllm-native mode); names are lowercase");
   EXPECT_TRUE(ParseSpec(json::parse(Config("chain-lru"))).errors.empty());
   EXPECT_FALSE(ParseSpec(json::parse(R"({"cpu":"1Gi","evictionPolicy":7})")).errors.empty());

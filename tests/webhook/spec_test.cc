@@ -42,8 +42,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{R"({"cpu":"-1Gi"})", "kvCacheOffloading.cpu", "must be greater than 0"},
         ErrorCase{R"({"cpu":true})", "kvCacheOffloading.cpu", "must be a quantity string"},
         ErrorCase{R"({"cpu":"1Gi","evictionPolicy":"LRU"})", "kvCacheOffloading.evictionPolicy",
-                  "\"LRU\" is not supported: use one of arc, chain-lru, lru, lru-tinylfu, "
-                  "s3fifo (agent mode) or arc, lru (vllm-native mode)"},
+                  "\"LRU\" is not supported: use one of arc, chain-lru, lirs, lru, "
+                  "lru-tinylfu, s3fifo (agent mode) or arc, lru (vllm-native mode)"},
         ErrorCase{R"({"cpu":"1Gi","evictionPolicy":"lfu"})", "kvCacheOffloading.evictionPolicy",
                   "is not supported"},
         ErrorCase{R"({"cpu":"1Gi","secondary":[{}]})", "kvCacheOffloading.secondary[0].fileSystem",

@@ -75,7 +75,7 @@ TEST(ValidationTest, BrokenSeedExampleReportsEveryErrorWithItsPath) {
   EXPECT_EQ(r.errors[0].rfind("spec.kvCacheOffloading.cpu: \"ten\" is not a valid quantity", 0), 0u)
       << r.errors[0];
   EXPECT_EQ(r.errors[1], "spec.kvCacheOffloading.evictionPolicy: \"fifo\" is not supported: use "
-                         "one of arc, chain-lru, lru, lru-tinylfu, s3fifo (agent mode) or arc, "
+                         "one of arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo (agent mode) or arc, "
                          "lru (vllm-native mode); names are lowercase");
   EXPECT_EQ(r.errors[2].rfind("spec.kvCacheOffloading.secondary[0].fileSystem.emptyDir.size: "
                               "\"100Gx\" is not a valid quantity",

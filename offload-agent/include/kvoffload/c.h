@@ -156,7 +156,7 @@ KVO_API kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64
 KVO_API size_t kvo_describe(kvo_engine* engine, char* buf, size_t len);
 
 /* The eviction policies kvo_options.eviction_policy and KVOFFLOAD_EVICTION_POLICY accept,
- * sorted and joined by ',' ("arc,chain-lru,lru,lru-tinylfu,s3fifo"), written into buf as
+ * sorted and joined by ',' ("arc,chain-lru,lirs,lru,lru-tinylfu,s3fifo"), written into buf as
  * kvo_describe writes; returns the full length needed, excluding the NUL. Needs no engine. */
 KVO_API size_t kvo_policy_names(char* buf, size_t len);
 

@@ -78,8 +78,8 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
 KVOFFLOAD_EXPORT Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
                                                           size_t capacity_blocks);
 
-// The registered policies, sorted: the built-ins ("arc", "chain-lru", "lru", "lru-tinylfu",
-// "s3fifo") and any added with RegisterEvictionPolicy. The agent's configuration, the C API
+// The registered policies, sorted: the built-ins ("arc", "chain-lru", "lirs", "lru",
+// "lru-tinylfu", "s3fifo") and any added with RegisterEvictionPolicy. The agent's configuration, the C API
 // (kvo_policy_names) and, through a header generated at build time, the webhook all take their
 // list from here.
 KVOFFLOAD_EXPORT std::vector<std::string> EvictionPolicyNames();
