@@ -188,7 +188,8 @@ class LirsPolicy final : public EvictionPolicy {
   std::string DebugString() const override {
     char share[16];
     std::snprintf(share, sizeof(share), "%.2f", kShares[share_]);
-    return "lirs hir-share=" + std::string(share) + " lir=" + std::to_string(main_.size(Lirs::kLir)) +
+    return "lirs hir-share=" + std::string(share) +
+           " lir=" + std::to_string(main_.size(Lirs::kLir)) +
            " hir=" + std::to_string(main_.size(Lirs::kHir)) +
            " ghosts=" + std::to_string(main_.size(Lirs::kGhost));
   }

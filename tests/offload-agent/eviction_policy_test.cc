@@ -377,18 +377,24 @@ TEST(ChainLruPolicyTest, ChainWhoseLastBlockLeftRestartsAtTheFront) {
 // nothing, for a policy that does not use them.
 // Where blocks are re-read soon after they are stored, the admission filter never wins in the
 // miniature caches, so the policy stays off and evicts exactly as lru does.
-TEST(LruTinyLfuPolicyTest, WhereRecencyWinsItIsLru) {
-  Cache tinylfu("lru-tinylfu", 64);
+// Where recency wins (a sliding window of 48 keys, re-read while recent, with a new key every
+// fourth access), the adaptive policy `name` hits and evicts exactly as LRU does and its state
+// says so (`lru_state`, a piece of its DebugString).
+void ExpectLruWhereRecencyWins(const std::string& name, const std::string& lru_state) {
+  Cache adaptive(name, 64);
   Cache lru("lru", 64);
   std::mt19937_64 rng(5);
   for (int i = 0; i < 20000; ++i) {
-    // A sliding window of 48 keys (re-read while recent) with a new key every fourth access.
     const uint64_t k = static_cast<uint64_t>(i / 4) + rng() % 48;
-    ASSERT_EQ(tinylfu.Access(Key(k)), lru.Access(Key(k))) << "access " << i;
+    ASSERT_EQ(adaptive.Access(Key(k)), lru.Access(Key(k))) << name << ", access " << i;
   }
-  EXPECT_EQ(tinylfu.policy->EvictionOrder(), lru.policy->EvictionOrder());
-  EXPECT_NE(tinylfu.policy->DebugString().find("filter=off"), std::string::npos)
-      << tinylfu.policy->DebugString();
+  EXPECT_EQ(adaptive.policy->EvictionOrder(), lru.policy->EvictionOrder()) << name;
+  EXPECT_NE(adaptive.policy->DebugString().find(lru_state), std::string::npos)
+      << adaptive.policy->DebugString();
+}
+
+TEST(LruTinyLfuPolicyTest, WhereRecencyWinsItIsLru) {
+  ExpectLruWhereRecencyWins("lru-tinylfu", "filter=off");
 }
 
 // A hot set read over and over amid a stream of blocks read once, larger than the tier: LRU
@@ -453,16 +459,7 @@ TEST(LruTinyLfuPolicyTest, ALargeTierStillSwitchesTheFilterOn) {
 
 // lirs starts as LRU (an HIR share of the whole tier) and stays so where recency wins.
 TEST(LirsPolicyTest, WhereRecencyWinsItIsLru) {
-  Cache lirs("lirs", 64);
-  Cache lru("lru", 64);
-  std::mt19937_64 rng(5);
-  for (int i = 0; i < 20000; ++i) {
-    const uint64_t k = static_cast<uint64_t>(i / 4) + rng() % 48;
-    ASSERT_EQ(lirs.Access(Key(k)), lru.Access(Key(k))) << "access " << i;
-  }
-  EXPECT_EQ(lirs.policy->EvictionOrder(), lru.policy->EvictionOrder());
-  EXPECT_NE(lirs.policy->DebugString().find("hir-share=1.00"), std::string::npos)
-      << lirs.policy->DebugString();
+  ExpectLruWhereRecencyWins("lirs", "hir-share=1.00");
 }
 
 // A loop over more blocks than the tier holds (sessions that all come back, more of them open
