@@ -317,7 +317,9 @@ def policy(p):
                   "one key in 16 and their lists (up to 7 MiB with their ghosts) push its own out "
                   "of the cache, as its 64K row shows. Random lookups "
                   "leave it in its LRU mode (`state` in agent-policy.json), where alternating runs "
-                  "on 2026-12-03 measured its lookups at 200-280 ns against lru's 130-200.", ""]
+                  "on 2026-12-03 measured its lookups at 172-201 ns against lru's 138-157: its "
+                  "extra instructions a call (the sampling test, the last-use time) leave less "
+                  "room to overlap one call's misses with the next's.", ""]
     return lines
 
 

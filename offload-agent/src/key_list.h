@@ -54,12 +54,16 @@ class KeyLists {
     ResizeTable(slots);
   }
 
+  static uint64_t HashOf(const BlockKey& key) { return static_cast<uint64_t>(BlockKeyHash{}(key)); }
+
   size_t size(ListId l) const { return sizes_[l]; }
   bool empty(ListId l) const { return sizes_[l] == 0; }
 
   // kNone when the key is in no list.
-  Node Find(const BlockKey& key) const {
-    const uint32_t tag = Tag(key);
+  Node Find(const BlockKey& key) const { return Find(key, HashOf(key)); }
+  // The same, for a caller that has the key's hash (HashOf) for its own use too.
+  Node Find(const BlockKey& key, uint64_t hash) const {
+    const auto tag = static_cast<uint32_t>(hash >> 32);
     for (size_t i = Home(tag);; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.node == kNone) return kNone;
@@ -162,9 +166,7 @@ class KeyLists {
   // made evictions of `kvoffload-bench policy --policy=lru --blocks=1500000` (index 72% full)
   // take 160 ns against 90 ns.
   static bool FitsInTable(size_t keys, size_t slots) { return keys <= slots / 2; }
-  static uint32_t Tag(const BlockKey& key) {
-    return static_cast<uint32_t>(static_cast<uint64_t>(BlockKeyHash{}(key)) >> 32);
-  }
+  static uint32_t Tag(const BlockKey& key) { return static_cast<uint32_t>(HashOf(key) >> 32); }
   size_t Home(uint32_t tag) const { return tag >> shift_; }
 
   Node Allocate(const BlockKey& key) {

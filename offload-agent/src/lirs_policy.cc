@@ -71,9 +71,9 @@ class Lirs {
   // couple of demotions a call (Rebalance).
   void set_lir_target(size_t blocks) { lir_target_ = blocks; }
 
-  // A resident key's node, or kNone (unknown or a ghost).
-  Node FindResident(const BlockKey& key) const {
-    const Node n = keys_.Find(key);
+  // A resident key's node, or kNone (unknown or a ghost). `hash` is Keys::HashOf(key).
+  Node FindResident(const BlockKey& key, uint64_t hash) const {
+    const Node n = keys_.Find(key, hash);
     return n != kNone && keys_.list(n) != kGhost ? n : kNone;
   }
 
@@ -172,15 +172,22 @@ class LirsPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "lirs"; }
 
   void OnInsert(const BlockKey& key) override {
-    Sample(key);
     main_.Insert(key);
+    Sample(key, Lirs::Keys::HashOf(key));
   }
+  // The key's own lookup goes first and the sampling after it: at a million blocks a call is
+  // its chain of cache misses, which the CPU overlaps with the next calls' only as far as
+  // their instructions fit in its window. Sampling first (and hashing the key twice) cost
+  // about 25 ns more a lookup (alternating runs at 1M blocks: 189-216 against 172-201 ns).
   void OnAccess(const BlockKey& key) override {
-    Sample(key);
-    if (const Lirs::Node n = main_.FindResident(key); n != Lirs::kNone) main_.Access(n);
+    const uint64_t hash = Lirs::Keys::HashOf(key);
+    const Lirs::Node n = main_.FindResident(key, hash);
+    if (n != Lirs::kNone) main_.Access(n);
+    Sample(key, hash);
   }
   void OnRemove(const BlockKey& key) override {
-    if (const Lirs::Node n = main_.FindResident(key); n != Lirs::kNone) main_.Erase(n);
+    const Lirs::Node n = main_.FindResident(key, Lirs::Keys::HashOf(key));
+    if (n != Lirs::kNone) main_.Erase(n);
   }
   std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
     return main_.Evict(is_pinned);
@@ -224,12 +231,11 @@ class LirsPolicy final : public EvictionPolicy {
 
   // A use of `key`: for one key in R, also a use in each miniature, which then choose the
   // tier's share.
-  void Sample(const BlockKey& key) {
-    const auto hash = static_cast<uint64_t>(BlockKeyHash{}(key));
+  void Sample(const BlockKey& key, uint64_t hash) {
     // The top bits of a multiplied hash: independent of the key index's home bits.
     if (((hash * 0xFF51AFD7ED558CCDULL) >> (64 - sample_shift_)) != 0) return;
     for (Miniature& m : minis_) {
-      if (const Lirs::Node n = m.lirs->FindResident(key); n != Lirs::kNone) {
+      if (const Lirs::Node n = m.lirs->FindResident(key, hash); n != Lirs::kNone) {
         m.lirs->Access(n);
         m.hits += 1;
       } else {
