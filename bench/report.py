@@ -319,7 +319,8 @@ def policy(p):
                   "leave it in its LRU mode (`state` in agent-policy.json), where alternating runs "
                   "on 2026-12-03 measured its lookups at 172-201 ns against lru's 138-157: its "
                   "extra instructions a call (the sampling test, the last-use time) leave less "
-                  "room to overlap one call's misses with the next's.", ""]
+                  "room to overlap one call's misses with the next's. Its LIRS mode (promotions, "
+                  "demotions, ghosts) is not what these rows time.", ""]
     return lines
 
 
