@@ -95,7 +95,8 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
   cpu     store+load bandwidth of the pinned tier (host device) against memcpy
           --block-size --total --batch --jobs --reps
   policy  ns per lookup/insert/evict of a policy at --blocks resident (default 1M)
-          --policy=NAME (any registered) --ops --batch
+          --policy=NAME (any registered) --ops --batch --loop=N (store keys 0..N-1 again in a
+          cycle instead of new ones)
   policies  the registered eviction policies' names
   gpu     D2H/H2D bandwidth of the cuda device against one large cudaMemcpy
           --total --sizes=16K,... --batch --reps --max-blocks

@@ -10,6 +10,11 @@
 // measures the other tenants (the wall figure is reported too). Lookups and inserts are the
 // positioned calls the engine makes (OnAccessAt / OnInsertAt), in chains of kChain blocks, so
 // a policy that uses positions pays for them here.
+//
+// --loop=N (default 0: every insert a new key) stores again keys [0, N) in a cycle, skipping
+// the resident ones: a loop larger than the tier, where a block evicted comes back, as the
+// sessions and documents of a tier too small for them do. Adaptive policies then leave their
+// LRU mode (lirs promotes and demotes and keeps ghosts), which fresh keys never make them do.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -28,7 +33,13 @@ int RunPolicy(Flags& flags) {
   const size_t blocks = flags.GetU64("blocks", 1 << 20);
   const size_t ops = flags.GetU64("ops", 2'000'000);
   const size_t batch = flags.GetU64("batch", 1024);
+  const uint64_t loop = flags.GetU64("loop", 0);
   if (!flags.Done("policy")) return 2;
+  if (loop != 0 && loop <= blocks + batch) {
+    std::cerr << "kvoffload-bench policy: --loop=" << loop << " must exceed --blocks plus --batch ("
+              << blocks + batch << "), or be 0\n";
+    return 2;
+  }
 
   Result<std::unique_ptr<EvictionPolicy>> made = NewEvictionPolicy(name, blocks);
   if (!made.ok()) {
@@ -53,11 +64,26 @@ int RunPolicy(Flags& flags) {
   uint64_t warm_evictions = 0;
   const uint64_t warm_up = 2 * static_cast<uint64_t>(blocks);
   // Which ids are resident, for lookups of random resident keys: a dense array with
-  // swap-remove, updated outside the timed loops. pos is indexed by id: every id the fill, the
-  // warm-up and the timed rounds insert.
-  std::vector<uint64_t> ids(blocks), pos(blocks + warm_up + ops + 2 * batch);
+  // swap-remove, updated outside the timed loops. pos is indexed by id (kAbsent: not resident):
+  // every id the fill, the warm-up and the timed rounds insert, or the loop's.
+  constexpr uint64_t kAbsent = UINT64_MAX;
+  constexpr uint64_t kPicked = UINT64_MAX - 1;
+  const uint64_t id_space = loop != 0 ? loop : blocks + warm_up + ops + 2 * batch;
+  std::vector<uint64_t> ids(blocks), pos(id_space, kAbsent);
   for (uint64_t i = 0; i < blocks; ++i) ids[i] = pos[i] = i;
-  std::vector<uint64_t> picks(batch), victims(batch);
+  std::vector<uint64_t> picks(batch), victims(batch), stored(batch);
+  // The next id to store: a new one, or the loop's next one that is neither resident nor
+  // picked for this round (kPicked, until the round's bookkeeping makes it resident).
+  auto next_id = [&]() {
+    if (loop == 0) return next++;
+    for (;; ++next) {
+      const uint64_t id = next % loop;
+      if (pos[id] == kAbsent) {
+        ++next;
+        return id;
+      }
+    }
+  };
   uint64_t lookup_ns = 0, insert_ns = 0, evict_ns = 0, lookups = 0, churn = 0;
   uint64_t rng = 88172645463325252ULL;  // xorshift64
   Progress progress("policy " + name + " ops", ops);
@@ -66,6 +92,10 @@ int RunPolicy(Flags& flags) {
     for (uint64_t& k : picks) {
       rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
       k = ids[rng % ids.size()];
+    }
+    for (uint64_t& id : stored) {
+      id = next_id();
+      pos[id] = kPicked;
     }
     const uint64_t t0 = ThreadCpuNs();
     for (size_t i = 0; i < batch; ++i) p.OnAccessAt(key(picks[i]), position(i));
@@ -79,16 +109,17 @@ int RunPolicy(Flags& flags) {
       v = victim->lo;
     }
     const uint64_t t2 = ThreadCpuNs();
-    for (size_t i = 0; i < batch; ++i) p.OnInsertAt(key(next + i), position(i));
+    for (size_t i = 0; i < batch; ++i) p.OnInsertAt(key(stored[i]), position(i));
     const uint64_t t3 = ThreadCpuNs();
     for (uint64_t v : victims) {
       ids[pos[v]] = ids.back();
       pos[ids.back()] = pos[v];
+      pos[v] = kAbsent;
       ids.pop_back();
     }
-    for (size_t i = 0; i < batch; ++i, ++next) {
-      pos[next] = ids.size();
-      ids.push_back(next);
+    for (const uint64_t id : stored) {
+      pos[id] = ids.size();
+      ids.push_back(id);
     }
     if (warm_evictions < warm_up) {
       warm_evictions += batch;
@@ -112,6 +143,7 @@ int RunPolicy(Flags& flags) {
                               {"evict_ns", per(evict_ns, churn / 2)},
                               {"ops", lookups + churn},
                               {"warm_up_evictions", warm_evictions},
+                              {"loop", loop},
                               {"wall_ns_per_op", per(NowNs() - wall0, lookups + churn)},
                               {"clock", "thread cpu time"},
                               // What state the policy ended in (an adaptive one: which way).
