@@ -79,6 +79,13 @@ class KeyLists {
   // The least recent key of l. REQUIRES: !empty(l).
   Node back(ListId l) const { return nodes_[l].prev; }
 
+  // Starts loading the node before l's least recent one, which taking the least recent key
+  // off l (a demotion, an eviction) relinks: one dependent miss at a million keys, overlapped
+  // this way with the caller's own. REQUIRES: l holds at least one key.
+  void PrefetchBeforeBack(ListId l) const {
+    __builtin_prefetch(&nodes_[nodes_[nodes_[l].prev].prev]);
+  }
+
   // REQUIRES: key is in no list.
   Node PushFront(ListId l, const BlockKey& key) {
     const Node n = Allocate(key);

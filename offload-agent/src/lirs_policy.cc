@@ -79,6 +79,12 @@ class Lirs {
 
   // REQUIRES: key not resident.
   void Insert(const BlockKey& key) {
+    // A stored block is often promoted (a ghost) or LIR (a new tier), and either way
+    // Rebalance then demotes the least recent LIR block: loading its neighbour now overlaps
+    // that miss with the key's own. Alternating runs at 1M blocks, a loop of 1.5x the tier:
+    // inserts 223-285 ns without, 160-180 with. (In Access, where LIR hits rarely demote, it
+    // bought nothing.)
+    if (!keys_.empty(kLir)) keys_.PrefetchBeforeBack(kLir);
     const uint32_t now = ++clock_;
     Node n = keys_.Find(key);
     if (n != kNone) {
