@@ -326,7 +326,10 @@ def policy(p):
                   "leave less room to overlap one call's misses with the next's. The loop rows run "
                   "it as LIRS (a 2% FIFO share): an insert that meets its ghost is promoted and "
                   "demotes the least recent LIR block, its most expensive call, while evictions "
-                  "take the FIFO's oldest block, the cheapest.", ""]
+                  "take the FIFO's oldest block, the cheapest. Its loop rows move most between runs: "
+                  "three more right after this report's run (2026-12-03 20:55 UTC, load average "
+                  "under 0.5) gave lookups of 164-248 ns and inserts of 198-287 ns, lru's 136-142 "
+                  "and 68-70 alternating with them.", ""]
     return lines
 
 
