@@ -54,6 +54,8 @@ class KeyLists {
     ResizeTable(slots);
   }
 
+  // The key's hash as the index uses it (its top 32 bits are the slot tag), for callers that
+  // need one of their own too and pass it to Find instead of hashing twice.
   static uint64_t HashOf(const BlockKey& key) { return static_cast<uint64_t>(BlockKeyHash{}(key)); }
 
   size_t size(ListId l) const { return sizes_[l]; }
