@@ -89,9 +89,11 @@ class KeyLists {
   }
 
   // REQUIRES: key is in no list.
-  Node PushFront(ListId l, const BlockKey& key) {
+  Node PushFront(ListId l, const BlockKey& key) { return PushFront(l, key, HashOf(key)); }
+  // The same with the key's hash (HashOf) in hand.
+  Node PushFront(ListId l, const BlockKey& key, uint64_t hash) {
     const Node n = Allocate(key);
-    IndexInsert(Tag(key), n);
+    IndexInsert(static_cast<uint32_t>(hash >> 32), n);
     LinkFront(l, n);
     return n;
   }

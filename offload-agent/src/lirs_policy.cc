@@ -51,6 +51,7 @@
 
 #include "eviction_policies.h"
 #include "key_list.h"
+#include "key_sampler.h"
 #include "kvoffload/eviction_policy.h"
 
 namespace kvoffload {
@@ -77,8 +78,8 @@ class Lirs {
     return n != kNone && keys_.list(n) != kGhost ? n : kNone;
   }
 
-  // REQUIRES: key not resident.
-  void Insert(const BlockKey& key) {
+  // REQUIRES: key not resident. `hash` is Keys::HashOf(key).
+  void Insert(const BlockKey& key, uint64_t hash) {
     // A stored block is often promoted (a ghost) or LIR (a new tier), and either way
     // Rebalance then demotes the least recent LIR block: loading its neighbour now overlaps
     // that miss with the key's own. Alternating runs at 1M blocks, a loop of 1.5x the tier:
@@ -86,13 +87,13 @@ class Lirs {
     // bought nothing.)
     if (!keys_.empty(kLir)) keys_.PrefetchBeforeBack(kLir);
     const uint32_t now = ++clock_;
-    Node n = keys_.Find(key);
+    Node n = keys_.Find(key, hash);
     if (n != kNone) {
       // A ghost: LIR when its last use is within the LIR blocks' recency, as if it had stayed.
       keys_.MoveToFront(InLirRecency(n) ? kLir : kHir, n);
     } else {
       // While the LIR blocks do not fill their share (a new tier), every block is LIR.
-      n = keys_.PushFront(keys_.size(kLir) < lir_target_ ? kLir : kHir, key);
+      n = keys_.PushFront(keys_.size(kLir) < lir_target_ ? kLir : kHir, key, hash);
     }
     keys_.set_stamp(n, now);
     Rebalance();
@@ -106,7 +107,6 @@ class Lirs {
   }
   // REQUIRES: n is resident.
   void Erase(Node n) { keys_.Erase(n); }
-
 
   // The oldest unpinned HIR block (the oldest LIR one when every HIR block is pinned), now a
   // ghost.
@@ -165,12 +165,13 @@ class Lirs {
 class LirsPolicy final : public EvictionPolicy {
  public:
   explicit LirsPolicy(size_t capacity)
-      : capacity_(capacity), main_(capacity), sample_shift_(SampleShift(capacity)) {
-    const size_t mini = std::max<size_t>(1, capacity >> sample_shift_);
+      : capacity_(capacity),
+        main_(capacity),
+        sampler_(capacity, kMinSampleShift, kMiniatureBlocks),
+        mini_capacity_(sampler_.Scaled(capacity)) {
     for (size_t i = 0; i < kShares.size(); ++i) {
-      minis_[i].capacity = mini;
-      minis_[i].lirs = std::make_unique<Lirs>(mini);
-      minis_[i].lirs->set_lir_target(LirTarget(mini, i));
+      minis_[i].lirs = std::make_unique<Lirs>(mini_capacity_);
+      minis_[i].lirs->set_lir_target(LirTarget(mini_capacity_, i));
     }
     main_.set_lir_target(LirTarget(capacity_, share_));
   }
@@ -178,8 +179,9 @@ class LirsPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "lirs"; }
 
   void OnInsert(const BlockKey& key) override {
-    main_.Insert(key);
-    Sample(key, Lirs::Keys::HashOf(key));
+    const uint64_t hash = Lirs::Keys::HashOf(key);
+    main_.Insert(key, hash);
+    Sample(key, hash);
   }
   // The key's own lookup goes first and the sampling after it: at a million blocks a call is
   // its chain of cache misses, which the CPU overlaps with the next calls' only as far as
@@ -215,21 +217,15 @@ class LirsPolicy final : public EvictionPolicy {
   // A switch needs 1.5% more recent hits than the current share's miniature.
   static constexpr double kSwitchMargin = 1.015;
   static constexpr uint64_t kWindow = 4096;
+  // R: 2 (one key in two) up to 16K blocks, then enough that a miniature keeps fewer than
+  // kMiniatureBlocks (4K-8K).
+  static constexpr unsigned kMinSampleShift = 1;
   static constexpr size_t kMiniatureBlocks = 8192;
 
   struct Miniature {
-    size_t capacity = 0;
-    std::unique_ptr<Lirs> lirs;
+    std::unique_ptr<Lirs> lirs;  // Lirs has no default state for the array to start from
     double hits = 0;
   };
-
-  // log2 R: 1 (one key in two) up to 16K blocks, then enough that a miniature keeps fewer
-  // than kMiniatureBlocks (4K-8K).
-  static unsigned SampleShift(size_t capacity) {
-    unsigned shift = 1;
-    while ((capacity >> shift) >= kMiniatureBlocks) ++shift;
-    return shift;
-  }
   static size_t LirTarget(size_t capacity, size_t share) {
     const auto hir = static_cast<size_t>(static_cast<double>(capacity) * kShares[share]);
     return capacity - std::clamp<size_t>(hir, 1, capacity);
@@ -238,15 +234,14 @@ class LirsPolicy final : public EvictionPolicy {
   // A use of `key`: for one key in R, also a use in each miniature, which then choose the
   // tier's share.
   void Sample(const BlockKey& key, uint64_t hash) {
-    // The top bits of a multiplied hash: independent of the key index's home bits.
-    if (((hash * 0xFF51AFD7ED558CCDULL) >> (64 - sample_shift_)) != 0) return;
+    if (!sampler_.Sampled(hash)) return;
     for (Miniature& m : minis_) {
       if (const Lirs::Node n = m.lirs->FindResident(key, hash); n != Lirs::kNone) {
         m.lirs->Access(n);
         m.hits += 1;
       } else {
-        m.lirs->Insert(key);
-        while (m.lirs->resident() > m.capacity) m.lirs->Evict(nullptr);
+        m.lirs->Insert(key, hash);
+        while (m.lirs->resident() > mini_capacity_) m.lirs->Evict(nullptr);
       }
     }
     if (++sampled_ % kWindow != 0) return;
@@ -263,7 +258,8 @@ class LirsPolicy final : public EvictionPolicy {
 
   const size_t capacity_;
   Lirs main_;
-  const unsigned sample_shift_;
+  const KeySampler sampler_;
+  const size_t mini_capacity_;
   std::array<Miniature, kShares.size()> minis_;
   size_t share_ = 0;
   uint64_t sampled_ = 0;

@@ -33,12 +33,12 @@
 
 #include "eviction_policies.h"
 #include "key_list.h"
+#include "key_sampler.h"
 #include "kvoffload/eviction_policy.h"
 
 namespace kvoffload {
 namespace {
 
-uint64_t HashOf(const BlockKey& key) { return static_cast<uint64_t>(BlockKeyHash{}(key)); }
 
 // Use counts of recent keys: the doorkeeper (a Bloom filter of 32 bits a tier block) holds each
 // key's first use in the period, the sketch (4-bit counters, sixteen a tier block) the uses
@@ -162,7 +162,8 @@ class Miniature {
     const Keys::Node added = keys_.PushFront(kList, key);
     if (keys_.size(kList) <= capacity_) return;
     Keys::Node victim = keys_.back(kList);
-    if (filtered_ && sketch.Estimate(hash) <= sketch.Estimate(HashOf(keys_.key(victim)))) {
+    if (filtered_ &&
+        sketch.Estimate(hash) <= sketch.Estimate(Keys::HashOf(keys_.key(victim)))) {
       victim = added;
     }
     keys_.Erase(victim);
@@ -186,27 +187,27 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
   explicit LruTinyLfuPolicy(size_t capacity)
       : list_(capacity + 1),  // the tier inserts before it evicts
         sketch_(capacity),
-        sample_shift_(SampleShift(capacity)),
-        plain_(std::max<size_t>(1, capacity >> sample_shift_), false),
-        filtered_(std::max<size_t>(1, capacity >> sample_shift_), true) {}
+        sampler_(capacity, kMinSampleShift, kMiniatureBlocks),
+        plain_(sampler_.Scaled(capacity), false),
+        filtered_(sampler_.Scaled(capacity), true) {}
 
   std::string_view name() const override { return "lru-tinylfu"; }
 
   void OnInsert(const BlockKey& key) override {
-    const uint64_t hash = HashOf(key);
+    const uint64_t hash = Keys::HashOf(key);
     sketch_.Prefetch(hash);
     const Keys::Node n = list_.PushFront(kList, key);
     Count(key, hash);
     if (!filter_on_ || list_.size(kList) < 2) return;
     const Keys::Node lru = list_.back(kList);
-    if (sketch_.Estimate(hash) <= sketch_.Estimate(HashOf(list_.key(lru)))) {
+    if (sketch_.Estimate(hash) <= sketch_.Estimate(Keys::HashOf(list_.key(lru)))) {
       list_.MoveAfter(lru, n);  // refused: behind the least recent block, the next victim
     }
   }
   void OnAccess(const BlockKey& key) override {
-    const uint64_t hash = HashOf(key);
+    const uint64_t hash = Keys::HashOf(key);
     sketch_.Prefetch(hash);
-    if (const Keys::Node n = list_.Find(key); n != Keys::kNone) list_.MoveToFront(kList, n);
+    if (const Keys::Node n = list_.Find(key, hash); n != Keys::kNone) list_.MoveToFront(kList, n);
     Count(key, hash);
   }
   void OnRemove(const BlockKey& key) override {
@@ -227,21 +228,16 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
   static constexpr Keys::ListId kList = 0;
   static constexpr double kFilterMargin = 1.1;
 
-  // log2 R: 2 (one key in four) up to 32K blocks, then enough that a miniature keeps fewer
-  // than kMiniatureBlocks (4K-8K).
+  // R: 4 (one key in four) up to 32K blocks, then enough that a miniature keeps fewer than
+  // kMiniatureBlocks (4K-8K).
+  static constexpr unsigned kMinSampleShift = 2;
   static constexpr size_t kMiniatureBlocks = 8192;
-  static unsigned SampleShift(size_t capacity) {
-    unsigned shift = 2;
-    while ((capacity >> shift) >= kMiniatureBlocks) ++shift;
-    return shift;
-  }
 
   // Counts a use of `key` (whose hash is `hash`) in the sketch and, for sampled keys, in both
   // miniature caches, which then decide the filter.
   void Count(const BlockKey& key, uint64_t hash) {
     sketch_.Add(hash);
-    // The top bits of a multiplied hash: independent of the sketch's rows and the key index.
-    if (((hash * 0xFF51AFD7ED558CCDULL) >> (64 - sample_shift_)) == 0) {  // one key in R
+    if (sampler_.Sampled(hash)) {
       plain_.Touch(key, hash, sketch_);
       filtered_.Touch(key, hash, sketch_);
       filter_on_ = filtered_.hits() > plain_.hits() * kFilterMargin;
@@ -250,7 +246,7 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
 
   Keys list_;
   FrequencySketch sketch_;
-  const unsigned sample_shift_;
+  const KeySampler sampler_;
   Miniature plain_;
   Miniature filtered_;
   bool filter_on_ = false;
