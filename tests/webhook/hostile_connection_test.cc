@@ -68,8 +68,8 @@ struct TlsConn {
   int fd = -1;
   bool Open(int port) {
     ctx = SSL_CTX_new(TLS_client_method());
-    // TLS 1.3 servers send session tickets after the handshake, which would read as an answer
-    // in PeerClosed(); under TLS 1.2 they are part of the handshake.
+    // TLS 1.2, where nothing follows the handshake unasked: a TLS 1.3 server may send session
+    // tickets after it (ours sends none), which would read as an answer in PeerClosed().
     SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
     bio = BIO_new_ssl_connect(ctx);
     BIO_set_conn_hostname(bio, ("127.0.0.1:" + std::to_string(port)).c_str());
