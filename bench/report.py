@@ -146,7 +146,15 @@ def webhook(w):
            "with the transport unchanged (0.85 on 2026-12-02). "
            "The hostile rows measure the client's own handshake too, and on a loaded "
            "machine the prober (Python, sharing the 2 cores with 1000 hostile clients and the "
-           "server) is itself starved: the count of admissions sent in 5 s shows how much. Client "
+           "server) is itself starved: the count of admissions sent in 5 s shows how much. Their "
+           "slowest admissions fall where the server cuts the trickling clients, all opened "
+           "together and so all cut together, and a thousand new TLS handshakes arrive at once "
+           "(timestamped on 2026-12-04: every admission over 15 ms came 2.5-3.7 s into the "
+           "run, the tricklers' deadline being 3 s). A full handshake costs the server "
+           "0.43-0.54 ms of CPU and nginx 0.47-0.74 ms (openssl s_time -new, same "
+           "certificate, alternating), so such a storm takes the two cores about a quarter of a "
+           "second whoever serves it; the server resumes no sessions and sends no tickets "
+           "(docs/decisions.md), which cut its share by a sixth. Client "
            "and server share the same 2 cores, as they do for nginx.")
     return lines + [table(["figure", "value", "limit", "ratio", "target", ""], rows), "", why, ""]
 
