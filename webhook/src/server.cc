@@ -56,7 +56,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   // No session resumption: the API server never resumes (client-go's TLS configs have no
   // ClientSessionCache), and each TLS 1.3 ticket cost about 180k instructions of the handshake
   // (OpenSSL 3 serialises, copies and encrypts the session for every one, two by default),
-  // the session cache a periodic sweep. A new connection is a full handshake either way.
+  // and the session cache a periodic sweep of itself. Every connection is a full handshake.
   SSL_CTX_set_num_tickets(ctx.get(), 0);
   SSL_CTX_set_options(ctx.get(), SSL_OP_NO_TICKET);
   SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
