@@ -80,6 +80,23 @@ struct TlsConn {
   bool Write(std::string_view data) {
     return BIO_write(bio, data.data(), static_cast<int>(data.size())) == static_cast<int>(data.size());
   }
+  // Reads one answer (headers, then Content-Length bytes); its status code, or -1.
+  int ReadAnswer() {
+    std::string in;
+    char buf[4096];
+    size_t header_end = std::string::npos;
+    size_t length = 0;
+    while (header_end == std::string::npos || in.size() < header_end + 4 + length) {
+      const int n = BIO_read(bio, buf, sizeof(buf));
+      if (n <= 0) return -1;
+      in.append(buf, static_cast<size_t>(n));
+      if (header_end == std::string::npos && (header_end = in.find("\r\n\r\n")) != std::string::npos) {
+        const size_t at = in.find("Content-Length: ");
+        if (at != std::string::npos && at < header_end) length = std::stoul(in.substr(at + 16));
+      }
+    }
+    return in.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(in.substr(9, 3)) : -1;
+  }
   ~TlsConn() {
     if (bio != nullptr) BIO_free_all(bio);
     if (ctx != nullptr) SSL_CTX_free(ctx);
@@ -100,7 +117,9 @@ class HostileConnectionTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  void StartServer(int max_connections) {
+  void StartServer(int max_connections,
+                   std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(3000),
+                   std::chrono::milliseconds keep_alive_timeout = std::chrono::milliseconds(3000)) {
     handler_ = std::make_unique<AdmissionHandler>(AdmissionOptions{}, nullptr);
     ServerOptions o;
     o.bind_address = "127.0.0.1";
@@ -112,7 +131,8 @@ class HostileConnectionTest : public ::testing::Test {
     o.threads = 4;
     o.max_connections = max_connections;
     o.request_timeout = kRequestTimeout;
-    o.idle_timeout = std::chrono::milliseconds(3000);
+    o.idle_timeout = idle_timeout;
+    o.keep_alive_timeout = keep_alive_timeout;
     Result<std::unique_ptr<Server>> s = Server::Create(o, handler_.get(), &metrics_);
     ASSERT_TRUE(s.ok()) << s.status().message();
     server_ = std::move(*s);
@@ -225,6 +245,37 @@ TEST_F(HostileConnectionTest, ConnectionCapClosesTheSurplusAndFreesSlots) {
   }
   EXPECT_EQ(server_->transport_stats().open_connections, 0);
   EXPECT_TRUE(Admit());
+}
+
+// A connection that was answered waits for its next request longer than the API server keeps it
+// idle, so that the client closes it, not the server: closed as the client sends on it, it would
+// fail that admission (Go does not resend a POST it wrote). A connection that never asked for
+// anything is still cut at the short idle deadline.
+TEST_F(HostileConnectionTest, AnsweredConnectionsWaitForTheKeepAliveDeadlineNotTheIdleOne) {
+  constexpr std::chrono::milliseconds kIdle{300};
+  constexpr std::chrono::milliseconds kKeepAlive{2000};
+  StartServer(/*max_connections=*/100, kIdle, kKeepAlive);
+  TlsConn asked, silent;
+  ASSERT_TRUE(asked.Open(server_->port()));
+  ASSERT_TRUE(silent.Open(server_->port()));
+  const std::string get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(asked.Write(get));
+  ASSERT_EQ(asked.ReadAnswer(), 200);
+
+  std::this_thread::sleep_for(3 * kIdle);
+  EXPECT_TRUE(PeerClosed(silent.fd)) << "a connection that never asked outlived the idle deadline";
+  ASSERT_FALSE(PeerClosed(asked.fd)) << "an answered connection was closed at the idle deadline";
+  ASSERT_TRUE(asked.Write(get));
+  EXPECT_EQ(asked.ReadAnswer(), 200);
+
+  // Then nothing: closed once the keep-alive deadline has passed.
+  const Clock::time_point t0 = Clock::now();
+  while (!PeerClosed(asked.fd) && Clock::now() - t0 < 3 * kKeepAlive) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double closed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_GE(closed_ms, 0.8 * kKeepAlive.count());
+  EXPECT_LE(closed_ms, kKeepAlive.count() + 2000) << "an idle keep-alive connection was never closed";
 }
 
 }  // namespace

@@ -115,9 +115,11 @@ TEST_F(StartupTest, UnknownLogLevel) {
 }
 
 TEST_F(StartupTest, BadFlagValue) {
-  std::vector<std::string> args = Serve("tls.crt", "tls.key");
-  args.push_back("--shutdown-delay=soon");
-  ExpectOneLineError(args, "--shutdown-delay=soon");
+  for (const char* flag : {"--shutdown-delay=soon", "--keep-alive-timeout=forever"}) {
+    std::vector<std::string> args = Serve("tls.crt", "tls.key");
+    args.push_back(flag);
+    ExpectOneLineError(args, flag);
+  }
 }
 
 TEST_F(StartupTest, LookupBudgetOutsideWhatTheApiServerWaits) {

@@ -59,7 +59,10 @@ serve flags:
   --threads=64                admissions handled at once (each may wait on lookups)
   --max-connections=4096      open HTTPS connections; more are closed on accept
   --request-timeout=10s       one request's headers and body, from its first byte
-  --idle-timeout=5s           TLS handshake, and keep-alive wait for the next request
+  --idle-timeout=5s           TLS handshake, then the wait for a connection's first request
+  --keep-alive-timeout=120s   wait for the next request after an answer; keep it above the
+                              API server's 90s, so that the API server closes idle
+                              connections, not us
 
 inject and validate flags:
   -f, --filename=FILE|-       input (YAML or JSON, several documents allowed)
@@ -184,7 +187,7 @@ int Serve(const Flags& flags) {
                                     "default-mode", "log-format", "log-level", "shutdown-delay",
                                     "cert-reload-interval", "lookup-timeout", "cache-ttl",
                                     "threads", "max-connections", "request-timeout",
-                                    "idle-timeout"});
+                                    "idle-timeout", "keep-alive-timeout"});
       !s.ok()) {
     return Fail(s);
   }
@@ -204,13 +207,14 @@ int Serve(const Flags& flags) {
   Result<int> max_conns = ParseInt("max-connections", flags.Get("max-connections", "4096"), 1, 1000000);
   Result<std::chrono::milliseconds> request_timeout = ParseDuration("request-timeout", flags.Get("request-timeout", "10s"));
   Result<std::chrono::milliseconds> idle_timeout = ParseDuration("idle-timeout", flags.Get("idle-timeout", "5s"));
+  Result<std::chrono::milliseconds> keep_alive = ParseDuration("keep-alive-timeout", flags.Get("keep-alive-timeout", "120s"));
   Result<std::chrono::milliseconds> delay = ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"));
   Result<std::chrono::milliseconds> poll = ParseDuration("cert-reload-interval", flags.Get("cert-reload-interval", "1s"));
   Result<std::chrono::milliseconds> lookup = ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"));
   Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   for (const Status& s : {port.status(), metrics_port.status(), threads.status(), max_conns.status(),
-                          request_timeout.status(), idle_timeout.status(), delay.status(),
+                          request_timeout.status(), idle_timeout.status(), keep_alive.status(), delay.status(),
                           poll.status(), lookup.status(), ttl.status()}) {
     if (!s.ok()) return Fail(s);
   }
@@ -228,6 +232,7 @@ int Serve(const Flags& flags) {
   so.max_connections = *max_conns;
   so.request_timeout = *request_timeout;
   so.idle_timeout = *idle_timeout;
+  so.keep_alive_timeout = *keep_alive;
   if (Status s = RaiseFileLimit(so.max_connections); !s.ok()) return Fail(s);
   so.shutdown_delay = *delay;
   so.cert_poll_interval = *poll;
