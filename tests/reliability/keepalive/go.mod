@@ -1,0 +1,3 @@
+module kvoffload/tests/reliability/keepalive
+
+go 1.22
