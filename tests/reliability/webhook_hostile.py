@@ -250,6 +250,7 @@ def main():
                                  "--metrics-port=-1", f"--tls-cert-file={d}/tls.crt",
                                  f"--tls-key-file={d}/tls.key", "--log-level=error",
                                  "--shutdown-delay=0s", f"--request-timeout={int(args.request_timeout * 1000)}ms",
+                                 f"--handshake-timeout={int(args.request_timeout * 1000)}ms",
                                  f"--idle-timeout={int(args.request_timeout * 1000)}ms",
                                  f"--max-connections={max(args.idle, args.hostile) + 1000}"])
         try:

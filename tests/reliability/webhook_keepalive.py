@@ -5,13 +5,13 @@ The API server reaches webhooks through client-go transports, which keep Go's de
 keep-alive connections, closed after 90 s idle (IdleConnTimeout). A webhook that closes an idle
 connection first races the client's next request on it; Go does not resend a POST it has
 written, so that admission fails (the pod is refused, or with failurePolicy Ignore starts
-without offloading). The webhook's --keep-alive-timeout (120 s) is therefore above 90 s.
+without offloading). The webhook's --idle-timeout (120 s) is therefore above 90 s.
 
 Both orders are run through Go's real client (keepalive/main.go), time scaled down a
 thousandfold, with requests spaced around the deadlines so that every gap is a chance to race:
-  server-first  the webhook's keep-alive deadline is the shorter one (as with a 5 s one):
+  server-first  the webhook's idle deadline is the shorter one (as with a 5 s one):
                 the control, which must see failures, or the run proves nothing
-  client-first  client idle 90 ms, webhook keep-alive 120 ms (the defaults' order): 0 failures
+  client-first  client idle 90 ms, webhook idle 120 ms (the defaults' order): 0 failures
 Prints one JSON object; exits 1 when client-first fails any request or the control fails none.
 usage: webhook_keepalive.py BINARY [--requests 1000]
 """
@@ -29,7 +29,7 @@ from webhook_hostile import free_port, make_pki, review_body
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-# name: (webhook --keep-alive-timeout, client IdleConnTimeout, shortest gap, longest gap)
+# name: (webhook --idle-timeout, client IdleConnTimeout, shortest gap, longest gap)
 SCENARIOS = {
     "server-first": ("100ms", "90s", "99ms", "101500us"),
     "client-first": ("120ms", "90ms", "80ms", "130ms"),
@@ -45,12 +45,12 @@ def build_client(out):
 
 
 def run(binary, client, d, body_file, name, requests):
-    keep_alive, client_idle, gap_min, gap_max = SCENARIOS[name]
+    idle, client_idle, gap_min, gap_max = SCENARIOS[name]
     port = free_port()
     proc = subprocess.Popen([binary, "serve", "--bind-address=127.0.0.1", f"--port={port}",
                              "--metrics-port=-1", f"--tls-cert-file={d}/tls.crt",
                              f"--tls-key-file={d}/tls.key", "--log-level=error",
-                             "--shutdown-delay=0s", f"--keep-alive-timeout={keep_alive}"])
+                             "--shutdown-delay=0s", f"--idle-timeout={idle}"])
     try:
         for _ in range(500):
             try:
@@ -67,7 +67,7 @@ def run(binary, client, d, body_file, name, requests):
         proc.terminate()
         proc.wait(timeout=30)
     result = json.loads(out)
-    result.update({"scenario": name, "webhook_keep_alive": keep_alive})
+    result.update({"scenario": name, "webhook_idle": idle})
     return result
 
 

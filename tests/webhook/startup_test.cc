@@ -115,7 +115,7 @@ TEST_F(StartupTest, UnknownLogLevel) {
 }
 
 TEST_F(StartupTest, BadFlagValue) {
-  for (const char* flag : {"--shutdown-delay=soon", "--keep-alive-timeout=forever"}) {
+  for (const char* flag : {"--shutdown-delay=soon", "--handshake-timeout=forever"}) {
     std::vector<std::string> args = Serve("tls.crt", "tls.key");
     args.push_back(flag);
     ExpectOneLineError(args, flag);

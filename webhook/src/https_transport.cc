@@ -208,16 +208,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
   }
 
-  // Between requests: nothing is buffered; a deadline runs until the next first byte, the idle
-  // one before the first request (a connection that never asks holds a slot only briefly) and
-  // the keep-alive one after an answer.
+  // Between requests: nothing is buffered; the idle deadline runs until the next first byte.
   void WaitRequest() {
     phase_ = Phase::kIdle;
     if (!in_.empty() || SSL_pending(ssl_) > 0) return ReadRequest();
     if (server_->Closing() && served_ > 0) return Close();
     in_ = std::string();
     read_buf_.reset();
-    Arm(served_ > 0 ? server_->options_.keep_alive_timeout : server_->options_.idle_timeout);
+    Arm(server_->options_.idle_timeout);
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
       if (ec || self->phase_ == Phase::kClosed) return self->Close();
       self->ReadRequest();

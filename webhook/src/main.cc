@@ -59,10 +59,9 @@ serve flags:
   --threads=64                admissions handled at once (each may wait on lookups)
   --max-connections=4096      open HTTPS connections; more are closed on accept
   --request-timeout=10s       one request's headers and body, from its first byte
-  --idle-timeout=5s           TLS handshake, then the wait for a connection's first request
-  --keep-alive-timeout=120s   wait for the next request after an answer; keep it above the
-                              API server's 90s, so that the API server closes idle
-                              connections, not us
+  --handshake-timeout=5s      accept to TLS established
+  --idle-timeout=120s         wait for a connection's next request; keep it above the API
+                              server's 90s, so that the API server closes idle connections
 
 inject and validate flags:
   -f, --filename=FILE|-       input (YAML or JSON, several documents allowed)
@@ -187,7 +186,7 @@ int Serve(const Flags& flags) {
                                     "default-mode", "log-format", "log-level", "shutdown-delay",
                                     "cert-reload-interval", "lookup-timeout", "cache-ttl",
                                     "threads", "max-connections", "request-timeout",
-                                    "idle-timeout", "keep-alive-timeout"});
+                                    "handshake-timeout", "idle-timeout"});
       !s.ok()) {
     return Fail(s);
   }
@@ -206,15 +205,15 @@ int Serve(const Flags& flags) {
   Result<int> threads = ParseInt("threads", flags.Get("threads", "64"), 1, 4096);
   Result<int> max_conns = ParseInt("max-connections", flags.Get("max-connections", "4096"), 1, 1000000);
   Result<std::chrono::milliseconds> request_timeout = ParseDuration("request-timeout", flags.Get("request-timeout", "10s"));
-  Result<std::chrono::milliseconds> idle_timeout = ParseDuration("idle-timeout", flags.Get("idle-timeout", "5s"));
-  Result<std::chrono::milliseconds> keep_alive = ParseDuration("keep-alive-timeout", flags.Get("keep-alive-timeout", "120s"));
+  Result<std::chrono::milliseconds> handshake_timeout = ParseDuration("handshake-timeout", flags.Get("handshake-timeout", "5s"));
+  Result<std::chrono::milliseconds> idle_timeout = ParseDuration("idle-timeout", flags.Get("idle-timeout", "120s"));
   Result<std::chrono::milliseconds> delay = ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"));
   Result<std::chrono::milliseconds> poll = ParseDuration("cert-reload-interval", flags.Get("cert-reload-interval", "1s"));
   Result<std::chrono::milliseconds> lookup = ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"));
   Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   for (const Status& s : {port.status(), metrics_port.status(), threads.status(), max_conns.status(),
-                          request_timeout.status(), idle_timeout.status(), keep_alive.status(), delay.status(),
+                          request_timeout.status(), handshake_timeout.status(), idle_timeout.status(), delay.status(),
                           poll.status(), lookup.status(), ttl.status()}) {
     if (!s.ok()) return Fail(s);
   }
@@ -231,8 +230,8 @@ int Serve(const Flags& flags) {
   so.threads = *threads;
   so.max_connections = *max_conns;
   so.request_timeout = *request_timeout;
+  so.handshake_timeout = *handshake_timeout;
   so.idle_timeout = *idle_timeout;
-  so.keep_alive_timeout = *keep_alive;
   if (Status s = RaiseFileLimit(so.max_connections); !s.ok()) return Fail(s);
   so.shutdown_delay = *delay;
   so.cert_poll_interval = *poll;

@@ -79,9 +79,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   t.port = s->options_.port;
   t.max_body_bytes = kMaxAdmissionBodyBytes;
   t.max_connections = s->options_.max_connections;
-  t.handshake_timeout = s->options_.idle_timeout;
+  t.handshake_timeout = s->options_.handshake_timeout;
   t.idle_timeout = s->options_.idle_timeout;
-  t.keep_alive_timeout = s->options_.keep_alive_timeout;
   t.request_timeout = s->options_.request_timeout;
   t.write_timeout = s->options_.request_timeout;
   t.worker_threads = s->options_.threads;

@@ -1,7 +1,7 @@
 // Sends admissions through Go's own HTTP client, as the API server does (client-go's
 // transports keep Go's defaults: keep-alive connections, idle for at most IdleConnTimeout,
 // 90 s), one every --gap-min..--gap-max, and counts the ones that fail. With gaps near the
-// webhook's keep-alive deadline the webhook closes connections as requests are sent on them;
+// webhook's idle deadline the webhook closes connections as requests are sent on them;
 // Go does not resend a POST it has written, so those admissions fail. When the client's
 // idle timeout is the shorter one, the client closes first and none fail.
 //

@@ -35,13 +35,15 @@ struct ServerOptions {
   int threads = 64;  // admissions handled at once (each may wait on API server lookups)
   int max_connections = 4096;  // open HTTPS connections; more are closed on accept
   std::chrono::milliseconds request_timeout{10000};  // one request's headers and body, in total
-  std::chrono::milliseconds idle_timeout{5000};  // accept to the first request's first byte
-  // After an answer, until the next request's first byte. Above the API server's own idle
-  // timeout for webhook connections (90 s: client-go's transports keep Go's default), so that
-  // the API server closes an idle connection first: a connection we close just as it sends an
-  // admission fails that admission (Go does not resend a POST that was written), and the pod is
-  // refused (failurePolicy Fail) or starts without offloading (Ignore).
-  std::chrono::milliseconds keep_alive_timeout{120000};
+  std::chrono::milliseconds handshake_timeout{5000};  // accept to TLS established
+  // A connection with no request in progress (TLS established, or its last answer written),
+  // until the next request's first byte. Above the API server's own idle timeout for webhook
+  // connections (90 s: client-go's transports keep Go's default), so that the API server closes
+  // an idle connection first: a connection we close just as it sends an admission fails that
+  // admission (Go does not resend a POST it wrote), and the pod is refused (failurePolicy Fail)
+  // or starts without offloading (Ignore). That includes connections that never carried a
+  // request: Go pools a connection it dialed for a request another connection served first.
+  std::chrono::milliseconds idle_timeout{120000};
 };
 
 class Server {
