@@ -51,6 +51,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_listening(port):
+    """Returns once something accepts on 127.0.0.1:port (or after 5 s)."""
+    for _ in range(500):
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
 def rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -254,12 +264,7 @@ def main():
                                  f"--idle-timeout={int(args.request_timeout * 1000)}ms",
                                  f"--max-connections={max(args.idle, args.hostile) + 1000}"])
         try:
-            for _ in range(500):
-                try:
-                    socket.create_connection(("127.0.0.1", port)).close()
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            wait_listening(port)
             body = review_body()
             out = {"scenarios": []}
             for kind in args.kinds.split(","):

@@ -18,13 +18,11 @@ usage: webhook_keepalive.py BINARY [--requests 1000]
 import argparse
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-from webhook_hostile import free_port, make_pki, review_body
+from webhook_hostile import free_port, make_pki, review_body, wait_listening
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -52,12 +50,7 @@ def run(binary, client, d, body_file, name, requests):
                              f"--tls-key-file={d}/tls.key", "--log-level=error",
                              "--shutdown-delay=0s", f"--idle-timeout={idle}"])
     try:
-        for _ in range(500):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.01)
+        wait_listening(port)
         out = subprocess.run([client, f"--url=https://127.0.0.1:{port}/mutate-pods",
                               f"--ca={d}/tls.crt", f"--body={body_file}", f"--gap-min={gap_min}",
                               f"--gap-max={gap_max}", f"--requests={requests}",
