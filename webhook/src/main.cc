@@ -213,8 +213,9 @@ int Serve(const Flags& flags) {
   Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   for (const Status& s : {port.status(), metrics_port.status(), threads.status(), max_conns.status(),
-                          request_timeout.status(), handshake_timeout.status(), idle_timeout.status(), delay.status(),
-                          poll.status(), lookup.status(), ttl.status()}) {
+                          request_timeout.status(), handshake_timeout.status(),
+                          idle_timeout.status(), delay.status(), poll.status(), lookup.status(),
+                          ttl.status()}) {
     if (!s.ok()) return Fail(s);
   }
   if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));

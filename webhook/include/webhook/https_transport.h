@@ -42,7 +42,7 @@ struct HttpsTransportOptions {
   // Connections past this are closed as soon as they are accepted (before any TLS work).
   int max_connections = 10000;
   std::chrono::milliseconds handshake_timeout{5000};  // accept to TLS established
-  std::chrono::milliseconds idle_timeout{120000};     // no request in progress: to the next first byte
+  std::chrono::milliseconds idle_timeout{120000};     // no request in progress, to a first byte
   std::chrono::milliseconds request_timeout{10000};   // first byte to the body's last, in total
   std::chrono::milliseconds write_timeout{10000};     // the whole response
   int io_threads = 0;       // 0: one per core (at most 4)
