@@ -701,7 +701,12 @@ TEST(EngineTest, ShutdownWithJobsInFlightIsClean) {
       ASSERT_TRUE(j.ok());
       jobs.push_back(*j);
     }
-    EXPECT_TRUE(e->Poll(jobs.front()).ok());
+    // Done, still running, or refused for want of a slot: with 4 pinned slots, two jobs of 8
+    // blocks running at once can each find every slot held by the other's copies (a store is
+    // refused then, by design; seen once in CI, under load).
+    Result<bool> first = e->Poll(jobs.front());
+    EXPECT_TRUE(first.ok() || first.status().code() == StatusCode::kResourceExhausted)
+        << first.status().ToString();
   }  // destroyed with most jobs queued or running: no hang, no leak (asan), no crash
   EXPECT_LE(testing::BytesUnder(d0.path()), 64 * testing::kSlot);
 }
