@@ -106,11 +106,14 @@ webhook_metrics_through_api() {
   done
 }
 
-# webhook_requests: total admission requests the webhook has counted, across replicas.
+# webhook_metric_sum NAME: a metric summed over its labels and the webhook's replicas.
 # Each cluster mode defines webhook_metrics (prints the Prometheus text of every replica).
-webhook_requests() {
-  webhook_metrics | awk '/^kvoffload_admission_requests_total[{ ]/ {s += $NF} END {printf "%d\n", s}'
+webhook_metric_sum() {
+  webhook_metrics | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $NF} END {printf "%d\n", s}'
 }
+
+# webhook_requests: total admission requests the webhook has counted, across replicas.
+webhook_requests() { webhook_metric_sum kvoffload_admission_requests_total; }
 
 # case_ns PREFIX: a fresh namespace name (kind clusters outlive runs; names must not collide).
 case_ns() { printf '%s-%s\n' "$1" "$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')"; }

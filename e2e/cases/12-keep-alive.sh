@@ -7,7 +7,7 @@ ns="$(case_ns e2e-keepalive)"
 new_ns "${ns}" kvoffload.io/injection=enabled
 create_pod "${ns}" "$(pod_manifest first '{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}')" >/dev/null
 sleep 7
-open="$(webhook_metrics | awk '/^kvoffload_webhook_open_connections / {s += $NF} END {printf "%d\n", s}')"
+open="$(webhook_metric_sum kvoffload_webhook_open_connections)"
 [[ "${open}" -ge 1 ]] || fail "no connection from the API server is open 7 s after an admission (${open})"
 create_pod "${ns}" "$(pod_manifest second '{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}')" >/dev/null
 assert_injected_once "$(get_pod "${ns}" second)" 0

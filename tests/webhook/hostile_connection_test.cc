@@ -90,11 +90,10 @@ struct TlsConn {
       const int n = BIO_read(bio, buf, sizeof(buf));
       if (n <= 0) return -1;
       in.append(buf, static_cast<size_t>(n));
-      if (header_end == std::string::npos) header_end = in.find("\r\n\r\n");
-      if (header_end != std::string::npos && length == 0) {
-        const size_t at = in.find("Content-Length: ");
-        if (at != std::string::npos && at < header_end) length = std::stoul(in.substr(at + 16));
-      }
+      if (header_end != std::string::npos) continue;
+      header_end = in.find("\r\n\r\n");
+      const size_t at = in.find("Content-Length: ");
+      if (at < header_end) length = std::stoul(in.substr(at + 16));
     }
     return in.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(in.substr(9, 3)) : -1;
   }
