@@ -444,6 +444,9 @@ TEST_F(ServerTest, AdmissionsWaitingOnTheApiServerDoNotHoldUpOthers) {
   ASSERT_TRUE(r) << "waited for the lookups of other admissions";
   EXPECT_EQ(r->status, 200);
   for (auto& f : waiting) EXPECT_EQ(f.get(), 200);
+  // Stopped (its workers joined) while the readers it calls still exist: they live on this
+  // stack, which TearDown's calls reuse after they are gone.
+  server_->Shutdown();
 }
 
 TEST_F(ServerTest, ClientCertificatesWhenConfigured) {
