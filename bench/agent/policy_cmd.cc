@@ -112,6 +112,13 @@ int RunPolicy(Flags& flags) {
     for (size_t i = 0; i < batch; ++i) p.OnInsertAt(key(stored[i]), position(i));
     const uint64_t t3 = ThreadCpuNs();
     for (uint64_t v : victims) {
+      // A victim must be a resident block, each once: anything else is a policy bug, which
+      // the swap-remove below would turn into a write out of bounds.
+      if (v >= pos.size() || pos[v] >= ids.size()) {
+        std::cerr << "kvoffload-bench policy: " << name << " evicted block " << v
+                  << ", which is not resident\n";
+        return 1;
+      }
       ids[pos[v]] = ids.back();
       pos[ids.back()] = pos[v];
       pos[v] = kAbsent;
