@@ -423,18 +423,28 @@ def trace(t):
             for name in x["policies"]:
                 p = r[name]
                 vs_lru = p["prefix_hit_ratio"] / lru if lru else float("inf")
+                # Under other namings of the keys (--labelings): the verdict is the worst one's.
+                lab = p.get("over_labelings")
+                low, high = lab["prefix_hit_ratio"] if lab else (p["prefix_hit_ratio"],) * 2
+                low_of_opt, high_of_opt = lab["prefix_of_opt"] if lab else (p["prefix_of_opt"],) * 2
+                low_vs_lru = low / lru if lru else float("inf")
+                varies = high - low > 0
                 verdict = ""
                 if name == best:
                     if r["cache"] in ("2%", "5%"):
-                        ok = vs_lru >= 1.2 or p["prefix_of_opt"] >= 0.9
+                        ok = low_vs_lru >= 1.2 or low_of_opt >= 0.9
                         verdict = f">= 1.2x LRU or >= 0.90 OPT: {met(ok)}"
                     else:
-                        ok = vs_lru >= 1.0
+                        ok = low_vs_lru >= 1.0
                         verdict = f">= LRU: {met(ok)}"
                     verdicts.append(ok)
                 rows.append(["", "", name, f"{p['hit_ratio']:.3f}", f"{p['of_opt']:.3f}",
-                             f"{p['prefix_hit_ratio']:.3f}", f"{p['prefix_of_opt']:.3f}",
-                             f"{vs_lru:.2f}", verdict])
+                             f"{p['prefix_hit_ratio']:.3f}",
+                             f"{p['prefix_of_opt']:.3f}"
+                             + (f" ({low_of_opt:.3f}-{high_of_opt:.3f})" if varies else ""),
+                             f"{vs_lru:.2f}"
+                             + (f" ({low_vs_lru:.3f}-{high / lru:.3f})" if varies and lru else ""),
+                             verdict])
         lines += [table(["cache", "blocks", "policy", "per block", "/ OPT", "prefix-usable", "/ OPT",
                          "prefix / LRU", "target"], rows), "", f"Command: `{run['command']}`", ""]
     if verdicts:
@@ -451,9 +461,14 @@ def trace(t):
                   "chosen by four miniature caches, one of them LRU, so that it is LRU where LRU "
                   "wins; docs/decisions.md) has the best mean and takes the most where the tier "
                   "is too small for the prompts and sessions that come back: 1.85x LRU on the "
-                  "conversation trace at 2%, 1.09-1.14x on RAG at 2-5% (0.895 and 0.900 of OPT), "
-                  "1.10x on the generated chat at 2%, and it is never below LRU (its "
-                  "parameters were chosen on these traces: docs/decisions.md). lru-tinylfu (LRU whose new blocks enter only if their "
+                  "conversation trace at 2%, 1.08-1.14x on RAG at 2-5% (0.893-0.900 of OPT over "
+                  "the namings of the keys), 1.10x on the generated chat at 2%, and it is below LRU "
+                  "only by its sampling's chance: 0.999x under two of four namings of the chat "
+                  "trace at 10%. That cell and RAG at 5% (0.900 of OPT with the keys as given, "
+                  "0.893 under another naming) are met for some names of the keys and not for "
+                  "others, so they are counted missed; its parameters were chosen on these "
+                  "traces with the keys as given (docs/decisions.md). lru-tinylfu (LRU whose new "
+                  "blocks enter only if their "
                   "recent use count beats the victim's, switched the same way) gains 1.61x on "
                   "the conversation trace at 2% and 1.09x on the generated chat, and otherwise "
                   "stays within 3% of LRU. Nothing we ship gains 1.2x at 5% or on the synthetic "
@@ -474,8 +489,9 @@ def trace(t):
                   "ARC with ghosts of 2-8x the tier (at most 1.53x, below LRU on chat) and LFU "
                   "with dynamic aging (at most 1.42x). Recommendation from these numbers: keep "
                   "`lru` as the default (the KServe field's); in agent mode `lirs`, which gains where "
-                  "a tier is small against chat-service and RAG traffic and was not below LRU "
-                  "elsewhere; `chain-lru` where a policy must never lose to LRU by construction.", ""]
+                  "a tier is small against chat-service and RAG traffic and was at most 0.1% "
+                  "below LRU elsewhere; `chain-lru` where a policy must never lose to LRU by "
+                  "construction.", ""]
     return lines
 
 

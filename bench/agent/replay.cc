@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvoffload/eviction_policy.h"
+#include "rng.h"
 
 namespace kvoffload::bench {
 
@@ -101,6 +102,20 @@ ReplayResult ReplayOpt(size_t capacity_blocks, const Trace& trace) {
     }
   }
   return r;
+}
+
+Trace Relabel(const Trace& trace, uint64_t labeling) {
+  if (labeling == 0) return trace;
+  // Each half XORed with its own constant: a bijection on keys, so distinct keys stay
+  // distinct, and each half goes through the key hash's own mixer, so every bit of a key's
+  // hash changes.
+  Rng rng(labeling);
+  const uint64_t hi = rng.Next(), lo = rng.Next();
+  Trace out = trace;
+  for (TraceRequest& req : out) {
+    for (BlockKey& key : req.blocks) key = BlockKey{key.hi ^ hi, key.lo ^ lo};
+  }
+  return out;
 }
 
 }  // namespace kvoffload::bench

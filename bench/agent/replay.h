@@ -48,6 +48,12 @@ Result<ReplayResult> ReplayPolicy(std::string_view policy, size_t capacity_block
 // the victim from a max-heap with lazy deletion.
 ReplayResult ReplayOpt(size_t capacity_blocks, const Trace& trace);
 
+// The trace with every key renamed, the same way for each of its uses: the same requests over
+// other keys (labeling 0: the keys as given). What a policy does with it differs only where
+// the policy looks at key bits: the adaptive ones sample keys by hash for their miniature
+// caches, so their hit ratios move with the labeling; LRU's and OPT's never do.
+Trace Relabel(const Trace& trace, uint64_t labeling);
+
 }  // namespace kvoffload::bench
 
 #endif  // KVOFFLOAD_BENCH_AGENT_REPLAY_H_

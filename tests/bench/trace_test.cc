@@ -163,6 +163,40 @@ TEST(ReplayOptTest, BoundsEveryPolicyOnGeneratedTraces) {
   }
 }
 
+// Renaming the keys keeps the requests: the same shape over other keys, and the policies that
+// never look at key bits (all but the two that sample keys by hash) hit exactly as before.
+TEST(RelabelTest, SameRequestsOtherKeysSameHitsForPoliciesBlindToKeyBits) {
+  ShapeOptions s;
+  s.requests = 300;
+  Result<Trace> trace = GenerateShape("chat", s, Small(5));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  EXPECT_EQ(Relabel(*trace, 0), *trace);
+  const size_t distinct = TraceDistinctBlocks(*trace);
+  const size_t cache = distinct / 10;
+  const Trace one = Relabel(*trace, 1);
+  const Trace two = Relabel(*trace, 2);
+  for (const Trace* renamed : {&one, &two}) {
+    ASSERT_EQ(renamed->size(), trace->size());
+    EXPECT_EQ(TraceDistinctBlocks(*renamed), distinct);  // no two keys merged
+    std::unordered_set<BlockKey, BlockKeyHash> original;
+    for (const TraceRequest& r : *trace) original.insert(r.blocks.begin(), r.blocks.end());
+    for (size_t i = 0; i < trace->size(); ++i) {
+      ASSERT_EQ((*renamed)[i].blocks.size(), (*trace)[i].blocks.size());
+      EXPECT_EQ((*renamed)[i].timestamp_ms, (*trace)[i].timestamp_ms);
+      for (const BlockKey& k : (*renamed)[i].blocks) EXPECT_FALSE(original.contains(k));
+    }
+    EXPECT_EQ(ReplayOpt(cache, *renamed).prefix_hits, ReplayOpt(cache, *trace).prefix_hits);
+    for (const char* policy : {"lru", "arc", "chain-lru", "s3fifo"}) {
+      Result<ReplayResult> before = ReplayPolicy(policy, cache, *trace);
+      Result<ReplayResult> after = ReplayPolicy(policy, cache, *renamed);
+      ASSERT_TRUE(before.ok() && after.ok());
+      EXPECT_EQ(after->hits, before->hits) << policy;
+      EXPECT_EQ(after->prefix_hits, before->prefix_hits) << policy;
+    }
+  }
+  EXPECT_NE(one, two);
+}
+
 Trace Shape(const std::string& shape, uint64_t seed, size_t requests) {
   ShapeOptions s;
   s.seed = seed;
