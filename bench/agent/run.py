@@ -55,13 +55,35 @@ def bench(*args):
     return json.loads(out), " ".join(shlex.quote(a) for a in cmd)
 
 
+# A pass is at least this many blocks. The store figure counts the bytes that reached the disk
+# while the stores ran: the pinned tier (4 x QD slots) fills before the first disk write, and
+# up to QD writes are still in flight when the last store returns. With 8 MiB blocks a 256M
+# pass was 32 blocks (the bench makes it 64), half of them in the pinned tier, and stores came
+# to 0.61-0.93 of fio where 2 GiB passes gave 0.95-1.46 (alternating, 2026-12-04).
+DISK_MIN_BLOCKS = 256
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def size_bytes(text):
+    return int(text[:-1]) * UNITS[text[-1]] if text[-1] in UNITS else int(text)
+
+
+def pass_size(bs):
+    """The bytes of one pass at block size bs, as kvoffload-bench and fio take them."""
+    total = max(size_bytes(DISK_TOTAL), DISK_MIN_BLOCKS * size_bytes(bs))
+    for unit in "GMK":
+        if total % UNITS[unit] == 0:
+            return f"{total // UNITS[unit]}{unit}"
+    return str(total)
+
+
 def fio(rw, bs, overwrite=False, burst=False):
-    """fio's bandwidth in GiB/s for one sequential pass of DISK_TOTAL, O_DIRECT, io_uring.
+    """fio's bandwidth in GiB/s for one sequential pass (pass_size), O_DIRECT, io_uring.
     overwrite: the file is written whole before the timed pass, which then writes over
     allocated blocks, as a full tier does. burst: QD transfers submitted together and all
     awaited before the next QD, the shape of one engine job of QD blocks at a time."""
     cmd = ["fio", f"--name=kvoffload-{rw}", f"--directory={DISK_DIR}", f"--rw={rw}", f"--bs={bs}",
-           f"--iodepth={QD}", "--direct=1", "--ioengine=io_uring", f"--size={DISK_TOTAL}",
+           f"--iodepth={QD}", "--direct=1", "--ioengine=io_uring", f"--size={pass_size(bs)}",
            *(["--overwrite=1"] if overwrite else []),
            *([f"--iodepth_batch_submit={QD}", f"--iodepth_batch_complete_min={QD}"] if burst else []),
            "--unlink=1", "--output-format=json"]
@@ -96,7 +118,7 @@ def disk():
         for _ in range(DISK_REPS):
             for state, flags in shapes.items():
                 got, cmds[state] = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}",
-                                         f"--qd={QD}", f"--total={DISK_TOTAL}", *flags)
+                                         f"--qd={QD}", f"--total={pass_size(bs)}", *flags)
                 best = agent.setdefault(state, got)
                 # Each direction's best run, with that run's time per block.
                 for what, disk_us in (("store", "disk_write_us_per_block"),
@@ -114,7 +136,8 @@ def disk():
         for state in shapes:
             limit = "empty" if state == "empty" else "full"  # "step" writes over a full tier
             a, w = agent[state], fio_write[limit]
-            rows.append({"block_size": bs, "state": state, "agent": a, "command": cmds[state],
+            rows.append({"block_size": bs, "state": state, "total": pass_size(bs),
+                         "agent": a, "command": cmds[state],
                          "fio_write_gibps": w, "fio_read_gibps": fio_read,
                          "fio_write_command": fio_write_cmd[limit],
                          "fio_read_command": fio_read_cmd,
