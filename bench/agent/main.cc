@@ -87,7 +87,8 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
           --block-tokens=512, its block size: a prompt's partial last block is not cached)
           --cache-blocks=2000,8000 or 2%,5%,10% (of the distinct blocks) --policies=a,b
           --labelings=N (also replay under N-1 renamings of the keys: the range of prefix hits
-          a policy that samples keys by hash gets by chance) --write-trace=FILE (the trace as JSONL) --requests --seed; mixed only:
+          a policy that samples keys by hash gets by chance)
+          --write-trace=FILE (the trace as JSONL) --requests --seed; mixed only:
           --system-prompts --conversations --documents --zipf --scan-every --scan-blocks
   disk    store/load bandwidth through the engine (host device) on one disk tier
           --dir (not tmpfs) --block-size --qd --total --disk-io=auto|uring|psync

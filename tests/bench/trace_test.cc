@@ -173,13 +173,13 @@ TEST(RelabelTest, SameRequestsOtherKeysSameHitsForPoliciesBlindToKeyBits) {
   EXPECT_EQ(Relabel(*trace, 0), *trace);
   const size_t distinct = TraceDistinctBlocks(*trace);
   const size_t cache = distinct / 10;
+  std::unordered_set<BlockKey, BlockKeyHash> original;
+  for (const TraceRequest& r : *trace) original.insert(r.blocks.begin(), r.blocks.end());
   const Trace one = Relabel(*trace, 1);
   const Trace two = Relabel(*trace, 2);
   for (const Trace* renamed : {&one, &two}) {
     ASSERT_EQ(renamed->size(), trace->size());
     EXPECT_EQ(TraceDistinctBlocks(*renamed), distinct);  // no two keys merged
-    std::unordered_set<BlockKey, BlockKeyHash> original;
-    for (const TraceRequest& r : *trace) original.insert(r.blocks.begin(), r.blocks.end());
     for (size_t i = 0; i < trace->size(); ++i) {
       ASSERT_EQ((*renamed)[i].blocks.size(), (*trace)[i].blocks.size());
       EXPECT_EQ((*renamed)[i].timestamp_ms, (*trace)[i].timestamp_ms);
