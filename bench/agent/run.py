@@ -9,7 +9,8 @@ agent-trace.json, agent-crc.json, agent-recovery.json).
 
 usage: run.py BUILD_DIR RESULTS_DIR
 env:   BENCH_DISK_DIR (default BUILD_DIR/bench-scratch: must not be tmpfs), BENCH_DISK_TOTAL
-       (bytes per block size, default 256M), BENCH_DISK_QD (8), BENCH_CPU_TOTAL (256M),
+       (bytes per block size, default 256M, at least 256 blocks), BENCH_DISK_QD (8),
+       BENCH_CPU_TOTAL (256M),
        BENCH_DISK_REPS (3: agent and fio alternate, best of each), BENCH_POLICY_OPS (1000000),
        BENCH_TRACE_REQUESTS (20000 per trace shape), BENCH_TRACE_FILES (colon-separated JSONL
        traces replayed after the shapes, such as Mooncake's; bench/README.md),
