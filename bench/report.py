@@ -256,8 +256,7 @@ def disk(d):
                   "slowly: fio overwriting at 64K ran at 1.05 GiB/s at random offsets against "
                   "1.68 in order at depth 8, 1.14 against 1.91 at depth 16 (2026-12-04), and the "
                   "engine's 64K writes took 440-650 us each against fio's 230-280 us in three "
-                  "alternating runs of the full row that day. Blocks of 256K and more were not "
-                  "slowed that way in the same run.", ""]
+                  "alternating runs of the full row that day.", ""]
     # Loads only: a store's disk write runs on the demoter as often as on its client, so
     # a write's time is not part of a client's time in flight.
     slow = [(r, "load") for r in d["rows"]
