@@ -157,23 +157,20 @@ int RunTrace(Flags& flags) {
                      {"prefix_of_opt", Of(r->prefix_hits, opt.prefix_hits)}};
       if (!relabeled.empty()) {
         // OPT and the accesses are the same under every labeling: only prefix hits vary.
-        uint64_t low = r->prefix_hits, high = r->prefix_hits;
+        ReplayResult low = *r, high = *r;
         for (const Trace& other : relabeled) {
           Result<ReplayResult> o = ReplayPolicy(policy, cache.blocks, other);
           if (!o.ok()) {
             std::cerr << "kvoffload-bench trace: " << o.status().ToString() << "\n";
             return 2;
           }
-          low = std::min(low, o->prefix_hits);
-          high = std::max(high, o->prefix_hits);
+          low.prefix_hits = std::min(low.prefix_hits, o->prefix_hits);
+          high.prefix_hits = std::max(high.prefix_hits, o->prefix_hits);
         }
-        const auto ratio = [&](uint64_t hits) {
-          return r->accesses == 0 ? 0.0
-                                  : static_cast<double>(hits) / static_cast<double>(r->accesses);
-        };
         row[policy]["over_labelings"] = {
-            {"prefix_hit_ratio", {ratio(low), ratio(high)}},
-            {"prefix_of_opt", {Of(low, opt.prefix_hits), Of(high, opt.prefix_hits)}}};
+            {"prefix_hit_ratio", {low.PrefixHitRatio(), high.PrefixHitRatio()}},
+            {"prefix_of_opt",
+             {Of(low.prefix_hits, opt.prefix_hits), Of(high.prefix_hits, opt.prefix_hits)}}};
       }
       progress.Update(++done);
     }
