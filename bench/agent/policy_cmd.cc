@@ -8,17 +8,21 @@
 // the steady state a serving tier is in, and no timed operation pays for a table rehash.
 // Time is this thread's CPU time, read once per batch: on a shared machine wall time mostly
 // measures the other tenants (the wall figure is reported too). Lookups and inserts are the
-// positioned calls the engine makes (OnAccessAt / OnInsertAt), in chains of kChain blocks, so
-// a policy that uses positions pays for them here.
+// positioned calls the engine makes, in chains of kChain blocks, so a policy that uses
+// positions pays for them here: inserts one OnInsertAt per block, lookups one OnAccessBatch
+// per chain, as a load's blocks in the pinned tier reach the policy (CpuTier::PinChain), or
+// with --lookup-calls=each one OnAccessAt per block.
 //
 // --loop=N (default 0: every insert a new key) stores again keys [0, N) in a cycle, skipping
 // the resident ones: a loop larger than the tier, where a block evicted comes back, as the
 // sessions and documents of a tier too small for them do. Adaptive policies then leave their
 // LRU mode (lirs promotes and demotes and keeps ghosts), which fresh keys never make them do.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,7 +38,14 @@ int RunPolicy(Flags& flags) {
   const size_t ops = flags.GetU64("ops", 2'000'000);
   const size_t batch = flags.GetU64("batch", 1024);
   const uint64_t loop = flags.GetU64("loop", 0);
+  const std::string lookup_calls = flags.GetString("lookup-calls", "chain");
   if (!flags.Done("policy")) return 2;
+  if (lookup_calls != "chain" && lookup_calls != "each") {
+    std::cerr << "kvoffload-bench policy: --lookup-calls=" << lookup_calls
+              << " is not chain or each\n";
+    return 2;
+  }
+  const bool batched = lookup_calls == "chain";
   if (loop != 0 && loop <= blocks + batch) {
     std::cerr << "kvoffload-bench policy: --loop=" << loop << " must exceed --blocks plus --batch ("
               << blocks + batch << "), or be 0\n";
@@ -72,6 +83,8 @@ int RunPolicy(Flags& flags) {
   std::vector<uint64_t> ids(blocks), pos(id_space, kAbsent);
   for (uint64_t i = 0; i < blocks; ++i) ids[i] = pos[i] = i;
   std::vector<uint64_t> picks(batch), victims(batch), stored(batch);
+  std::vector<BlockKey> access_keys(batch);
+  std::vector<uint32_t> access_positions(batch);
   // The next id to store: a new one, or the loop's next one that is neither resident nor
   // picked for this round (kPicked, until the round's bookkeeping makes it resident).
   auto next_id = [&]() {
@@ -97,8 +110,20 @@ int RunPolicy(Flags& flags) {
       id = next_id();
       pos[id] = kPicked;
     }
+    for (size_t i = 0; i < batch; ++i) {
+      access_keys[i] = key(picks[i]);
+      access_positions[i] = position(i);
+    }
     const uint64_t t0 = ThreadCpuNs();
-    for (size_t i = 0; i < batch; ++i) p.OnAccessAt(key(picks[i]), position(i));
+    if (batched) {
+      for (size_t i = 0; i < batch; i += kChain) {
+        const size_t m = std::min<size_t>(kChain, batch - i);
+        p.OnAccessBatch(std::span(access_keys).subspan(i, m),
+                        std::span(access_positions).subspan(i, m));
+      }
+    } else {
+      for (size_t i = 0; i < batch; ++i) p.OnAccessAt(access_keys[i], access_positions[i]);
+    }
     const uint64_t t1 = ThreadCpuNs();
     for (uint64_t& v : victims) {
       std::optional<BlockKey> victim = p.SelectVictim(unpinned);
@@ -151,6 +176,7 @@ int RunPolicy(Flags& flags) {
                               {"ops", lookups + churn},
                               {"warm_up_evictions", warm_evictions},
                               {"loop", loop},
+                              {"lookup_calls", lookup_calls},
                               {"wall_ns_per_op", per(NowNs() - wall0, lookups + churn)},
                               {"clock", "thread cpu time"},
                               // What state the policy ended in (an adaptive one: which way).

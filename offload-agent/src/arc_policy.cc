@@ -7,6 +7,7 @@
 // REPLACE call, which the tier triggers right after through SelectVictim while it needs room;
 // the ghost-list bounds (|T1|+|B1| <= c, total <= 2c) are restored after every step.
 #include <algorithm>
+#include <span>
 #include <string>
 
 #include "eviction_policies.h"
@@ -45,10 +46,9 @@ class ArcPolicy final : public EvictionPolicy {
     TrimGhosts();
   }
 
-  void OnAccess(const BlockKey& key) override {
-    // Case I: a second use makes the block frequent (and a later one keeps it most recent).
-    const Keys::Node n = keys_.Find(key);
-    if (n != Keys::kNone && IsResident(keys_.list(n))) keys_.MoveToFront(kT2, n);
+  void OnAccess(const BlockKey& key) override { Access(keys_.Find(key)); }
+  void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t>) override {
+    keys_.ForEachFound(keys, [this](size_t, Keys::Node n, uint64_t) { Access(n); });
   }
 
   void OnRemove(const BlockKey& key) override {
@@ -99,6 +99,11 @@ class ArcPolicy final : public EvictionPolicy {
   using Keys = KeyLists<4>;
   enum : Keys::ListId { kT1, kT2, kB1, kB2 };
   static bool IsResident(Keys::ListId l) { return l == kT1 || l == kT2; }
+  // Case I: a second use makes the block frequent (and a later one keeps it most recent).
+  // n: the key's node, kNone when unknown.
+  void Access(Keys::Node n) {
+    if (n != Keys::kNone && IsResident(keys_.list(n))) keys_.MoveToFront(kT2, n);
+  }
 
   size_t size(Keys::ListId l) const { return keys_.size(l); }
   bool empty(Keys::ListId l) const { return keys_.empty(l); }

@@ -12,6 +12,7 @@
 //
 // Cost: one index probe per call, as lru; placing behind the previous block instead of at the
 // front is the same relinking.
+#include <span>
 #include <string>
 
 #include "eviction_policies.h"
@@ -38,15 +39,12 @@ class ChainLruPolicy final : public EvictionPolicy {
     }
   }
   void OnAccessAt(const BlockKey& key, uint32_t position) override {
-    const Keys::Node n = list_.Find(key);
-    if (n == Keys::kNone) return;
-    const Keys::Node anchor = Anchor(position);
-    if (anchor == Keys::kNone) {
-      list_.MoveToFront(kList, n);
-    } else if (anchor != n) {  // the same block read twice in a row stays where it is
-      list_.MoveAfter(anchor, n);
-    }
-    chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
+    Access(list_.Find(key), position);
+  }
+  void OnAccessBatch(std::span<const BlockKey> keys,
+                     std::span<const uint32_t> positions) override {
+    list_.ForEachFound(keys,
+                       [&](size_t i, Keys::Node n, uint64_t) { Access(n, positions[i]); });
   }
   void OnRemove(const BlockKey& key) override {
     if (Keys::Node n = list_.Find(key); n != Keys::kNone) Erase(n);
@@ -74,6 +72,17 @@ class ChainLruPolicy final : public EvictionPolicy {
   Keys::Node Anchor(uint32_t position) const {
     if (position == 0 || position == kUnknownPosition) return Keys::kNone;
     return chain_last_;
+  }
+  // A use of node n (kNone: not resident, ignored) at `position` of the chain being loaded.
+  void Access(Keys::Node n, uint32_t position) {
+    if (n == Keys::kNone) return;
+    const Keys::Node anchor = Anchor(position);
+    if (anchor == Keys::kNone) {
+      list_.MoveToFront(kList, n);
+    } else if (anchor != n) {  // the same block read twice in a row stays where it is
+      list_.MoveAfter(anchor, n);
+    }
+    chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
   }
   void Erase(Keys::Node n) {
     if (n == chain_last_) chain_last_ = Keys::kNone;  // its slab node may be reused

@@ -221,15 +221,41 @@ std::vector<BlockKey> CpuTier::ResidentKeys() {
   return keys;
 }
 
-std::byte* CpuTier::Pin(const BlockKey& key, uint32_t position) {
-  MutexLock lock(&mu_);
+std::byte* CpuTier::PinLocked(const BlockKey& key, bool* used) {
+  *used = false;
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
   if (e.state != State::kResident && e.state != State::kEvicting) return nullptr;
   ++e.pins;
-  if (e.state == State::kResident) policy_->OnAccessAt(key, position);
+  *used = e.state == State::kResident;
   return SlotPtr(e.slot);
+}
+
+std::byte* CpuTier::Pin(const BlockKey& key, uint32_t position) {
+  MutexLock lock(&mu_);
+  bool used = false;
+  std::byte* slot = PinLocked(key, &used);
+  if (used) policy_->OnAccessAt(key, position);
+  return slot;
+}
+
+void CpuTier::PinChain(std::span<const BlockKey> keys, std::span<std::byte*> slots) {
+  std::vector<BlockKey> used_keys;
+  std::vector<uint32_t> positions;
+  used_keys.reserve(keys.size());
+  positions.reserve(keys.size());
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    bool used = false;
+    slots[i] = PinLocked(keys[i], &used);
+    if (!used) continue;
+    used_keys.push_back(keys[i]);
+    positions.push_back(static_cast<uint32_t>(i));
+  }
+  // The policy hears of the uses after the pins, which it never sees: the same calls in the
+  // same order as one Pin per block.
+  if (!used_keys.empty()) policy_->OnAccessBatch(used_keys, positions);
 }
 
 void CpuTier::NoteHold(const BlockKey& key) {

@@ -98,6 +98,10 @@ class CpuTier {
   // Pins a resident block and returns its slot; nullptr when absent or not yet published.
   // position: the block's place in the chain being loaded, for the policy (OnAccessAt).
   std::byte* Pin(const BlockKey& key, uint32_t position = EvictionPolicy::kUnknownPosition);
+  // Pin for each block a load asks for, keys[i] at position i of its chain, under one lock,
+  // with one call to the policy for all of them (EvictionPolicy::OnAccessBatch). slots[i]:
+  // the block's slot, nullptr where Pin would give nullptr. REQUIRES: sizes equal.
+  void PinChain(std::span<const BlockKey> keys, std::span<std::byte*> slots);
   // The engine started / stopped holding the block for a load (EvictionPolicy::OnHold);
   // ignored for a block not resident here.
   void NoteHold(const BlockKey& key);
@@ -126,6 +130,9 @@ class CpuTier {
   std::byte* SlotPtr(size_t slot) const { return pool_->data() + slot * slot_bytes_; }
   // Not a victim now: pinned, held, or not resident.
   bool Unevictable(const BlockKey& key) const REQUIRES(mu_);
+  // Pin's work bar the policy: the slot (nullptr when absent or unpublished), and whether the
+  // block is resident, so a use for the policy.
+  std::byte* PinLocked(const BlockKey& key, bool* used) REQUIRES(mu_);
   // Gives `key` (being inserted, no slot yet) a free slot, evicting as BeginInsert says. Asks
   // the demoter for a batch when this leaves too few slots free (WakeDemoterIfAsked).
   Result<std::byte*> PlaceLocked(const BlockKey& key, MutexLock& lock, Victims* deferred)

@@ -479,9 +479,12 @@ class EngineImpl final : public Engine {
     // tiers, which must not take the blocks this job is about to read. A block is read from
     // the first tier that can pin it, so a copy being evicted from an upper tier (which may
     // still be listed there) is passed over for the one below.
+    // The pinned tier's blocks first, all at once (one lock, one policy call: PinChain).
+    std::vector<std::byte*> in_cpu(n);
+    cpu_->PinChain(keys, in_cpu);
     for (size_t i = 0; i < n; ++i) {
-      if (std::byte* p = cpu_->Pin(keys[i], static_cast<uint32_t>(i))) {  // position in the load
-        src[i] = p;
+      if (in_cpu[i] != nullptr) {
+        src[i] = in_cpu[i];
         pinned[i] = true;
         continue;
       }

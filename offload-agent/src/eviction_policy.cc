@@ -21,6 +21,10 @@ EvictionPolicyRegistry& EvictionPolicies() {
 
 void EvictionPolicy::OnInsertAt(const BlockKey& key, uint32_t /*position*/) { OnInsert(key); }
 void EvictionPolicy::OnAccessAt(const BlockKey& key, uint32_t /*position*/) { OnAccess(key); }
+void EvictionPolicy::OnAccessBatch(std::span<const BlockKey> keys,
+                                   std::span<const uint32_t> positions) {
+  for (size_t i = 0; i < keys.size(); ++i) OnAccessAt(keys[i], positions[i]);
+}
 void EvictionPolicy::OnHold(const BlockKey& /*key*/) {}
 void EvictionPolicy::OnRelease(const BlockKey& /*key*/) {}
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -86,6 +87,49 @@ class KeyLists {
   // this way with the caller's own. REQUIRES: l holds at least one key.
   void PrefetchBeforeBack(ListId l) const {
     __builtin_prefetch(&nodes_[nodes_[nodes_[l].prev].prev]);
+  }
+
+  // Calls visit(i, Find(keys[i]), hash of keys[i]) for each key in order, while the index
+  // slots, nodes and neighbours of the keys 3 kStage, 2 kStage and kStage places after the
+  // one visited load: at a million keys a lookup is three dependent misses (slot, node,
+  // neighbours), which one key at a time the CPU can barely overlap with the next key's. What
+  // it loads ahead are hints only (visit may relink anything): each Find is made when its
+  // key's turn comes. ahead(hash) runs when a key's slot starts loading, for an owner with
+  // lines of its own to load (lru-tinylfu's counts).
+  template <typename Visit, typename Ahead = void (*)(uint64_t)>
+  void ForEachFound(std::span<const BlockKey> keys, Visit&& visit,
+                    Ahead&& ahead = [](uint64_t) {}) {
+    // Chains of 16 at 1M keys (kvoffload-bench policy, three runs each): lookups of lru
+    // 66-74 ns with a stage of 2, 55-59 with 4, 49-51 with 8; lirs 79-88, 66-68, 60-63.
+    constexpr size_t kStage = 8;
+    constexpr size_t kRing = 32;  // hashes of the keys between the first stage and the visit
+    static_assert(kRing > 3 * kStage);
+    std::array<uint64_t, kRing> hashes;
+    const size_t n = keys.size();
+    for (size_t i = 0; i < n + 3 * kStage; ++i) {
+      if (i < n) {
+        const uint64_t h = HashOf(keys[i]);
+        hashes[i % kRing] = h;
+        __builtin_prefetch(&slots_[Home(static_cast<uint32_t>(h >> 32))]);
+        ahead(h);
+      }
+      if (i >= kStage && i - kStage < n) {
+        if (const Node c = Candidate(hashes[(i - kStage) % kRing]); c != kNone) {
+          __builtin_prefetch(&nodes_[c]);
+        }
+      }
+      if (i >= 2 * kStage && i - 2 * kStage < n) {
+        if (const Node c = Candidate(hashes[(i - 2 * kStage) % kRing]); c != kNone) {
+          __builtin_prefetch(&nodes_[nodes_[c].prev], 1);
+          __builtin_prefetch(&nodes_[nodes_[c].next], 1);
+        }
+      }
+      if (i >= 3 * kStage) {
+        const size_t j = i - 3 * kStage;
+        const uint64_t h = hashes[j % kRing];
+        visit(j, Find(keys[j], h), h);
+      }
+    }
   }
 
   // REQUIRES: key is in no list.
@@ -179,6 +223,16 @@ class KeyLists {
   static bool FitsInTable(size_t keys, size_t slots) { return keys <= slots / 2; }
   static uint32_t Tag(const BlockKey& key) { return static_cast<uint32_t>(HashOf(key) >> 32); }
   size_t Home(uint32_t tag) const { return tag >> shift_; }
+
+  // The node of the first slot on the hash's probe path with its tag (most likely the key's
+  // own), or kNone; reads no node.
+  Node Candidate(uint64_t hash) const {
+    const auto tag = static_cast<uint32_t>(hash >> 32);
+    for (size_t i = Home(tag);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.node == kNone || s.tag == tag) return s.node;
+    }
+  }
 
   Node Allocate(const BlockKey& key) {
     Node n = free_;

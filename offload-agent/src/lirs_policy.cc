@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,14 @@ class Lirs {
   }
   // REQUIRES: n is resident.
   void Erase(Node n) { keys_.Erase(n); }
+  // visit(i, node or kNone, hash) for each key, as FindResident would give them, with the
+  // lookups of the keys ahead overlapped (KeyLists::ForEachFound).
+  template <typename Visit>
+  void ForEachResident(std::span<const BlockKey> keys, Visit&& visit) {
+    keys_.ForEachFound(keys, [&](size_t i, Node n, uint64_t hash) {
+      visit(i, n != kNone && keys_.list(n) != kGhost ? n : kNone, hash);
+    });
+  }
 
   // The oldest unpinned HIR block (the oldest LIR one when every HIR block is pinned), now a
   // ghost.
@@ -192,6 +201,12 @@ class LirsPolicy final : public EvictionPolicy {
     const Lirs::Node n = main_.FindResident(key, hash);
     if (n != Lirs::kNone) main_.Access(n);
     Sample(key, hash);
+  }
+  void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t>) override {
+    main_.ForEachResident(keys, [&](size_t i, Lirs::Node n, uint64_t hash) {
+      if (n != Lirs::kNone) main_.Access(n);
+      Sample(keys[i], hash);
+    });
   }
   void OnRemove(const BlockKey& key) override {
     const Lirs::Node n = main_.FindResident(key, Lirs::Keys::HashOf(key));

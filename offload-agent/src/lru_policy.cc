@@ -1,4 +1,5 @@
 // LRU: evict the block used least recently.
+#include <span>
 #include <string>
 
 #include "eviction_policies.h"
@@ -17,6 +18,11 @@ class LruPolicy final : public EvictionPolicy {
   void OnInsert(const BlockKey& key) override { list_.PushFront(kList, key); }
   void OnAccess(const BlockKey& key) override {
     if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.MoveToFront(kList, n);
+  }
+  void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t>) override {
+    list_.ForEachFound(keys, [this](size_t, Keys::Node n, uint64_t) {
+      if (n != Keys::kNone) list_.MoveToFront(kList, n);
+    });
   }
   void OnRemove(const BlockKey& key) override {
     if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.Erase(n);

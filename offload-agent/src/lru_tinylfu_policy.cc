@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,15 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
     sketch_.Prefetch(hash);
     if (const Keys::Node n = list_.Find(key, hash); n != Keys::kNone) list_.MoveToFront(kList, n);
     Count(key, hash);
+  }
+  void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t>) override {
+    list_.ForEachFound(
+        keys,
+        [this, keys](size_t i, Keys::Node n, uint64_t hash) {
+          if (n != Keys::kNone) list_.MoveToFront(kList, n);
+          Count(keys[i], hash);
+        },
+        [this](uint64_t hash) { sketch_.Prefetch(hash); });
   }
   void OnRemove(const BlockKey& key) override {
     if (const Keys::Node n = list_.Find(key); n != Keys::kNone) list_.Erase(n);

@@ -530,6 +530,55 @@ TEST(EvictionPolicyTest, PositionsAndHoldsDefaultToThePlainCalls) {
   EXPECT_EQ(arc->DebugString(), "arc c=4 p=0 t1=1 t2=1 b1=0 b2=0");
 }
 
+// OnAccessBatch (a load's resident blocks at once, which list policies walk with their
+// lookups overlapped) must leave every policy exactly where one OnAccessAt per block does:
+// the same victims, the same order, the same state, chain after chain, with repeats.
+TEST(EvictionPolicyTest, BatchedAccessesMatchOneCallPerBlock) {
+  constexpr size_t kCapacity = 64;
+  for (const std::string& name : EvictionPolicyNames()) {
+    auto one = Make(name, kCapacity);
+    auto batched = Make(name, kCapacity);
+    std::set<BlockKey> resident;
+    std::mt19937_64 rng(7);
+    size_t accessed = 0, longest = 0;
+    for (int chain = 0; chain < 1500; ++chain) {
+      const size_t length = 1 + rng() % 80;
+      std::vector<BlockKey> hits, misses;
+      std::vector<uint32_t> hit_positions, miss_positions;
+      for (size_t i = 0; i < length; ++i) {
+        const BlockKey k = Key(rng() % 120);
+        const bool hit = resident.contains(k);
+        (hit ? hits : misses).push_back(k);
+        (hit ? hit_positions : miss_positions).push_back(static_cast<uint32_t>(i));
+      }
+      for (size_t i = 0; i < hits.size(); ++i) one->OnAccessAt(hits[i], hit_positions[i]);
+      batched->OnAccessBatch(hits, hit_positions);
+      accessed += hits.size();
+      longest = std::max(longest, hits.size());
+      for (size_t i = 0; i < misses.size(); ++i) {
+        if (resident.contains(misses[i])) continue;  // a repeat within the chain
+        one->OnInsertAt(misses[i], miss_positions[i]);
+        batched->OnInsertAt(misses[i], miss_positions[i]);
+        resident.insert(misses[i]);
+        while (resident.size() > kCapacity) {
+          auto pinned = [&](const BlockKey& x) { return x == misses[i]; };
+          const std::optional<BlockKey> a = one->SelectVictim(pinned);
+          const std::optional<BlockKey> b = batched->SelectVictim(pinned);
+          ASSERT_TRUE(a.has_value()) << name;
+          ASSERT_EQ(a, b) << name << ", chain " << chain;
+          resident.erase(*a);
+        }
+      }
+      ASSERT_EQ(one->EvictionOrder(), batched->EvictionOrder()) << name << ", chain " << chain;
+      ASSERT_EQ(one->DebugString(), batched->DebugString()) << name << ", chain " << chain;
+    }
+    // Enough uses to cross the adaptive policies' windows, and batches longer than the list
+    // policies' lookahead (24 keys, src/key_list.h).
+    EXPECT_GT(accessed, 8000u) << name;
+    EXPECT_GT(longest, 24u) << name;
+  }
+}
+
 TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
   EXPECT_EQ(Make("lru", 1)->name(), "lru");
   EXPECT_EQ(Make("arc", 1)->name(), "arc");

@@ -11,7 +11,9 @@
 //     first, so the head is always the least recent of its blocks);
 //   - holds: OnHold when a lookup reports a block and holds it for a load that should follow,
 //     OnRelease when the hold ends; is_pinned reports a held block as pinned meanwhile;
-//   - load after lookup: a load of a held block is OnAccessAt, after its OnHold.
+//   - load after lookup: a load of a held block is OnAccessAt, after its OnHold (the pinned
+//     tier hands a load's blocks over together, OnAccessBatch, which defaults to OnAccessAt
+//     for each in order).
 // The defaults forward the positioned calls to OnInsert / OnAccess and ignore holds, so a
 // policy that needs none of it (lru, arc) implements only the pure virtual methods.
 #ifndef KVOFFLOAD_EVICTION_POLICY_H_
@@ -22,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +64,10 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
   virtual void OnInsertAt(const BlockKey& key, uint32_t position);
   // OnAccess for a block at `position` of the chain the tier is loading, in chain order.
   virtual void OnAccessAt(const BlockKey& key, uint32_t position);
+  // OnAccessAt(keys[i], positions[i]) for each i in order: a load's resident blocks at once,
+  // so that a policy can overlap their lookups' cache misses (at a million blocks each is a
+  // chain of misses). REQUIRES: keys.size() == positions.size(); each key resident.
+  virtual void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t> positions);
   // A lookup reported the resident block and holds it for a load (is_pinned says so until the
   // hold ends); OnRelease when it ends, loaded or not. A key not resident is ignored.
   virtual void OnHold(const BlockKey& key);
