@@ -249,14 +249,19 @@ def disk(d):
                          if r["state"] != "empty" and r["store_ratio"] < 0.9]
     if full_store_missed:
         lines += [f"Where a full tier's store misses ({', '.join(dict.fromkeys(full_store_missed))}): "
-                  "each timed store goes into the slot of the block it evicts, so the writes "
-                  "follow the order in which the previous pass's blocks were placed, with `qd` "
-                  "stores and the demoter's batch interleaved, where fio's limit overwrites its "
-                  "file in one ascending stream. This disk takes small writes out of order more "
-                  "slowly: fio overwriting at 64K ran at 1.05 GiB/s at random offsets against "
-                  "1.68 in order at depth 8, 1.14 against 1.91 at depth 16 (2026-12-04), and the "
-                  "engine's 64K writes took 440-650 us each against fio's 230-280 us in three "
-                  "alternating runs of the full row that day.", ""]
+                  "the engine writes in order, but not in fio's shape. Its 64K write offsets, traced "
+                  "in three runs of the full row (2026-12-04): 88-90% of writes went to the slot "
+                  "after the one written before them and 98-99% within 8 slots of it, so the "
+                  "victims' slots are not what differs from fio; 52-54% were single writes, each "
+                  "by a store that found no pinned slot free and wrote a victim of its own (why "
+                  "stores do that: docs/decisions.md), the rest the demoter's batches of `qd`. In "
+                  "the *full, steps* row every write followed its predecessor's slot, in batches "
+                  "of `qd` (bursts, above). fio in the first shape, 8 jobs each keeping one 64K "
+                  "write in flight over its own file, ran at 0.63-0.81 of one job at depth 8 in "
+                  "five alternating pairs that day (1.55-2.00 against 2.17-2.66 GiB/s), likely "
+                  "because with one write per thread each completion waits for its thread to wake "
+                  "(at 64K, one every 25-30 us on 2 cores), where one thread at depth 8 reaps and "
+                  "resubmits several at a time.", ""]
     # Loads only: a store's disk write runs on the demoter as often as on its client, so
     # a write's time is not part of a client's time in flight.
     slow = [(r, "load") for r in d["rows"]
@@ -326,7 +331,9 @@ def policy(p):
                      "target", ""], rows), "",
               "Command: " + " ; ".join(f"`{r['command']}`" for r in p["rows"]), "",
               "Steady state: filled to 1M first, then rounds of 1024 lookups of random resident "
-              "blocks, 1024 evictions and 1024 inserts, timed per batch once twice the "
+              "blocks (handed to the policy as the engine's loads hand them: chains of 16, one "
+              "OnAccessBatch call each), 1024 evictions and 1024 inserts, timed per batch once "
+              "twice the "
               "resident count was evicted (before that the victims are the fill's keys in the "
               "order they were stored, and the ghost queues are not full yet). The inserts store "
               "new keys, or (*loop*, `--loop`) keys of a cycle 1.5x the tier again, skipping "
@@ -338,7 +345,15 @@ def policy(p):
                   "so an operation costs its chain of dependent cache misses. On the key lists "
                   "that lru, arc and chain-lru share (src/key_list.h) a lookup is index slot -> "
                   "list node -> its neighbours, three in a row; an eviction or insert pays one or "
-                  "two. s3fifo keeps one entry per key in its table and its queues as rings "
+                  "two. A load's blocks reach the policy in one call (OnAccessBatch), and the "
+                  "list policies walk it with the slots, nodes and neighbours of the keys 24, 16 "
+                  "and 8 places ahead loading, so a lookup waits for little of its chain: lru's "
+                  "took 101-165 ns one call per block and 47-60 in chains of 16, lirs's 168-259 "
+                  "and 59-67, lru-tinylfu's 191-386 and 139-189 (`--lookup-calls=each` against "
+                  "the default `chain`, three alternating rounds, 2026-12-04). "
+                  "Stores and evictions come one block at a time, each between the tier's own "
+                  "work, so their misses stay. s3fifo keeps one entry per key in its table and "
+                  "its queues as rings "
                   "(src/s3fifo_policy.cc): a lookup or an insert is one miss, an eviction's misses "
                   "are prefetched a few ring positions ahead. The CPU overlaps the misses of "
                   "consecutive operations, so a figure is well under their sum, but it moves with "
@@ -357,15 +372,14 @@ def policy(p):
                   "in 256 (one in two below 16K blocks) its four miniature caches; at 64K those take "
                   "one key in 16 and their lists (up to 7 MiB with their ghosts) push its own out "
                   "of the cache, as its 64K row shows. New keys leave it in its LRU mode, where "
-                  "alternating runs on 2026-12-03 measured its lookups at 172-201 ns against lru's "
-                  "138-157: its extra instructions a call (the sampling test, the last-use time) "
-                  "leave less room to overlap one call's misses with the next's. The loop rows run "
+                  "its lookups one call per block cost more than lru's (above), each miss taking "
+                  "longer, not more misses (docs/decisions.md). The loop rows run "
                   "it as LIRS (a 2% FIFO share): an insert that meets its ghost is promoted and "
                   "demotes the least recent LIR block, its most expensive call, while evictions "
                   "take the FIFO's oldest block, the cheapest. Its loop rows move most between runs: "
-                  "three more right after this report's run (2026-12-03 20:55 UTC, load average "
-                  "under 0.5) gave lookups of 164-248 ns and inserts of 198-287 ns, lru's 136-142 "
-                  "and 68-70 alternating with them.", ""]
+                  "three on 2026-12-03 (20:55 UTC, load average under 0.5, one call per lookup) "
+                  "gave lookups of 164-248 ns and inserts of 198-287 ns, lru's 136-142 and 68-70 "
+                  "alternating with them.", ""]
     return lines
 
 
