@@ -83,7 +83,7 @@ int RunPolicy(Flags& flags) {
   std::vector<uint64_t> ids(blocks), pos(id_space, kAbsent);
   for (uint64_t i = 0; i < blocks; ++i) ids[i] = pos[i] = i;
   std::vector<uint64_t> picks(batch), victims(batch), stored(batch);
-  std::vector<BlockKey> access_keys(batch);
+  std::vector<BlockKey> access_keys(batch), insert_keys(batch);
   std::vector<uint32_t> access_positions(batch);
   // The next id to store: a new one, or the loop's next one that is neither resident nor
   // picked for this round (kPicked, until the round's bookkeeping makes it resident).
@@ -113,6 +113,7 @@ int RunPolicy(Flags& flags) {
     for (size_t i = 0; i < batch; ++i) {
       access_keys[i] = key(picks[i]);
       access_positions[i] = position(i);
+      insert_keys[i] = key(stored[i]);
     }
     const uint64_t t0 = ThreadCpuNs();
     if (batched) {
@@ -134,7 +135,7 @@ int RunPolicy(Flags& flags) {
       v = victim->lo;
     }
     const uint64_t t2 = ThreadCpuNs();
-    for (size_t i = 0; i < batch; ++i) p.OnInsertAt(key(stored[i]), position(i));
+    for (size_t i = 0; i < batch; ++i) p.OnInsertAt(insert_keys[i], position(i));
     const uint64_t t3 = ThreadCpuNs();
     for (uint64_t v : victims) {
       // A victim must be a resident block, each once: anything else is a policy bug, which
