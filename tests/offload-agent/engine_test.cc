@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "block_file.h"
@@ -966,6 +967,12 @@ class RecordingPolicy final : public EvictionPolicy {
   void OnAccessAt(const BlockKey& k, uint32_t pos) override {
     Log("access", k, pos), lru_->OnAccess(k);
   }
+  // The engine hands a load's pinned-tier blocks over together; the default then makes
+  // one OnAccessAt each, which the log shows too.
+  void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t> positions) override {
+    PolicyLog().push_back("batch of " + std::to_string(keys.size()));
+    EvictionPolicy::OnAccessBatch(keys, positions);
+  }
   void OnHold(const BlockKey& k) override { Log("hold", k, kUnknownPosition); }
   void OnRelease(const BlockKey& k) override { Log("release", k, kUnknownPosition); }
   void OnRemove(const BlockKey& k) override { lru_->OnRemove(k); }
@@ -988,7 +995,7 @@ std::unique_ptr<EvictionPolicy> NewRecording(size_t capacity) {
 }
 
 // What the engine knows reaches the policy: each stored and loaded block's position in the
-// call's chain, and the holds of a lookup and their release.
+// call's chain (a load's blocks in one call), and the holds of a lookup and their release.
 TEST(EngineTest, PolicyHearsPositionsHoldsAndReleases) {
   ASSERT_TRUE(RegisterEvictionPolicy("test-recording", &NewRecording));
   auto e = Open(Config(8, {}, "test-recording"));
@@ -1003,7 +1010,7 @@ TEST(EngineTest, PolicyHearsPositionsHoldsAndReleases) {
                     k2 = std::to_string(b.keys[2].lo);
   EXPECT_EQ(PolicyLog(), (std::vector<std::string>{
                              "insert " + k0 + " @0", "insert " + k1 + " @1", "insert " + k2 + " @2",
-                             "hold " + k0, "hold " + k1, "access " + k0 + " @0",
+                             "hold " + k0, "hold " + k1, "batch of 2", "access " + k0 + " @0",
                              "access " + k1 + " @1", "release " + k0, "release " + k1}));
 }
 
