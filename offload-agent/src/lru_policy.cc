@@ -16,13 +16,9 @@ class LruPolicy final : public EvictionPolicy {
 
   std::string_view name() const override { return "lru"; }
   void OnInsert(const BlockKey& key) override { list_.PushFront(kList, key); }
-  void OnAccess(const BlockKey& key) override {
-    if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.MoveToFront(kList, n);
-  }
+  void OnAccess(const BlockKey& key) override { Use(list_.Find(key)); }
   void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t>) override {
-    list_.ForEachFound(keys, [this](size_t, Keys::Node n, uint64_t) {
-      if (n != Keys::kNone) list_.MoveToFront(kList, n);
-    });
+    list_.ForEachFound(keys, [this](size_t, Keys::Node n, uint64_t) { Use(n); });
   }
   void OnRemove(const BlockKey& key) override {
     if (Keys::Node n = list_.Find(key); n != Keys::kNone) list_.Erase(n);
@@ -39,6 +35,10 @@ class LruPolicy final : public EvictionPolicy {
  private:
   using Keys = KeyLists<1>;
   static constexpr Keys::ListId kList = 0;
+  // A use of the key whose node is n (kNone: not resident, ignored).
+  void Use(Keys::Node n) {
+    if (n != Keys::kNone) list_.MoveToFront(kList, n);
+  }
   Keys list_;
 };
 

@@ -208,16 +208,11 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
   void OnAccess(const BlockKey& key) override {
     const uint64_t hash = Keys::HashOf(key);
     sketch_.Prefetch(hash);
-    if (const Keys::Node n = list_.Find(key, hash); n != Keys::kNone) list_.MoveToFront(kList, n);
-    Count(key, hash);
+    Use(key, list_.Find(key, hash), hash);
   }
   void OnAccessBatch(std::span<const BlockKey> keys, std::span<const uint32_t>) override {
     list_.ForEachFound(
-        keys,
-        [this, keys](size_t i, Keys::Node n, uint64_t hash) {
-          if (n != Keys::kNone) list_.MoveToFront(kList, n);
-          Count(keys[i], hash);
-        },
+        keys, [this, keys](size_t i, Keys::Node n, uint64_t hash) { Use(keys[i], n, hash); },
         [this](uint64_t hash) { sketch_.Prefetch(hash); });
   }
   void OnRemove(const BlockKey& key) override {
@@ -243,6 +238,11 @@ class LruTinyLfuPolicy final : public EvictionPolicy {
   static constexpr unsigned kMinSampleShift = 2;
   static constexpr size_t kMiniatureBlocks = 8192;
 
+  // A use of `key` (node n, kNone when not resident; hash: Keys::HashOf(key)).
+  void Use(const BlockKey& key, Keys::Node n, uint64_t hash) {
+    if (n != Keys::kNone) list_.MoveToFront(kList, n);
+    Count(key, hash);
+  }
   // Counts a use of `key` (whose hash is `hash`) in the sketch and, for sampled keys, in both
   // miniature caches, which then decide the filter.
   void Count(const BlockKey& key, uint64_t hash) {
