@@ -102,9 +102,10 @@ class KeyLists {
     // Chains of 16 at 1M keys (kvoffload-bench policy, three runs each): lookups of lru
     // 66-74 ns with a stage of 2, 55-59 with 4, 49-51 with 8; lirs 79-88, 66-68, 60-63.
     constexpr size_t kStage = 8;
-    constexpr size_t kRing = 32;  // hashes of the keys between the first stage and the visit
+    constexpr size_t kRing = 32;  // the keys between the first stage and the visit
     static_assert(kRing > 3 * kStage);
     std::array<uint64_t, kRing> hashes;
+    std::array<Node, kRing> candidates;  // found in the second stage, used in the third
     const size_t n = keys.size();
     for (size_t i = 0; i < n + 3 * kStage; ++i) {
       if (i < n) {
@@ -114,12 +115,13 @@ class KeyLists {
         ahead(h);
       }
       if (i >= kStage && i - kStage < n) {
-        if (const Node c = Candidate(hashes[(i - kStage) % kRing]); c != kNone) {
-          __builtin_prefetch(&nodes_[c]);
-        }
+        const size_t j = (i - kStage) % kRing;
+        candidates[j] = Candidate(hashes[j]);
+        if (candidates[j] != kNone) __builtin_prefetch(&nodes_[candidates[j]]);
       }
       if (i >= 2 * kStage && i - 2 * kStage < n) {
-        if (const Node c = Candidate(hashes[(i - 2 * kStage) % kRing]); c != kNone) {
+        // A hint: visits since the second stage may have erased it (its node still exists).
+        if (const Node c = candidates[(i - 2 * kStage) % kRing]; c != kNone) {
           __builtin_prefetch(&nodes_[nodes_[c].prev], 1);
           __builtin_prefetch(&nodes_[nodes_[c].next], 1);
         }
