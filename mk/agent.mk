@@ -5,7 +5,7 @@
 #   separate build tree, without running anything: CI machines have no GPU. `make test` depends
 #   on it so that CI proves they compile.
 # agent-gpu-bundle: the GPU test and benchmark binaries with libkvoffload (also what the Python
-#   transfer-core check loads), libcudart, liburing and libisal in .cache/gpu-bundle (about 32 MiB), for
+#   transfer-core check loads), libcudart, liburing and libisal in .cache/gpu-bundle (about 4 MiB, stripped), for
 #   a GPU node without a compiler or package access: copy it there with the checkout and run
 #   bench/gpu/run.sh.
 # check-aarch64: the block checksum tests built for aarch64 and run under qemu-user, with a check
@@ -29,8 +29,10 @@ agent-gpu-bundle: agent-cuda-build
 	cp $(CUDA_BUILD)/tests/offload-agent/agent_cuda_device_test $(CUDA_BUILD)/bench/kvoffload-bench \
 	  $(GPU_BUNDLE)/
 	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so.0 $(GPU_BUNDLE)/lib/
-	cp -L $(CUDA_BUILD)/offload-agent/libkvoffload.so $(GPU_BUNDLE)/lib/
 	cp -L "$$(./hack/cuda-wheels.sh)/lib/libcudart.so.13" $(GPU_BUNDLE)/lib/
 	ldd $(GPU_BUNDLE)/agent_cuda_device_test | awk '/liburing|libisal/ {print $$3}' | xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
+	# Debug info is most of the binaries' size, and a device machine takes 64 MiB at most.
+	strip --strip-debug $(GPU_BUNDLE)/agent_cuda_device_test $(GPU_BUNDLE)/kvoffload-bench \
+	  $(GPU_BUNDLE)/lib/libkvoffload.so.0
 
 test: agent-cuda-build
