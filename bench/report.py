@@ -607,13 +607,31 @@ def gpu(g):
                   "which the disk's half bounds; the engine's device-to-host copies ran at "
                   f"{core['d2h_GBps']:.1f} GB/s (its host-to-device figure, "
                   f"{core['h2d_GBps']:.1f}, spans the disk reads each copy waits for).", ""]
+        pl = core.get("pinned_loads")
+        if pl:
+            ratio = pl["load_GiBps"] / pl["ceiling_GiBps"]
+            lines += [f"Prompts of {pl['request_blocks'] * 16} tokens loaded from the pinned tier "
+                      f"into KV tensors shaped as vLLM gives Llama-3-8B (bf16, {pl['tensors']} "
+                      f"tensors: keys and values of {pl['layers']} layers, 16-token pages, "
+                      f"{pl['piece_bytes'] >> 10} KiB pieces, {pl['block_bytes'] >> 20} MiB a "
+                      f"block; {pl['request_blocks']} blocks a load, {pl['loads']} loads), from the "
+                      "submit to the wait's return: best "
+                      f"{pl['load_best_ms']:.1f} ms ({pl['load_GiBps']:.1f} GiB/s), median "
+                      f"{pl['load_median_ms']:.1f} ms ({pl['load_median_GiBps']:.1f} GiB/s), against "
+                      f"{pl['ceiling_ms']:.1f} ms for one `cudaMemcpy` of as many bytes from pinned "
+                      f"memory ({pl['ceiling_GiBps']:.1f} GiB/s): {ratio:.2f} of it; bytes "
+                      f"{'identical' if pl['identical'] else '**not identical**'}. Stores of the "
+                      f"same requests: best {pl['store_best_ms']:.1f} ms "
+                      f"({pl['store_GiBps']:.1f} GiB/s).", ""]
     lines += ["One stream per direction. The backend spread its batches over 4 streams a "
               "direction; on this GPU, batches of 16 KiB host-to-device copies then ran at 4.1-4.7 "
               "GiB/s (2 or 4 streams; four runs: two of a stand-alone experiment, two of this "
-              "bench) and at 18.7-29.5 on one stream (five runs); with "
+              "bench) and at 18.7-29.5 on one stream (six runs); with "
               "both directions at once on one stream each, 16.6 GiB/s each way. From 32 KiB up, "
               "and device-to-host at every size, the stream count changed nothing beyond the runs' "
-              "spread. 16 KiB is a typical piece of a KV block (one layer's keys or values of a "
+              "spread. A job's copies are also cut into calls of at most 256: a load of 4096 "
+              "tokens above (16384 pieces) in one call took 20.2-22.1 ms at best (medians "
+              "25.4-25.6), in calls of 256 12.3-12.8 (two runs each, alternating builds). 16 KiB is a typical piece of a KV block (one layer's keys or values of a "
               "16-token page). What is left at 16 KiB: a gather kernel reading the pinned pool "
               "through its mapped address (an experiment, not in the backend, which has no device "
               "code and no device compiler in its build) moved 16 KiB blocks at 47.1-47.6 GiB/s "

@@ -1,6 +1,8 @@
 """GPU check of the vLLM adapter's transfer core (offload-agent/python/kvoffload/transfer.py):
-CUDA KV tensors -> pinned host -> disk -> back, bytes compared, bandwidth reported. Needs torch
-with CUDA and a libkvoffload built with the cuda backend (KVOFFLOAD_LIBRARY); no vLLM.
+CUDA KV tensors -> pinned host -> disk -> back, bytes compared, bandwidth reported; then loads
+of 4096-token prompts from the pinned tier into KV tensors shaped as vLLM gives them for
+Llama-3-8B, timed against one cudaMemcpy of as many bytes. Needs torch with CUDA and a
+libkvoffload built with the cuda backend (KVOFFLOAD_LIBRARY); no vLLM.
 Usage: transfer_core.py SCRATCH_DIR [OUT_JSON]. Exits non-zero on any mismatch."""
 
 import json
@@ -16,6 +18,74 @@ PAGE = 256 * 1024   # bytes per block per tensor: a typical 16-token page of an 
 TENSORS = 4
 BLOCKS = 512        # rows per tensor: 512 MiB of KV in all
 CPU_BLOCKS = 256    # pinned tier holds half the blocks (one row of every tensor each)
+
+# Llama-3-8B in bf16 as vLLM's canonical layout gives it to the connector: one tensor per
+# layer for keys and one for values, a 16-token page of 8 KV heads x 128 a row: 32 KiB pieces,
+# 64 of them (2 MiB) a block. A request of 4096 tokens is 256 blocks.
+LAYERS, PAGE_TOKENS, KV_HEADS, HEAD_DIM = 32, 16, 8, 128
+REQUEST_BLOCKS = 256
+REQUESTS = 4
+ROUNDS = 3
+
+
+def best_s(fn, reps=3):
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def pinned_loads(fp) -> dict:
+    """Each request's blocks stored, then loaded back from the pinned tier REQUESTS at a time,
+    ROUNDS times; each load timed from the submit to its wait returning with the copies done."""
+    rows = REQUESTS * REQUEST_BLOCKS
+    tensors = [torch.randn((rows, PAGE_TOKENS, KV_HEADS, HEAD_DIM), dtype=torch.bfloat16,
+                           device="cuda") for _ in range(2 * LAYERS)]
+    expected = [t.clone() for t in tensors]
+    block = sum(t[0].numel() * t.element_size() for t in tensors)
+    core = TransferCore(tensors, fp, cpu_bytes=rows * (block + (64 << 10)))
+    keys = [b"vllm-shape" + i.to_bytes(8, "big") for i in range(rows)]
+    requests = [range(r * REQUEST_BLOCKS, (r + 1) * REQUEST_BLOCKS) for r in range(REQUESTS)]
+    try:
+        stores, loads = [], []
+        for ids in requests:
+            t0 = time.perf_counter()
+            core.wait(core.store([keys[i] for i in ids], ids))
+            stores.append(time.perf_counter() - t0)
+        for t in tensors:
+            t.zero_()
+        torch.cuda.synchronize()
+        for _ in range(ROUNDS):
+            for ids in requests:
+                t0 = time.perf_counter()
+                core.wait(core.load([keys[i] for i in ids], ids))
+                loads.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        same = all(torch.equal(a, b) for a, b in zip(expected, tensors))
+        cpu_blocks = core.engine.stats()["tiers"][0]["blocks"]
+    finally:
+        core.close()
+    request_bytes = REQUEST_BLOCKS * block
+    host = torch.empty(request_bytes, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(request_bytes, dtype=torch.uint8, device="cuda")
+
+    def one_copy():
+        dev.copy_(host)
+        torch.cuda.synchronize()
+    ceiling_s = best_s(one_copy, 5)
+    loads.sort()
+    return {"layers": LAYERS, "tensors": len(tensors), "piece_bytes": block // len(tensors),
+            "block_bytes": block, "request_blocks": REQUEST_BLOCKS, "loads": len(loads),
+            "identical": same, "cpu_tier_blocks": cpu_blocks,
+            "load_best_ms": loads[0] * 1e3, "load_median_ms": loads[len(loads) // 2] * 1e3,
+            "store_best_ms": min(stores) * 1e3,
+            "ceiling_ms": ceiling_s * 1e3,
+            "load_GiBps": request_bytes / loads[0] / (1 << 30),
+            "load_median_GiBps": request_bytes / loads[len(loads) // 2] / (1 << 30),
+            "store_GiBps": request_bytes / min(stores) / (1 << 30),
+            "ceiling_GiBps": request_bytes / ceiling_s / (1 << 30)}
 
 
 def main() -> int:
@@ -50,6 +120,10 @@ def main() -> int:
                   "h2d_GBps": stats["h2d_bytes"] / max(stats["h2d_ns"], 1)}
     finally:
         core.close()
+    del tensors, expected
+    torch.cuda.empty_cache()
+    result["pinned_loads"] = pinned_loads(fp)
+    same = same and result["pinned_loads"]["identical"]
     print(json.dumps(result, indent=2))
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as f:
