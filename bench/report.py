@@ -622,7 +622,13 @@ def gpu(g):
                       f"memory ({pl['ceiling_GiBps']:.1f} GiB/s): {ratio:.2f} of it; bytes "
                       f"{'identical' if pl['identical'] else '**not identical**'}. Stores of the "
                       f"same requests: best {pl['store_best_ms']:.1f} ms "
-                      f"({pl['store_GiBps']:.1f} GiB/s).", ""]
+                      f"({pl['store_GiBps']:.1f} GiB/s)."
+                      + (f" Of a load: the submit call (keys hashed, pointers made, the job "
+                         f"queued) {pl['submit_median_ms']:.2f} ms median; the engine's copy "
+                         f"span (first copy started to last one waited) "
+                         f"{pl['copy_span_best_ms']:.1f} ms at best, "
+                         f"{pl['copy_span_median_ms']:.1f} median."
+                         if "submit_median_ms" in pl else ""), ""]
     lines += ["One stream per direction. The backend spread its batches over 4 streams a "
               "direction; on this GPU, batches of 16 KiB host-to-device copies then ran at 4.1-4.7 "
               "GiB/s (2 or 4 streams; four runs: two of a stand-alone experiment, two of this "

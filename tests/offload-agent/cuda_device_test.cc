@@ -53,6 +53,36 @@ TEST(CudaDeviceTest, BatchedCopiesRoundTrip) {
   }
 }
 
+// More copies than the backend hands to one cudaMemcpyBatchAsync call (it cuts a batch into
+// calls of 256), odd sizes at odd offsets, scattered in reverse: every call's copies land.
+TEST(CudaDeviceTest, CopiesBeyondOneCallRoundTrip) {
+  Result<std::unique_ptr<DeviceBackend>> dev = NewDeviceBackend("cuda");
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  constexpr size_t kOps = 600;  // two full calls and a part
+  constexpr size_t kLen = 1001;
+  Result<std::unique_ptr<PinnedRegion>> pinned = (*dev)->AllocatePinned(2 * kOps * kLen);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  std::byte* out = (*pinned)->data();
+  std::byte* back = out + kOps * kLen;
+  for (size_t i = 0; i < kOps * kLen; ++i) out[i] = static_cast<std::byte>((i * 131) >> 3);
+  DeviceBuffer gpu(kOps * kLen);
+  std::vector<CopyOp> up, down;
+  for (size_t i = 0; i < kOps; ++i) {
+    std::byte* row = gpu.get() + (kOps - 1 - i) * kLen;
+    up.push_back(CopyOp{row, out + i * kLen, kLen});
+    down.push_back(CopyOp{back + i * kLen, row, kLen});
+  }
+  auto t = (*dev)->CopyAsync(CopyDirection::kHostToDevice, up);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Wait().ok());
+  t = (*dev)->CopyAsync(CopyDirection::kDeviceToHost, down);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Wait().ok());
+  for (size_t i = 0; i < kOps; ++i) {
+    ASSERT_EQ(std::memcmp(back + i * kLen, out + i * kLen, kLen), 0) << "copy " << i;
+  }
+}
+
 class CudaCascadeTest : public ::testing::TestWithParam<std::string> {};
 
 // With "uring", the io_uring rings register the cudaHostRegister'ed pool as fixed buffers and

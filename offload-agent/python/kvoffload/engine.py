@@ -227,8 +227,11 @@ class Engine:
             raise ValueError(f"{call}: {len(keys)} keys of {self.options.segments} segments "
                              f"but {len(ptrs)} pointers")
         job = ctypes.c_uint64()
-        # As _keys_array: array.array converts the pointers in C, not one ctypes object each.
-        arr = (ctypes.c_void_p * len(ptrs)).from_buffer(array.array("Q", ptrs))
+        if isinstance(ptrs, ctypes.Array):
+            arr = ptrs  # made by the caller (TransferCore: over a tensor of addresses)
+        else:
+            # As _keys_array: array.array converts the pointers in C, not one ctypes object each.
+            arr = (ctypes.c_void_p * len(ptrs)).from_buffer(array.array("Q", ptrs))
         _check(call, fn(self._live(), _keys_array(keys), arr, len(keys), ctypes.byref(job)))
         return job.value
 

@@ -8,6 +8,7 @@ engine block of one segment per tensor (the engine gathers the rows on store and
 on load), so it lives, is evicted, held and reported as a unit, in one slot and one file.
 All tensors must have the same page size. Not thread-safe."""
 
+import ctypes
 import hashlib
 import struct
 import threading
@@ -50,6 +51,12 @@ def device_backend(tensors: Sequence[torch.Tensor]) -> str:
     raise ValueError(f"KV tensors on device type {kind!r}: libkvoffload supports cuda and cpu")
 
 
+def _c_array(addresses: torch.Tensor):
+    """A C array of void* over an int64 CPU tensor's memory, without a copy; the tensor must
+    outlive its use."""
+    return (ctypes.c_void_p * addresses.numel()).from_address(addresses.data_ptr())
+
+
 # Transfer latencies kept between two take_metrics() of the manager: a manager that stops asking
 # costs at most this many floats per kind; later ones are not kept.
 MAX_LATENCIES = 1 << 16
@@ -76,6 +83,11 @@ class TransferCore:
                              f"{self.stride} of the KV tensors")
         self.tensors = list(tensors)
         self.device = device_backend(tensors)
+        # A job's pointers are made in one vectorized step from these: a load of 4096 tokens
+        # of Llama-3-8B is 16384 of them, and a Python loop over rows and tensors, then the
+        # conversion for C, took about 1 ms of vLLM's step (0.03 ms this way).
+        self._bases = torch.tensor([t.data_ptr() for t in self.tensors], dtype=torch.int64)
+        self._rows = min(t.shape[0] for t in self.tensors)
         # The worker records job latencies; the manager takes them from another thread (the
         # rank link) or process.
         self._latency_lock = threading.Lock()
@@ -98,16 +110,16 @@ class TransferCore:
     def _keys(block_keys: Sequence[bytes], generation: int) -> list[tuple[int, int]]:
         return [engine_key(k, generation) for k in block_keys]
 
-    def _pointers(self, block_ids: Sequence[int]) -> list[int]:
-        rows = [int(b) for b in block_ids]
-        if rows:
-            low, high = min(rows), max(rows)
-            for t in self.tensors:
-                if low < 0 or high >= t.shape[0]:
-                    raise IndexError(f"block ids {low}..{high} outside a KV tensor of "
-                                     f"{t.shape[0]} blocks")
-        bases = [t.data_ptr() for t in self.tensors]
-        return [base + row * self.stride for row in rows for base in bases]
+    def _pointers(self, block_ids) -> torch.Tensor:
+        """Row block_ids[i] of every tensor, i major, as int64 addresses. block_ids: any
+        sequence of ints (vLLM gives a numpy array)."""
+        rows = torch.as_tensor(block_ids, dtype=torch.int64)
+        if rows.numel():
+            low, high = int(rows.min()), int(rows.max())
+            if low < 0 or high >= self._rows:
+                raise IndexError(f"block ids {low}..{high} outside a KV tensor of "
+                                 f"{self._rows} blocks")
+        return (rows[:, None] * self.stride + self._bases[None, :]).reshape(-1)
 
     def _check_lengths(self, block_keys, block_ids):
         if len(block_keys) != len(block_ids):
@@ -121,13 +133,15 @@ class TransferCore:
         self._check_lengths(block_keys, block_ids)
         if self.device == "cuda":
             torch.cuda.current_stream(self.tensors[0].device).synchronize()
-        return self.engine.store(self._keys(block_keys, generation), self._pointers(block_ids))
+        ptrs = self._pointers(block_ids)  # held until the engine has taken its copy
+        return self.engine.store(self._keys(block_keys, generation), _c_array(ptrs))
 
     def load(self, block_keys: Sequence[bytes], block_ids: Sequence[int],
              generation: int = 0) -> int:
         """Starts copying blocks back into rows block_ids. Returns the engine job."""
         self._check_lengths(block_keys, block_ids)
-        return self.engine.load(self._keys(block_keys, generation), self._pointers(block_ids))
+        ptrs = self._pointers(block_ids)  # held until the engine has taken its copy
+        return self.engine.load(self._keys(block_keys, generation), _c_array(ptrs))
 
     def stored_prefix(self, block_keys: Sequence[bytes], generation: int = 0) -> int:
         """How many leading blocks are stored."""
