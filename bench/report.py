@@ -628,11 +628,18 @@ def gpu(g):
                          f"span (first copy started to last one waited) "
                          f"{pl['copy_span_best_ms']:.1f} ms at best, "
                          f"{pl['copy_span_median_ms']:.1f} median."
-                         if "submit_median_ms" in pl else ""), ""]
+                         if "submit_median_ms" in pl else ""),
+                      "", "These loads vary from run to run on the same node: the same check run "
+                      "again at once on 2026-12-04 gave 10.6 ms at best and median (0.92 of the "
+                      "cudaMemcpy, copy span 10.0 ms), and one `CopyAsync` of the same 16384 "
+                      "pieces of 32 KiB (`kvoffload-bench gpu --sizes=32K --batch=16384 "
+                      "--total=512M`) ran at 50.3 GiB/s, so the backend's calls of 256 keep the "
+                      "copy engine busy. Before the pointers of a job were made in one tensor "
+                      "operation, the submit call alone took 2.7 ms median here.", ""]
     lines += ["One stream per direction. The backend spread its batches over 4 streams a "
               "direction; on this GPU, batches of 16 KiB host-to-device copies then ran at 4.1-4.7 "
               "GiB/s (2 or 4 streams; four runs: two of a stand-alone experiment, two of this "
-              "bench) and at 18.7-29.5 on one stream (six runs); with "
+              "bench) and at 16.9-30.1 on one stream (nine runs); with "
               "both directions at once on one stream each, 16.6 GiB/s each way. From 32 KiB up, "
               "and device-to-host at every size, the stream count changed nothing beyond the runs' "
               "spread. A job's copies are also cut into calls of at most 256: a load of 4096 "

@@ -194,8 +194,8 @@ class CudaDevice final : public DeviceBackend {
 
   int device_ = 0;
   // Device-to-host, host-to-device. One each: on an H200 (driver 580, CUDA 13.0) batches of
-  // 16 KiB host-to-device copies spread over 2 or 4 streams ran at 4.2-4.7 GiB/s, on one stream
-  // at 18.7-29.5 (the pieces of a KV block are this size); from 32 KiB up, and device-to-host
+  // 16 KiB host-to-device copies spread over 2 or 4 streams ran at 4.1-4.7 GiB/s, on one stream
+  // at 16.9-30.1 (the pieces of a KV block are this size); from 32 KiB up, and device-to-host
   // at every size, more streams gained nothing (docs/decisions.md).
   std::array<cudaStream_t, 2> streams_{};
 };
