@@ -537,13 +537,21 @@ def gpu_run():
     """What bench/gpu/run.sh left beside gpu-bench.json: the CUDA tests' result, memcheck's
     summary, the driver, and the transfer core's figures (None where a file is missing)."""
     info = {"core": load("transfer_core.json")}
-    xml = os.path.join(RESULTS, "agent_cuda_device_test.xml")
-    if os.path.exists(xml):
-        import xml.etree.ElementTree as ET
-        root = ET.parse(xml).getroot()
-        info["tests"] = int(root.get("tests"))
-        info["failed"] = int(root.get("failures")) + int(root.get("errors"))
-        info["when"] = root.get("timestamp", "")[:16].replace("T", " ")
+    import xml.etree.ElementTree as ET
+    for name, key in (("agent_cuda_device_test.xml", "tests"),
+                      ("transfer_core_tests.xml", "core_tests")):
+        path = os.path.join(RESULTS, name)
+        if not os.path.exists(path):
+            continue
+        root = ET.parse(path).getroot()
+        cases = list(root.iter("testcase"))
+        # Passed: neither failed nor skipped (gtest marks a skip in an attribute, pytest in
+        # an element).
+        passed = [c for c in cases if c.find("failure") is None and c.find("error") is None
+                  and c.find("skipped") is None and c.get("result") != "skipped"]
+        info[key] = (len(passed), len(cases))
+        if key == "tests":
+            info["when"] = root.get("timestamp", "")[:16].replace("T", " ")
     for name, key, pattern in (("compute-sanitizer.log", "memcheck", r"(ERROR SUMMARY: .*)"),
                                ("compute-sanitizer.log", "leaks", r"(LEAK SUMMARY: .*)"),
                                ("nvidia-smi.txt", "driver", r"Driver Version: (\S+)")):
@@ -579,7 +587,7 @@ def gpu(g):
                          f"{b['batched_of_ceiling']:.2f}", f"{b['batched_speedup']:.1f}x", target])
     tests = "not in the results"
     if "tests" in run:
-        tests = f"{run['tests'] - run['failed']} of {run['tests']} passed"
+        tests = "{} of {} passed".format(*run["tests"])
     lines += [f"Measured {run.get('when', '?')} UTC on one {g.get('gpu', '?')} (driver "
               f"{run.get('driver', '?')}, the bundle's CUDA 13.0 runtime); `make bench` on a "
               "machine without a GPU keeps this section as it is. The backend: "
@@ -594,7 +602,10 @@ def gpu(g):
               "memory to the pinned tier and a disk tier, with the psync and the io_uring backends, "
               f"the pool registered as io_uring fixed buffers, and back, bytes compared): {tests}; "
               f"the same under compute-sanitizer's memcheck: {run.get('memcheck') or 'not run'}, "
-              f"{run.get('leaks') or ''}.", ""]
+              f"{run.get('leaks') or ''}. The vLLM adapter's transfer-core tests "
+              "(tests/vllm/test_transfer_core.py) with CUDA tensors: "
+              + ("{} of {} passed.".format(*run["core_tests"])
+                 if "core_tests" in run else "not run."), ""]
     core = run.get("core")
     if core:
         lines += [f"The vLLM adapter's transfer core on CUDA tensors (bench/gpu/transfer_core.py, "
@@ -629,17 +640,18 @@ def gpu(g):
                          f"{pl['copy_span_best_ms']:.1f} ms at best, "
                          f"{pl['copy_span_median_ms']:.1f} median."
                          if "submit_median_ms" in pl else ""),
-                      "", "These loads vary from run to run on the same node: the same check run "
-                      "again at once on 2026-12-04 gave 10.6 ms at best and median (0.92 of the "
-                      "cudaMemcpy, copy span 10.0 ms), and one `CopyAsync` of the same 16384 "
+                      "", "These loads vary from run to run on the same node: over the five runs "
+                      "of this check on 2026-12-04 with the copies in calls of 256, 10.6-16.0 ms "
+                      "at best and 10.6-18.9 median, the cudaMemcpy 9.7-10.0 ms; one `CopyAsync` "
+                      "of the same 16384 "
                       "pieces of 32 KiB (`kvoffload-bench gpu --sizes=32K --batch=16384 "
                       "--total=512M`) ran at 50.3 GiB/s, so the backend's calls of 256 keep the "
                       "copy engine busy. Before the pointers of a job were made in one tensor "
-                      "operation, the submit call alone took 2.7 ms median here.", ""]
+                      "operation, the submit call alone took 2.7 ms median on this node.", ""]
     lines += ["One stream per direction. The backend spread its batches over 4 streams a "
               "direction; on this GPU, batches of 16 KiB host-to-device copies then ran at 4.1-4.7 "
               "GiB/s (2 or 4 streams; four runs: two of a stand-alone experiment, two of this "
-              "bench) and at 16.9-30.1 on one stream (nine runs); with "
+              "bench) and at 16.9-30.1 on one stream (ten runs); with "
               "both directions at once on one stream each, 16.6 GiB/s each way. From 32 KiB up, "
               "and device-to-host at every size, the stream count changed nothing beyond the runs' "
               "spread. A job's copies are also cut into calls of at most 256: a load of 4096 "

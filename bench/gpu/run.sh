@@ -12,9 +12,10 @@
 #                        python3 bench/report.py build/bench-results bench/RESULTS.md "make bench" <s>
 # Without the bundle, but with a CUDA toolkit and cmake on the node (CUDA_HOME), it builds both.
 #   3. the vLLM adapter's transfer core with CUDA tensors through pinned host and disk
-#      (needs torch with CUDA there; vLLM is not needed), into $OUT/transfer_core.json.
-# Results (gtest XML and log, nvidia-smi, compute-sanitizer's log, gpu-bench.json,
-# transfer_core.json) go to $OUT.
+#      (needs torch with CUDA there; vLLM is not needed), into $OUT/transfer_core.json, and its
+#      tests (tests/vllm/test_transfer_core.py) with CUDA tensors where pytest is there.
+# Results (gtest XML and log, nvidia-smi, compute-sanitizer's log, gpu-bench.json and its log,
+# transfer_core.json, the transfer core tests' XML: 8 files) go to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$(mktemp -d)}
@@ -70,6 +71,14 @@ fi
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
   KVOFFLOAD_LIBRARY="$kvo_lib" PYTHONPATH="$PWD/offload-agent/python" \
     python3 bench/gpu/transfer_core.py "$KVOFFLOAD_TEST_SCRATCH" "$out/transfer_core.json" || rc=$?
+  # The transfer core's own tests (tests/vllm/test_transfer_core.py) with CUDA tensors.
+  if python3 -c 'import pytest' 2> /dev/null; then
+    KVOFFLOAD_TEST_DEVICE=cuda KVOFFLOAD_LIBRARY="$kvo_lib" PYTHONDONTWRITEBYTECODE=1 \
+      PYTHONPATH="$PWD/offload-agent/python:$PWD/tests/vllm" python3 -m pytest -p no:cacheprovider \
+      -q --junitxml="$out/transfer_core_tests.xml" tests/vllm/test_transfer_core.py || rc=$?
+  else
+    echo "run.sh: no pytest here; the transfer core's tests did not run on CUDA" >&2
+  fi
 else
   echo "run.sh: no torch with CUDA here; the transfer-core check did not run" >&2
   [[ $rc -ne 0 ]] || rc=3

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,6 +109,31 @@ def test_restart_hits_from_persistent_tier_and_fingerprint_scopes(tmp_path):
                         tiers_json=tiers(tmp_path, True))
     try:
         assert [core.stored_prefix([k]) for k in keys(8)] == [0] * 8
+    finally:
+        core.close()
+
+
+def test_block_ids_as_vllm_gives_them():
+    """vLLM's GPULoadStoreSpec holds its block ids in a numpy int32 array; rows in any order
+    land where the ids say, each block's row of every tensor together."""
+    src = kv_tensors()
+    fill(src, range(BLOCKS), seed=3)
+    expected = [t.clone() for t in src]
+    stored = np.array([5, 0, 11, 3], dtype=np.int32)
+    core = TransferCore(src, FP, cpu_bytes=8 * SLOT)
+    try:
+        core.wait(core.store(keys(4), stored))
+        for t in src:
+            t.zero_()
+        into = np.array([2, 15, 7, 9], dtype=np.int32)
+        core.wait(core.load(keys(4), into))
+        for want, t in zip(expected, src):
+            for s, d in zip(stored, into):
+                assert torch.equal(want[s].cpu(), t[d].cpu()), f"row {s} -> {d}"
+            untouched = [r for r in range(BLOCKS) if r not in set(into.tolist())]
+            assert not t[untouched].any(), "a load wrote rows it was not given"
+        with pytest.raises(IndexError, match="block ids -1..2 outside a KV tensor of 16 blocks"):
+            core.load(keys(2), np.array([2, -1], dtype=np.int32))
     finally:
         core.close()
 
