@@ -6,8 +6,10 @@
 # hack/vllm-venv.sh); lengthen with BENCH_WRK_SECONDS, BENCH_RATE_SECONDS (webhook),
 # BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL, BENCH_POLICY_OPS, BENCH_TRACE_REQUESTS
 # (see bench/agent/run.py), BENCH_TTFT_TOKENS, BENCH_TTFT_ROUNDS, BENCH_TTFT_SERVE_TOKENS
-# (bench/ttft/run.py). The GPU table is filled from
-# $(BENCH_RESULTS)/gpu-bench.json when a GPU run left one there (bench/gpu/run.sh).
+# (bench/ttft/run.py). Where nvidia-smi sees a GPU, the GPU check (bench/gpu/run.sh, from the
+# bundle of `make agent-gpu-bundle`) runs too and fills section 6; elsewhere that section is
+# filled from a GPU run's files in $(BENCH_RESULTS), or kept as the last GPU run left it.
+# (The GPU step calls `make`, not $(MAKE), so that `make -n bench` stays a dry run.)
 BENCH_RESULTS ?= $(BUILD)/bench-results
 
 .PHONY: bench bench-deps
@@ -20,5 +22,8 @@ bench: bench-deps build
 	python3 bench/webhook/run.py $(BUILD) $(BENCH_RESULTS)/webhook.json && \
 	python3 bench/agent/run.py $(BUILD) $(BENCH_RESULTS) && \
 	"$$(./hack/vllm-venv.sh)/bin/python" bench/ttft/run.py $(BUILD) $(BENCH_RESULTS) && \
+	if nvidia-smi -L > /dev/null 2>&1; then \
+	  make agent-gpu-bundle && OUT=$(abspath $(BENCH_RESULTS)) bench/gpu/run.sh; \
+	fi && \
 	python3 bench/report.py $(BENCH_RESULTS) bench/RESULTS.md "make bench" $$(( $$(date +%s) - start ))
 	@echo "bench: wrote bench/RESULTS.md (JSON in $(BENCH_RESULTS))"
