@@ -232,11 +232,11 @@ std::byte* CpuTier::PinLocked(const BlockKey& key, bool* used) {
   return SlotPtr(e.slot);
 }
 
-std::byte* CpuTier::Pin(const BlockKey& key, uint32_t position) {
+std::byte* CpuTier::Pin(const BlockKey& key) {
   MutexLock lock(&mu_);
   bool used = false;
   std::byte* slot = PinLocked(key, &used);
-  if (used) policy_->OnAccessAt(key, position);
+  if (used) policy_->OnAccessAt(key, EvictionPolicy::kUnknownPosition);
   return slot;
 }
 

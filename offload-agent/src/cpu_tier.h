@@ -95,9 +95,9 @@ class CpuTier {
   // The keys of the blocks resident now (published, not being evicted), in no order.
   std::vector<BlockKey> ResidentKeys();
 
-  // Pins a resident block and returns its slot; nullptr when absent or not yet published.
-  // position: the block's place in the chain being loaded, for the policy (OnAccessAt).
-  std::byte* Pin(const BlockKey& key, uint32_t position = EvictionPolicy::kUnknownPosition);
+  // Pins a resident block and returns its slot; nullptr when absent or not yet published. A
+  // use for the policy at no known chain position (a load's blocks go through PinChain).
+  std::byte* Pin(const BlockKey& key);
   // Pin for each block a load asks for, keys[i] at position i of its chain, under one lock,
   // with one call to the policy for all of them (EvictionPolicy::OnAccessBatch). slots[i]:
   // the block's slot, nullptr where Pin would give nullptr. REQUIRES: sizes equal.
