@@ -16,6 +16,7 @@ import platform
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 RESULTS, OUT, COMMAND, WALL = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 ONLY = None
@@ -537,7 +538,6 @@ def gpu_run():
     """What bench/gpu/run.sh left beside gpu-bench.json: the CUDA tests' result, memcheck's
     summary, the driver, and the transfer core's figures (None where a file is missing)."""
     info = {"core": load("transfer_core.json")}
-    import xml.etree.ElementTree as ET
     for name, key in (("agent_cuda_device_test.xml", "tests"),
                       ("transfer_core_tests.xml", "core_tests")):
         path = os.path.join(RESULTS, name)

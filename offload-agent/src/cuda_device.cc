@@ -151,9 +151,17 @@ class CudaDevice final : public DeviceBackend {
     // Batched calls: small blocks gain 5-10x over one call each (bench section 6). A call of
     // thousands of copies is slower per byte than several of kOpsPerCall: a load of 16384
     // pieces in one call ran at half the bandwidth of the same pieces in calls of 256.
+    const size_t per_call = std::min(ops.size(), kOpsPerCall);
     std::vector<void*> dsts;
     std::vector<const void*> srcs;
     std::vector<size_t> sizes;
+    dsts.reserve(per_call);
+    srcs.reserve(per_call);
+    sizes.reserve(per_call);
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_index = 0;  // every copy takes attr
     while (!ops.empty()) {
       const std::span<const CopyOp> part = ops.first(std::min(ops.size(), kOpsPerCall));
       dsts.clear();
@@ -164,10 +172,6 @@ class CudaDevice final : public DeviceBackend {
         srcs.push_back(op.src);
         sizes.push_back(op.len);
       }
-      cudaMemcpyAttributes attr{};
-      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-      attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-      size_t attr_index = 0;
 #if CUDART_VERSION >= 13000
       cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), part.size(),
                                              &attr, &attr_index, 1, stream);
