@@ -4,7 +4,7 @@
 # writes JSON into $(BENCH_RESULTS) and regenerates bench/RESULTS.md. Not part of `make test`.
 # About 20 minutes on 2 cores (the TTFT section about 10 of them, in the vLLM virtualenv of
 # hack/vllm-venv.sh); lengthen with BENCH_WRK_SECONDS, BENCH_RATE_SECONDS (webhook),
-# BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL, BENCH_POLICY_OPS, BENCH_TRACE_REQUESTS
+# BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL, BENCH_POLICY_OPS, BENCH_POLICY_ROUNDS, BENCH_TRACE_REQUESTS
 # (see bench/agent/run.py), BENCH_TTFT_TOKENS, BENCH_TTFT_ROUNDS, BENCH_TTFT_SERVE_TOKENS
 # (bench/ttft/run.py). Where nvidia-smi sees a GPU, the GPU check (bench/gpu/run.sh, from the
 # bundle of `make agent-gpu-bundle`) runs too and fills section 6; elsewhere that section is
