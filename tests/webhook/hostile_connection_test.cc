@@ -224,6 +224,46 @@ TEST_F(HostileConnectionTest, MixedHostileConnectionsNeitherBlockAdmissionsNorOu
   for (int fd : silent) ::close(fd);
 }
 
+// Slow requests that all began together are cut over a tenth of the deadline, not in one
+// instant: their clients do not all reconnect (a TLS handshake each) at once. None is cut
+// before the deadline.
+TEST_F(HostileConnectionTest, RequestsBegunTogetherAreCutOverATenthOfTheDeadline) {
+  StartServer(/*max_connections=*/100);
+  constexpr size_t kConns = 16;
+  std::vector<std::unique_ptr<TlsConn>> conns;
+  for (size_t i = 0; i < kConns; ++i) {
+    conns.push_back(std::make_unique<TlsConn>());
+    ASSERT_TRUE(conns.back()->Open(server_->port()));
+  }
+  const Clock::time_point start = Clock::now();
+  for (auto& c : conns) ASSERT_TRUE(c->Write("P"));  // a request's first byte, then nothing
+  std::vector<Clock::time_point> cut(kConns, Clock::time_point::max());
+  const Clock::time_point give_up = start + 2 * kRequestTimeout + std::chrono::seconds(2);
+  for (size_t left = kConns; left > 0 && Clock::now() < give_up;) {
+    for (size_t i = 0; i < kConns; ++i) {
+      if (cut[i] == Clock::time_point::max() && PeerClosed(conns[i]->fd)) {
+        cut[i] = Clock::now();
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  auto ms = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - start).count();
+  };
+  double first = 1e9, last = 0;
+  for (size_t i = 0; i < kConns; ++i) {
+    ASSERT_NE(cut[i], Clock::time_point::max()) << "connection " << i << " never cut off";
+    EXPECT_GE(ms(cut[i]), static_cast<double>(kRequestTimeout.count())) << "connection " << i;
+    first = std::min(first, ms(cut[i]));
+    last = std::max(last, ms(cut[i]));
+  }
+  // 16 shares of the tenth (100 ms) span about 90 ms; without the spread, all 16 deadlines
+  // expire within a millisecond or two.
+  EXPECT_GE(last - first, 0.04 * static_cast<double>(kRequestTimeout.count()))
+      << "cut between " << first << " and " << last << " ms";
+}
+
 TEST_F(HostileConnectionTest, ConnectionCapClosesTheSurplusAndFreesSlots) {
   StartServer(/*max_connections=*/30);
   std::vector<int> held;

@@ -84,6 +84,7 @@ class HttpsTransport::Impl {
   const Draining draining_;
   net::io_context io_;
   std::atomic<uint64_t> timed_out_{0};
+  uint64_t accepted_ = 0;  // connections accepted, under mu_
   // Admissions. Up to --threads of them may wait on API server lookups, but only about one per
   // core computes at a time (PerCore): Asio's thread_pool, used before, woke its
   // sleeping threads in turn, so under load all 64 ran at once on 2 cores, each admission on a
@@ -118,10 +119,23 @@ namespace {
 // non-blocking socket directly (SSL_set_fd, retried on readiness) rather than through a buffered
 // stream adaptor, so an idle connection holds no buffers (SSL_MODE_RELEASE_BUFFERS, our own read
 // buffer dropped between requests): a few KiB per connection instead of some 70 KiB.
+// 1.0 up to 1.1 for the seq-th connection accepted: 1 plus a tenth of the fractional part of
+// seq times the golden ratio (2^64 fixed point, so the product's wrapping keeps just the
+// fraction), which spreads any run of consecutive connections evenly.
+double DeadlineStretch(uint64_t seq) {
+  const uint64_t fraction = seq * 0x9E3779B97F4A7C15ull;
+  return 1.0 + 0.1 * static_cast<double>(fraction >> 11) * 0x1p-53;
+}
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(HttpsTransport::Impl* server, tcp::socket socket)
-      : server_(server), socket_(std::move(socket)), deadline_(socket_.get_executor()) {}
+  // seq: the connection's place in the order of accepting, which sets its share of the
+  // deadline spread (Spread).
+  Connection(HttpsTransport::Impl* server, tcp::socket socket, uint64_t seq)
+      : server_(server),
+        socket_(std::move(socket)),
+        deadline_(socket_.get_executor()),
+        spread_(DeadlineStretch(seq)) {}
   ~Connection() {
     if (ssl_ != nullptr) SSL_free(ssl_);
     server_->Unregister(this);
@@ -135,7 +149,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!ec) socket_.set_option(tcp::no_delay(true), ec);  // header and body leave in one go
     if (ec) return Close();
     phase_ = Phase::kAccepted;
-    Arm(server_->options_.handshake_timeout);
+    Arm(Spread(server_->options_.handshake_timeout));
     // No TLS state until the client says something: a silent connection costs a socket.
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& e) {
       if (e || self->phase_ == Phase::kClosed) return self->Close();
@@ -172,7 +186,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // One deadline at a time; re-arming replaces it. The generation makes a deadline whose
   // completion was already queued when it was replaced a no-op.
-  void Arm(std::chrono::milliseconds d) {
+  void Arm(std::chrono::microseconds d) {
     const uint64_t gen = ++deadline_gen_;
     deadline_.expires_after(d);
     deadline_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
@@ -180,6 +194,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (self->phase_ != Phase::kLingering) ++self->server_->timed_out_;
       self->Close();
     });
+  }
+  // A handshake or request deadline, stretched by this connection's share of a tenth: slow
+  // clients opened together (an attacker's, or a fleet restarted at once) are then not all cut
+  // in the same instant, and do not all come back with a new TLS handshake in the same
+  // instant either, which is what slowed legitimate admissions most under 1000 trickling
+  // clients (docs/decisions.md). The shares follow the golden-ratio sequence, so any run of
+  // consecutive connections covers the tenth evenly. The idle deadline is not stretched: it
+  // is a promise to the API server's connection pool, and stays exact.
+  std::chrono::microseconds Spread(std::chrono::milliseconds d) const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(d * spread_);
   }
   void Disarm() {
     ++deadline_gen_;
@@ -226,7 +250,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // not extend it.
   void ReadRequest() {
     phase_ = Phase::kReading;
-    Arm(server_->options_.request_timeout);
+    Arm(Spread(server_->options_.request_timeout));
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_->options_.max_body_bytes);
@@ -395,6 +419,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   HttpsTransport::Impl* const server_;
   tcp::socket socket_;
   net::steady_timer deadline_;
+  const double spread_;  // 1.0 up to 1.1
   uint64_t deadline_gen_ = 0;
   Phase phase_ = Phase::kAccepted;
   SSL* ssl_ = nullptr;
@@ -452,7 +477,7 @@ void HttpsTransport::Impl::Accept() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (connections_.size() < static_cast<size_t>(options_.max_connections)) {
-        c = std::make_shared<Connection>(this, std::move(socket));
+        c = std::make_shared<Connection>(this, std::move(socket), accepted_++);
         connections_.emplace(c.get(), c);
       }
     }

@@ -59,7 +59,8 @@ serve flags:
   --threads=64                admissions handled at once (each may wait on lookups)
   --max-connections=4096      open HTTPS connections; more are closed on accept
   --request-timeout=10s       one request's headers and body, from its first byte
-  --handshake-timeout=5s      accept to TLS established
+  --handshake-timeout=5s      accept to TLS established (these two: each connection gets
+                              up to a tenth more, so that slow clients are not all cut at once)
   --idle-timeout=120s         wait for a connection's next request; keep it above the API
                               server's 90s, so that the API server closes idle connections
 

@@ -41,6 +41,8 @@ struct HttpsTransportOptions {
   uint64_t max_body_bytes = 1024 * 1024;  // larger declared or sent bodies get 413
   // Connections past this are closed as soon as they are accepted (before any TLS work).
   int max_connections = 10000;
+  // The handshake and request deadlines are each connection's own, up to a tenth longer, so
+  // that clients that began together are not all cut together; the idle deadline is exact.
   std::chrono::milliseconds handshake_timeout{5000};  // accept to TLS established
   std::chrono::milliseconds idle_timeout{120000};     // no request in progress, to a first byte
   std::chrono::milliseconds request_timeout{10000};   // first byte to the body's last, in total
