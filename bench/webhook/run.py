@@ -7,6 +7,8 @@ start to ready, RSS idle and under load, one admission's instructions under call
 (tests/reliability/webhook_hostile.py: p99 per kind, RSS with 10000 idle connections).
 
 usage: run.py BUILD_DIR OUT_JSON   (prints a markdown report on stdout)
+env:   BENCH_WRK_SECONDS (10), BENCH_RATE_SECONDS (10 per fixed-rate run), BENCH_HALF_ROUNDS (3:
+       at half the saturation rate nginx and ours alternate, the median p99's run reported)
 """
 import atexit
 import http.client
@@ -27,6 +29,7 @@ LOADGEN = os.path.join(BUILD, "bench", "kvoffload-loadgen")
 ADMISSION_COST = os.path.join(BUILD, "bench", "kvoffload-admission-cost")
 WRK_SECONDS = int(os.environ.get("BENCH_WRK_SECONDS", "10"))
 RATE_SECONDS = int(os.environ.get("BENCH_RATE_SECONDS", "10"))
+HALF_ROUNDS = int(os.environ.get("BENCH_HALF_ROUNDS", "3"))
 CONNECTIONS = 64
 TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
                  "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
@@ -74,6 +77,11 @@ def wrk(port, body_file=None, path="/mutate-pods"):
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors = (int(bad.group(1)) if bad else 0) + (sum(int(x) for x in sock.groups()) if sock else 0)
     return rps, errors
+
+
+def median_run(runs):
+    """The run whose p99 is the median of the runs' (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda r: r["p99_us"])[(len(runs) - 1) // 2]
 
 
 def loadgen(port, body_file, ca, rate):
@@ -194,19 +202,30 @@ http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
         half = max(1, int(ours / 2))
         # The same client at the same rate against nginx: what this machine's two cores give a
         # server that does no work, the reference for our tail at half our saturation rate.
-        nginx_half = loadgen(nginx_port, body_file, ca, half)
-        log(f"{name}: nginx at {half} req/s -> p99 {nginx_half['p99_us']:.0f} us")
+        # Alternating, HALF_ROUNDS times each: one 10 s window's p99 follows the machine's
+        # other tenants (two runs within an hour gave our KServe row 5.3 and 4.1 ms), so the
+        # row is the run with the median p99, and every run's p99 is kept.
+        half_runs, nginx_half_runs = [], []
+        for _ in range(HALF_ROUNDS):
+            nginx_half_runs.append(loadgen(nginx_port, body_file, ca, half))
+            half_runs.append(loadgen(port, body_file, ca, half))
+            log(f"{name}: {half} req/s -> p99 {half_runs[-1]['p99_us']:.0f} us, "
+                f"nginx {nginx_half_runs[-1]['p99_us']:.0f} us")
         nginx.terminate()
         nginx.wait()
         rates = {}
-        for label, rate in (("100", 100), ("1000", 1000), ("half", half)):
+        for label, rate in (("100", 100), ("1000", 1000)):
             rates[label] = loadgen(port, body_file, ca, rate)
             log(f"{name}: {rate} req/s -> p99 {rates[label]['p99_us']:.0f} us")
+        rates["half"] = median_run(half_runs)
+        nginx_half = median_run(nginx_half_runs)
         results["bodies"][name if mode == "agent" else f"{name} ({mode})"] = {"request_bytes": len(body), "answer_bytes": len(answer),
                                    "rps": ours, "errors": our_errors, "nginx_rps": ceiling,
                                    "nginx_errors": ceiling_errors, "ratio": ours / ceiling,
                                    "rss_peak_kib": rss_peak, "rates": rates,
-                                   "nginx_half": nginx_half}
+                                   "nginx_half": nginx_half,
+                                   "half_p99_us": [r["p99_us"] for r in half_runs],
+                                   "nginx_half_p99_us": [r["p99_us"] for r in nginx_half_runs]}
     results["rss_peak_kib"] = max(results.get("rss_peak_kib", 0), rss_kib(proc.pid, "VmHWM"))
     proc.terminate()
     proc.wait(timeout=10)
