@@ -80,8 +80,10 @@ def webhook(w):
         for label, r in b["rates"].items():
             judged = label in ("1000", "half")
             limit = 2000 if label == "1000" else 5000
+            # A half-rate row is its median run, but a failure in any of its runs misses it.
+            failed = b.get("half_failed", r["errors"]) if label == "half" else r["errors"]
             value = (f"p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, p99.9 {r['p999_us']:.0f} us, "
-                     f"{r['errors']} failed")
+                     f"{failed} failed")
             if label == "half" and "nginx_half" in b:
                 n = b["nginx_half"]
                 value += (f" ({r['target_rate']:.0f} req/s; nginx at that rate: p99 {n['p99_us']:.0f} us, "
@@ -90,11 +92,11 @@ def webhook(w):
                     ours_runs = ", ".join(f"{x:.0f}" for x in b["half_p99_us"])
                     nginx_runs = ", ".join(f"{x:.0f}" for x in b["nginx_half_p99_us"])
                     value += (f"; the median p99 of {len(b['half_p99_us'])} alternating runs, ours "
-                              f"{ours_runs} us, nginx {nginx_runs} us")
+                              f"{ours_runs} us, nginx {nginx_runs} us; failed: the runs' total")
             rows.append([f"{name} at {'half the max' if label == 'half' else label} req/s", value,
                          f"{limit} us" if judged else "", f"{r['p99_us'] / limit:.2f}" if judged else "",
                          f"p99 <= {limit // 1000} ms, 0 failed" if judged else "",
-                         met(r["p99_us"] <= limit and r["errors"] == 0) if judged else ""])
+                         met(r["p99_us"] <= limit and failed == 0) if judged else ""])
     instructions = w.get("instructions")
     if instructions:
         for name, n in instructions.items():
@@ -164,7 +166,9 @@ def webhook(w):
            "(2026-12-04, 21:09-21:32 UTC, one run each before this section ran the half rate "
            "three times) the four rows gave 4.8, 5.3, 2.2 and 5.7 ms, then 1.9, 4.1, 1.9 and 1.3 "
            "ms: under 5 ms in 6 of 8 against nginx's 8 of 8, and nginx's p99 was 1.5-4x lower "
-           "throughout. "
+           "throughout; the two runs with three rounds that followed (21:33 and 22:06 UTC) gave "
+           "medians of 1.7, 1.4, 2.9 and 5.5 ms, then 1.8, 4.1, 2.0 and 2.6 ms, single runs "
+           "1.2-8.2 ms against nginx's 0.3-3.2. "
            "The hostile rows measure the client's own handshake too, and on a loaded "
            "machine the prober (Python, sharing the 2 cores with 1000 hostile clients and the "
            "server) is itself starved: the count of admissions sent in 5 s shows how much. Their "
@@ -404,9 +408,10 @@ def policy(p):
                   "take the FIFO's oldest block, the cheapest. Its loop rows move most between runs: "
                   "three on 2026-12-03 (20:55 UTC, load average under 0.5, one call per lookup) "
                   "gave lookups of 164-248 ns and inserts of 198-287 ns, lru's 136-142 and 68-70 "
-                  "alternating with them; twenty on 2026-12-04 (21:00-21:20 UTC, chains of 16) gave "
-                  "inserts of 133-266 ns, most of them 175-205, every one ending in the same state "
-                  "(the policy is deterministic: what moved is the machine).", ""]
+                  "alternating with them; twenty-eight on 2026-12-04 (21:05-21:15 UTC, chains of 16) "
+                  "gave inserts of 133-266 ns, a third of them 133-157 and most of the rest "
+                  "174-205, every one ending in the same state (the policy is deterministic: what "
+                  "moved is the machine).", ""]
     return lines
 
 

@@ -176,7 +176,7 @@ def policy():
             rows.append({"policy": name, "blocks": blocks, "loop": loop, "results": []})
     # Rounds over every row rather than repeats of one row: at 1M blocks a figure moves with the
     # other tenants' load on the memory system (one binary gave lirs's loop inserts 133-287 ns
-    # in ten runs within five minutes), so each row's runs are spread over the whole section.
+    # in five runs within five minutes), so each row's runs are spread over the whole section.
     for _ in range(POLICY_ROUNDS):
         for r in rows:
             out, r["command"] = bench("policy", f"--policy={r['policy']}", f"--blocks={r['blocks']}",

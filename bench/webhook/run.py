@@ -225,7 +225,8 @@ http {{ access_log off; keepalive_requests 1000000; client_body_buffer_size 64k;
                                    "rss_peak_kib": rss_peak, "rates": rates,
                                    "nginx_half": nginx_half,
                                    "half_p99_us": [r["p99_us"] for r in half_runs],
-                                   "nginx_half_p99_us": [r["p99_us"] for r in nginx_half_runs]}
+                                   "nginx_half_p99_us": [r["p99_us"] for r in nginx_half_runs],
+                                   "half_failed": sum(r["errors"] for r in half_runs)}
     results["rss_peak_kib"] = max(results.get("rss_peak_kib", 0), rss_kib(proc.pid, "VmHWM"))
     proc.terminate()
     proc.wait(timeout=10)
