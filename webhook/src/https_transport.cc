@@ -119,23 +119,29 @@ namespace {
 // non-blocking socket directly (SSL_set_fd, retried on readiness) rather than through a buffered
 // stream adaptor, so an idle connection holds no buffers (SSL_MODE_RELEASE_BUFFERS, our own read
 // buffer dropped between requests): a few KiB per connection instead of some 70 KiB.
-// 1.0 up to 1.1 for the seq-th connection accepted: 1 plus a tenth of the fractional part of
-// seq times the golden ratio (2^64 fixed point, so the product's wrapping keeps just the
-// fraction), which spreads any run of consecutive connections evenly.
-double DeadlineStretch(uint64_t seq) {
+// A handshake or request deadline for the seq-th connection accepted, stretched by that
+// connection's share of a tenth: slow clients opened together (an attacker's, or a fleet
+// restarted at once) are then not all cut in the same instant, and do not all come back with a
+// new TLS handshake in the same instant either, which is what slowed legitimate admissions most
+// under 1000 trickling clients (docs/decisions.md). The share is the fractional part of seq
+// times the golden ratio (2^64 fixed point, so the product's wrapping keeps just the fraction),
+// which spreads any run of consecutive connections evenly. The idle deadline is not stretched:
+// it is a promise to the API server's connection pool, and stays exact.
+std::chrono::microseconds Stretched(std::chrono::milliseconds d, uint64_t seq) {
   const uint64_t fraction = seq * 0x9E3779B97F4A7C15ull;
-  return 1.0 + 0.1 * static_cast<double>(fraction >> 11) * 0x1p-53;
+  const double stretch = 1.0 + 0.1 * static_cast<double>(fraction >> 11) * 0x1p-53;
+  return std::chrono::duration_cast<std::chrono::microseconds>(d * stretch);
 }
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // seq: the connection's place in the order of accepting, which sets its share of the
-  // deadline spread (Spread).
+  // seq: the connection's place in the order of accepting (Stretched).
   Connection(HttpsTransport::Impl* server, tcp::socket socket, uint64_t seq)
       : server_(server),
         socket_(std::move(socket)),
         deadline_(socket_.get_executor()),
-        spread_(DeadlineStretch(seq)) {}
+        handshake_timeout_(Stretched(server->options_.handshake_timeout, seq)),
+        request_timeout_(Stretched(server->options_.request_timeout, seq)) {}
   ~Connection() {
     if (ssl_ != nullptr) SSL_free(ssl_);
     server_->Unregister(this);
@@ -149,7 +155,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!ec) socket_.set_option(tcp::no_delay(true), ec);  // header and body leave in one go
     if (ec) return Close();
     phase_ = Phase::kAccepted;
-    Arm(Spread(server_->options_.handshake_timeout));
+    Arm(handshake_timeout_);
     // No TLS state until the client says something: a silent connection costs a socket.
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& e) {
       if (e || self->phase_ == Phase::kClosed) return self->Close();
@@ -194,16 +200,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (self->phase_ != Phase::kLingering) ++self->server_->timed_out_;
       self->Close();
     });
-  }
-  // A handshake or request deadline, stretched by this connection's share of a tenth: slow
-  // clients opened together (an attacker's, or a fleet restarted at once) are then not all cut
-  // in the same instant, and do not all come back with a new TLS handshake in the same
-  // instant either, which is what slowed legitimate admissions most under 1000 trickling
-  // clients (docs/decisions.md). The shares follow the golden-ratio sequence, so any run of
-  // consecutive connections covers the tenth evenly. The idle deadline is not stretched: it
-  // is a promise to the API server's connection pool, and stays exact.
-  std::chrono::microseconds Spread(std::chrono::milliseconds d) const {
-    return std::chrono::duration_cast<std::chrono::microseconds>(d * spread_);
   }
   void Disarm() {
     ++deadline_gen_;
@@ -250,7 +246,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // not extend it.
   void ReadRequest() {
     phase_ = Phase::kReading;
-    Arm(Spread(server_->options_.request_timeout));
+    Arm(request_timeout_);
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_->options_.max_body_bytes);
@@ -419,7 +415,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   HttpsTransport::Impl* const server_;
   tcp::socket socket_;
   net::steady_timer deadline_;
-  const double spread_;  // 1.0 up to 1.1
+  const std::chrono::microseconds handshake_timeout_;  // the options', Stretched for this one
+  const std::chrono::microseconds request_timeout_;
   uint64_t deadline_gen_ = 0;
   Phase phase_ = Phase::kAccepted;
   SSL* ssl_ = nullptr;
