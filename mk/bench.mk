@@ -2,7 +2,7 @@
 # same run (webhook vs nginx, disk tier vs fio, pinned tier vs memcpy, policy ns/op, hit ratio
 # vs OPT, time to first token on vLLM's CPU engine with hits from each tier vs recompute),
 # writes JSON into $(BENCH_RESULTS) and regenerates bench/RESULTS.md. Not part of `make test`.
-# About 23 minutes on 2 cores (the TTFT section about 10 of them, in the vLLM virtualenv of
+# About 24 minutes on 2 cores (the TTFT section about 10 of them, in the vLLM virtualenv of
 # hack/vllm-venv.sh); lengthen with BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS, BENCH_RATE_SECONDS, BENCH_HALF_ROUNDS (webhook),
 # BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL, BENCH_POLICY_OPS, BENCH_POLICY_ROUNDS, BENCH_TRACE_REQUESTS
 # (see bench/agent/run.py), BENCH_TTFT_TOKENS, BENCH_TTFT_ROUNDS, BENCH_TTFT_SERVE_TOKENS
