@@ -114,11 +114,6 @@ class HttpsTransport::Impl {
 
 namespace {
 
-// One client connection. Every member is touched only on the connection's strand (the socket's
-// executor); the worker pool hands its answer back through that strand. OpenSSL is driven on the
-// non-blocking socket directly (SSL_set_fd, retried on readiness) rather than through a buffered
-// stream adaptor, so an idle connection holds no buffers (SSL_MODE_RELEASE_BUFFERS, our own read
-// buffer dropped between requests): a few KiB per connection instead of some 70 KiB.
 // A handshake or request deadline for the seq-th connection accepted, stretched by that
 // connection's share of a tenth: slow clients opened together (an attacker's, or a fleet
 // restarted at once) are then not all cut in the same instant, and do not all come back with a
@@ -133,6 +128,11 @@ std::chrono::microseconds Stretched(std::chrono::milliseconds d, uint64_t seq) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d * stretch);
 }
 
+// One client connection. Every member is touched only on the connection's strand (the socket's
+// executor); the worker pool hands its answer back through that strand. OpenSSL is driven on the
+// non-blocking socket directly (SSL_set_fd, retried on readiness) rather than through a buffered
+// stream adaptor, so an idle connection holds no buffers (SSL_MODE_RELEASE_BUFFERS, our own read
+// buffer dropped between requests): a few KiB per connection instead of some 70 KiB.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   // seq: the connection's place in the order of accepting (Stretched).
