@@ -89,6 +89,12 @@ class KeyLists {
     __builtin_prefetch(&nodes_[nodes_[nodes_[l].prev].prev]);
   }
 
+  // Starts loading the index slot where the key whose hash (HashOf) is `hash` is found or
+  // placed: the first of its misses, overlapped this way with the caller's own.
+  void PrefetchSlot(uint64_t hash) const {
+    __builtin_prefetch(&slots_[Home(static_cast<uint32_t>(hash >> 32))]);
+  }
+
   // Calls visit(i, Find(keys[i]), hash of keys[i]) for each key in order, while the index
   // slots, nodes and neighbours of the keys 3 kStage, 2 kStage and kStage places after the
   // one visited load: at a million keys a lookup is three dependent misses (slot, node,
@@ -151,9 +157,12 @@ class KeyLists {
   // Places a key just behind `anchor` (one step less recent), in anchor's list: how a
   // policy keeps a request's blocks together, each deeper block behind the one before it.
   // REQUIRES: key is in no list; anchor is in a list.
-  Node PushAfter(Node anchor, const BlockKey& key) {
+  Node PushAfter(Node anchor, const BlockKey& key) { return PushAfter(anchor, key, HashOf(key)); }
+  // The same with the key's hash (HashOf) in hand. anchor may also be a list's id (its
+  // sentinel), which places the key at that list's front.
+  Node PushAfter(Node anchor, const BlockKey& key, uint64_t hash) {
     const Node n = Allocate(key);
-    IndexInsert(Tag(key), n);
+    IndexInsert(static_cast<uint32_t>(hash >> 32), n);
     LinkAfter(nodes_[anchor].list, anchor, n);
     return n;
   }
