@@ -398,7 +398,12 @@ def policy(p):
                   "one call in 256 (one in four below 32K blocks) the two miniature caches' "
                   "lists: the most misses of the policies, and the slowest lookups. With its "
                   "counts spread over seven lines instead of two its lookups took 400 ns, and "
-                  "sampling one key in four at every size 330 ns. lirs runs on the same key lists "
+                  "sampling one key in four at every size 330 ns. An insert loads its misses "
+                  "together from its start, and how far the CPU overlaps them with the next "
+                  "insert's is set by the instructions in between (its reorder window holds a "
+                  "few hundred): with the count update inlined and the key counted before it is "
+                  "linked, loop inserts took 158-171 ns against 198-201 (five alternating runs, "
+                  "2026-12-05), the same decisions. lirs runs on the same key lists "
                   "(its ghosts and each key's last-use time in them) and pays lru's misses, a read "
                   "of the LIR list's end, a relink when a promotion demotes a block, and on one call "
                   "in 256 (one in two below 16K blocks) its four miniature caches; at 64K those take "
@@ -414,7 +419,10 @@ def policy(p):
                   "alternating with them; twenty-eight on 2026-12-04 (21:05-21:15 UTC, chains of 16) "
                   "gave inserts of 133-266 ns, a third of them 133-157 and most of the rest "
                   "174-205, every one ending in the same state (the policy is deterministic: what "
-                  "moved is the machine).", ""]
+                  "moved is the machine). Eight runs in a row of one binary on 2026-12-05 fell in "
+                  "two groups, 126-139 ns and 163-173, with the same count of page faults (so not "
+                  "a want of huge pages) and on either core alike (`taskset`): likely where a run's "
+                  "tables land in the host's memory picks the group, not its code.", ""]
     return lines
 
 
