@@ -135,11 +135,13 @@ std::chrono::microseconds Stretched(std::chrono::milliseconds d, uint64_t seq) {
 // buffer dropped between requests): a few KiB per connection instead of some 70 KiB.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
+  using Clock = net::steady_timer::clock_type;
+
   // seq: the connection's place in the order of accepting (Stretched).
   Connection(HttpsTransport::Impl* server, tcp::socket socket, uint64_t seq)
       : server_(server),
         socket_(std::move(socket)),
-        deadline_(socket_.get_executor()),
+        timer_(socket_.get_executor()),
         handshake_timeout_(Stretched(server->options_.handshake_timeout, seq)),
         request_timeout_(Stretched(server->options_.request_timeout, seq)) {}
   ~Connection() {
@@ -190,20 +192,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
                        });
   }
 
-  // One deadline at a time; re-arming replaces it. The generation makes a deadline whose
-  // completion was already queued when it was replaced a no-op.
+  // One deadline at a time; arming replaces it. The timer is kept lazily: Arm and Disarm only
+  // move deadline_, and the timer is set again only when the new deadline comes before its
+  // pending wait's expiry; a wait that fires before the deadline waits again for the rest.
+  // Setting the timer at each of a request's phases (idle, request, handler, write) cancelled
+  // its wait every time, and a cancelled wait's completion is queued like any other: per
+  // request a wake-up of the other I/O thread, an epoll interrupt and a timerfd update.
   void Arm(std::chrono::microseconds d) {
-    const uint64_t gen = ++deadline_gen_;
-    deadline_.expires_after(d);
-    deadline_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
-      if (ec || gen != self->deadline_gen_ || self->phase_ == Phase::kClosed) return;
+    deadline_ = Clock::now() + d;
+    if (!timer_waiting_ || timer_expiry_ > deadline_) Wait(deadline_);
+  }
+  void Disarm() { deadline_ = Clock::time_point::max(); }
+  void Wait(Clock::time_point at) {
+    const uint64_t gen = ++timer_gen_;  // a replaced wait's completion finds a newer one
+    timer_waiting_ = true;
+    timer_expiry_ = at;
+    timer_.expires_at(at);
+    timer_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
+      if (gen != self->timer_gen_) return;
+      self->timer_waiting_ = false;
+      if (ec || self->phase_ == Phase::kClosed || self->deadline_ == Clock::time_point::max()) {
+        return;
+      }
+      if (Clock::now() < self->deadline_) return self->Wait(self->deadline_);
       if (self->phase_ != Phase::kLingering) ++self->server_->timed_out_;
       self->Close();
     });
-  }
-  void Disarm() {
-    ++deadline_gen_;
-    deadline_.cancel();
   }
 
   void Handshake() {
@@ -408,16 +422,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (phase_ == Phase::kClosed) return;
     phase_ = Phase::kClosed;
     Disarm();
+    timer_.cancel();  // its pending wait holds the connection
     error_code ec;
     socket_.close(ec);
   }
 
   HttpsTransport::Impl* const server_;
   tcp::socket socket_;
-  net::steady_timer deadline_;
+  net::steady_timer timer_;
+  Clock::time_point deadline_ = Clock::time_point::max();  // max(): none (Disarm)
+  Clock::time_point timer_expiry_;  // of the pending wait, while timer_waiting_
+  bool timer_waiting_ = false;
+  uint64_t timer_gen_ = 0;
   const std::chrono::microseconds handshake_timeout_;  // the options', Stretched for this one
   const std::chrono::microseconds request_timeout_;
-  uint64_t deadline_gen_ = 0;
   Phase phase_ = Phase::kAccepted;
   SSL* ssl_ = nullptr;
   std::optional<http::request_parser<http::string_body>> parser_;
