@@ -35,6 +35,7 @@ class HttpsTransportTest : public ::testing::Test {
     EVP_PKEY* pkey = PEM_read_bio_PrivateKey(key, nullptr, nullptr, nullptr);
     ASSERT_EQ(SSL_CTX_use_certificate(ctx_, x509), 1);
     ASSERT_EQ(SSL_CTX_use_PrivateKey(ctx_, pkey), 1);
+    SSL_CTX_set_read_ahead(ctx_, 1);  // as the server sets it: records wait inside OpenSSL
     X509_free(x509);
     EVP_PKEY_free(pkey);
     BIO_free(cert);
@@ -45,6 +46,7 @@ class HttpsTransportTest : public ::testing::Test {
     o.port = 0;
     o.io_threads = 1;
     o.worker_threads = 2;
+    o.idle_timeout = std::chrono::seconds(2);  // a request left waiting fails in 2 s, not 120
     transport_ = HttpsTransport::Create(
         o, ctx_,
         [this](const HttpsRequest& req) {
@@ -60,9 +62,10 @@ class HttpsTransportTest : public ::testing::Test {
     SSL_CTX_free(ctx_);
   }
 
-  // Sends `parts` on one connection, pausing between them so each arrives as its own read,
-  // and returns everything the server wrote until it closed the connection.
-  std::string Exchange(const std::vector<std::string>& parts) {
+  // Sends `parts` on one connection, pausing between them so each arrives as its own read
+  // (unless `pause` is false), and returns everything the server wrote until it closed the
+  // connection.
+  std::string Exchange(const std::vector<std::string>& parts, bool pause = true) {
     SSL_CTX* client = SSL_CTX_new(TLS_client_method());
     BIO* bio = BIO_new_ssl_connect(client);
     BIO_set_conn_hostname(bio, ("127.0.0.1:" + std::to_string(transport_->port())).c_str());
@@ -71,7 +74,7 @@ class HttpsTransportTest : public ::testing::Test {
       for (const std::string& part : parts) {
         EXPECT_EQ(BIO_write(bio, part.data(), static_cast<int>(part.size())),
                   static_cast<int>(part.size()));
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (pause) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
       char buf[4096];
       for (int n; (n = BIO_read(bio, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
@@ -95,6 +98,20 @@ class HttpsTransportTest : public ::testing::Test {
 std::string Post(const std::string& body, bool close) {
   return "POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + (close ? "\r\nConnection: close" : "") + "\r\n\r\n" + body;
+}
+
+// Two requests written back to back arrive as two TLS records in one read: OpenSSL hands over
+// the first record's request and keeps the second record, undecrypted, which the socket will
+// never signal again. The server must find it there, not wait on the socket (the client waits
+// for the first answer's successor until the idle deadline).
+TEST_F(HttpsTransportTest, ARequestReadAheadIntoTlsIsAnsweredWithoutMoreInput) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string answer = Exchange({Post("first", false), Post("second", true)}, false);
+  const std::vector<Seen> seen = TakeSeen();
+  ASSERT_EQ(seen.size(), 2u) << answer;
+  EXPECT_EQ(seen[0].body, "first");
+  EXPECT_EQ(seen[1].body, "second");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
 TEST_F(HttpsTransportTest, BodiesArriveWholeWithSpareCapacityHoweverTheyAreSplit) {

@@ -245,7 +245,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Between requests: nothing is buffered; the idle deadline runs until the next first byte.
   void WaitRequest() {
     phase_ = Phase::kIdle;
-    if (!in_.empty() || SSL_pending(ssl_) > 0) return ReadRequest();
+    // SSL_has_pending, not SSL_pending: it also counts bytes read ahead and not yet decrypted.
+    if (!in_.empty() || SSL_has_pending(ssl_) == 1) return ReadRequest();
     if (server_->Closing() && served_ > 0) return Close();
     in_ = std::string();
     read_buf_.reset();
