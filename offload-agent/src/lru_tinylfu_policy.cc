@@ -82,11 +82,11 @@ class FrequencySketch {
     }
     uint64_t& door = door_[DoorWord(hash)];
     const uint64_t bits = DoorBits(hash);
-    Line& line = lines_[LineOf(hash)];
     if ((door & bits) != bits) {  // the key's first use in the period: the counters stay
       door |= bits;
       return 0;
     }
+    Line& line = lines_[LineOf(hash)];
     uint64_t least = 0xf;
 #pragma GCC unroll 4
     for (size_t i = 0; i < kCounters; ++i) {
