@@ -200,13 +200,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // request a wake-up of the other I/O thread, an epoll interrupt and a timerfd update.
   void Arm(std::chrono::microseconds d) {
     deadline_ = Clock::now() + d;
-    if (!timer_waiting_ || timer_expiry_ > deadline_) Wait(deadline_);
+    if (!timer_waiting_ || timer_.expiry() > deadline_) Wait(deadline_);
   }
   void Disarm() { deadline_ = Clock::time_point::max(); }
   void Wait(Clock::time_point at) {
     const uint64_t gen = ++timer_gen_;  // a replaced wait's completion finds a newer one
     timer_waiting_ = true;
-    timer_expiry_ = at;
     timer_.expires_at(at);
     timer_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
       if (gen != self->timer_gen_) return;
@@ -432,7 +431,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   tcp::socket socket_;
   net::steady_timer timer_;
   Clock::time_point deadline_ = Clock::time_point::max();  // max(): none (Disarm)
-  Clock::time_point timer_expiry_;  // of the pending wait, while timer_waiting_
   bool timer_waiting_ = false;
   uint64_t timer_gen_ = 0;
   const std::chrono::microseconds handshake_timeout_;  // the options', Stretched for this one
