@@ -158,7 +158,7 @@ def webhook(w):
            "write and an epoll_ctl: GET /healthz went from 0.65-0.92 of nginx (single runs on "
            "2026-12-04) to parity, and the admissions at saturation from 0.70-0.90 of nginx to "
            "about 1, which also raised the half rate each latency row is measured at (the KServe "
-           "pod's from about 15,000 to 19,000 req/s). A second run right after this one "
+           "pod's from about 15,000 to 19,000 req/s). The run just before this one "
            "(2026-12-05 00:37 UTC) gave GET /healthz 0.99 of nginx and half-rate medians of 2.8, "
            "5.8, 4.1 and 5.4 ms (runs 2.4-127 ms, nginx's 1.4-4.4 ms bar one of 32 ms): at these "
            "rates the rows sit at the 5 ms limit, about 1.5-2x nginx's p99. Where our tail is "
