@@ -116,6 +116,8 @@ def test_a_block_is_a_hit_only_where_every_rank_has_it(two_ranks):
         results, rows = order(conn, "load", 2, load_spec, [5, 6], 0)
         assert results == [(2, True)]
         assert rows == [[10 + rank] * TENSORS] * 2, f"rank {rank} loaded another shard"
+    # Each rank's worker gave back its own holds when its part of the load was done.
+    assert [held(engine_id, r) for r in range(RANKS)] == [0, 0]
     manager.complete_load(keys[:2], ctx)
     manager.on_schedule_end(END_OF_STEP)
     assert [held(engine_id, r) for r in range(RANKS)] == [0, 0]

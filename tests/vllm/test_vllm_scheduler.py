@@ -286,6 +286,30 @@ def test_connector_reset_drops_what_was_offloaded(engine):
     assert _core(engine).engine.stats()["held_blocks"] == 0
 
 
+def test_connector_reset_while_loading_releases_the_load_holds(engine):
+    """A reset while B's load is in flight: vLLM 0.32.0 skips the completion of every job it
+    made before the reset (complete_load never comes) and has no on_reset_flushed, so nothing
+    on the scheduler's side says when that load is over. Its blocks must still stop being held
+    once it is: a hold left behind pins a block in the tier for good, and every reset during a
+    load would shrink the tier."""
+    prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+    engine.add("A", prompt_a, max_tokens=2)
+    engine.run_until_idle("request A and its stores")
+    assert engine.scheduler.reset_prefix_cache()  # the GPU's copy only: B must load
+    engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1)
+    worker = engine.worker.connector_worker.worker
+    # B's load is not reported done in the step that starts it, as with a load from a slow
+    # disk: the reset below then comes while it is in flight.
+    worker.get_finished = lambda: []
+    engine.step()
+    del worker.get_finished
+    assert _core(engine).engine.stats()["held_blocks"] == FULL_BLOCKS, "B's load holds"
+    assert engine.scheduler.reset_connector_cache()
+    engine.run_until_idle("request B after a reset in mid-load", timeout=15)
+    assert "B" in engine.finished_recving
+    assert _core(engine).engine.stats()["held_blocks"] == 0, "holds outlived the reset's load"
+
+
 def test_connector_reset_while_storing_leaves_no_block_pending(engine):
     """A reset while A's store job is in flight: vLLM skips that job's completion, so nothing
     may wait for it (a key left "being stored" would defer every request with that prefix

@@ -378,9 +378,9 @@ def test_through_vllm_connector_worker(tmp_path, monkeypatch):
         connector.shutdown()
 
 
-def test_lookup_hit_stays_loadable_until_complete_load(tmp_path, monkeypatch):
+def test_lookup_hit_stays_loadable_until_its_load_is_done(tmp_path, monkeypatch):
     """vLLM loads a block a step after its lookup; the engine's stores evict meanwhile. A HIT
-    must still load: the lookup holds it, complete_load lets it go."""
+    must still load: the lookup holds it, the load's end on the worker lets it go."""
     env = scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     monkeypatch.setenv("KVOFFLOAD_TIERS", "[]")  # pinned host only: eviction drops blocks
     del env
@@ -411,8 +411,8 @@ def test_lookup_hit_stays_loadable_until_complete_load(tmp_path, monkeypatch):
         assert [(r.job_id, r.success) for r in worker.get_finished()] == [(3, True)]
         for want, t in zip(expected, tensors):
             assert torch.equal(want, t[10:12])
-        manager.complete_load(old, ctx)
         assert engine.stats()["held_blocks"] == 0
+        manager.complete_load(old, ctx)
         # Released, the old blocks give way to new ones.
         store(manager, worker, new, range(2, 4), job_id=4)
         assert [manager.lookup(k, ctx) for k in new] == [LookupResult.HIT] * 2
@@ -435,10 +435,21 @@ def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
         for _ in range(2):
             assert all(manager.lookup(k, ctx) is LookupResult.HIT for k in keys)
         assert engine.stats()["held_blocks"] == 3
-        manager.prepare_load(keys[:1], ctx)  # one of them is loaded
+        load = manager.prepare_load(keys[:1], ctx)  # one of them is loaded
         manager.on_schedule_end(END_OF_STEP)
         assert engine.stats()["held_blocks"] == 1, "only the loading block is still held"
-        manager.complete_load(keys[:1], ctx)
+        assert worker.submit_load(2, load, GPULoadStoreSpec([5], group_sizes=[1],
+                                                            block_indices=[0]))
+        worker.wait({2})
+        assert engine.stats()["held_blocks"] == 0
+        # A load the worker refuses (here: one key paired with two GPU blocks) ends its holds
+        # as well: nothing else would.
+        assert manager.lookup(keys[1], ctx) is LookupResult.HIT
+        load = manager.prepare_load(keys[1:2], ctx)
+        manager.on_schedule_end(END_OF_STEP)
+        assert engine.stats()["held_blocks"] == 1
+        assert not worker.submit_load(3, load, GPULoadStoreSpec([5, 6], group_sizes=[2],
+                                                                block_indices=[0]))
         assert engine.stats()["held_blocks"] == 0
     finally:
         worker.shutdown()

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Iterable
+from typing import NamedTuple
 
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
@@ -73,12 +74,15 @@ _cores_lock = threading.Lock()
 class KVOffloadLoadStoreSpec(LoadStoreSpec):
     """The blocks of a transfer on the engine side: their vLLM offload keys, in the order of
     the GPU block ids the scheduler pairs them with, and the manager's key generation when it
-    made the spec (a store prepared before a cache reset lands where nothing finds it).
-    Pickled to the workers."""
+    made the spec (a store prepared before a cache reset lands where nothing finds it). A load
+    also carries the keys whose holds it owns: every rank's worker releases them in its own
+    engine when its part of the load is over. Pickled to the workers."""
 
-    def __init__(self, keys: list[OffloadKey], generation: int):
+    def __init__(self, keys: list[OffloadKey], generation: int,
+                 held: list[OffloadKey] | None = None):
         self.keys = keys
         self.generation = generation
+        self.held = held or []
 
     def __repr__(self) -> str:
         return f"KVOffloadLoadStoreSpec({len(self.keys)} keys, generation {self.generation})"
@@ -133,9 +137,11 @@ class KVOffloadManager(OffloadingManager):
     Protection: each engine evicts on its own store threads, outside vLLM's manager lock, so a
     lookup HIT holds the block in every rank's engine right away (kvo_hold); nothing evicts it
     until released. A block some rank lacks is a miss, and the holds taken on the other ranks
-    are given back at once. prepare_load turns one of this step's lookup holds into a load
-    hold, which complete_load releases; lookup holds no load took are released at
-    on_schedule_end, vLLM's last manager call of a step.
+    are given back at once. prepare_load hands one of this step's lookup holds to the load,
+    whose workers release it when they have read the block (not complete_load: vLLM 0.32.0
+    never completes a job made before a cache reset, and nothing else then says when its
+    load is over); lookup holds no load took are released at on_schedule_end, vLLM's last
+    manager call of a step.
 
     Events: rank 0's residency feed says which block entered or left which tier; they are
     reported as vLLM OffloadingEvents, the pinned host tier as Medium.CPU and disk tier i as
@@ -149,11 +155,7 @@ class KVOffloadManager(OffloadingManager):
         self._metrics = metrics_mod.MetricsReporter(metrics_interval_s)
         self._storing: set[OffloadKey] = set()
         self._step_holds: Counter[OffloadKey] = Counter()
-        self._load_holds: Counter[OffloadKey] = Counter()
-        # Key generation (reset_cache), and the load holds of earlier ones that wait for
-        # on_reset_flushed.
-        self._generation = 0
-        self._flushing: list[tuple[int, list[OffloadKey]]] = []
+        self._generation = 0  # key generation, moved on by reset_cache
         # For events: engine key -> OffloadKey, and the tiers each named block is in now.
         self._names: dict[tuple[int, int], OffloadKey] = {}
         self._residency: dict[tuple[int, int], set[int]] = {}
@@ -169,6 +171,7 @@ class KVOffloadManager(OffloadingManager):
 
     def prepare_load(self, keys: Collection[OffloadKey],
                      req_context: ReqContext) -> LoadStoreSpec:
+        held = []
         for key in keys:
             if self._step_holds[key] > 0:
                 self._step_holds[key] -= 1
@@ -178,16 +181,9 @@ class KVOffloadManager(OffloadingManager):
                 logger.error("kvoffload: block %s is loaded without a lookup hit and is not "
                              "offloaded", key.hex())
                 continue
-            self._load_holds[key] += 1
+            held.append(key)
         self._step_holds = +self._step_holds  # drop zero counts
-        return KVOffloadLoadStoreSpec(list(keys), self._generation)
-
-    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
-        held = [k for k in keys if self._load_holds[k] > 0]
-        self._load_holds.subtract(held)
-        self._load_holds = +self._load_holds
-        if held:
-            self._ranks.release(held, self._generation)
+        return KVOffloadLoadStoreSpec(list(keys), self._generation, held)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         if self._step_holds:
@@ -201,13 +197,10 @@ class KVOffloadManager(OffloadingManager):
         the first to age out of the tiers since nothing touches it again. After a restart the
         generation starts from 0 again: a persistent tier then serves what was stored before
         the first reset, with the weights a restart loads. Holds of this step's lookups end
-        now; those of loads in flight end at on_reset_flushed, once vLLM's workers are done."""
+        now; those of loads in flight end with the loads, in the workers."""
         if self._step_holds:
             self._ranks.release(list(self._step_holds.elements()), self._generation)
-        if self._load_holds:
-            self._flushing.append((self._generation, list(self._load_holds.elements())))
         self._step_holds = Counter()
-        self._load_holds = Counter()
         # Keys stored under the old generation never complete_store (vLLM skips stale jobs):
         # left here they would answer HIT_PENDING forever.
         self._storing.clear()
@@ -215,11 +208,6 @@ class KVOffloadManager(OffloadingManager):
         self._residency.clear()
         self._events.clear()
         self._generation += 1
-
-    def on_reset_flushed(self) -> None:
-        for generation, keys in self._flushing:
-            self._ranks.release(keys, generation)
-        self._flushing.clear()
 
     def prepare_store(self, keys: Collection[OffloadKey],
                       req_context: ReqContext) -> PrepareStoreOutput | None:
@@ -294,6 +282,15 @@ def _offloading_event(tier: int, removed: bool) -> OffloadingEvent:
                            removal_expected=True)
 
 
+class _Job(NamedTuple):
+    """A vLLM transfer job in one rank's engine."""
+    engine_job: int
+    is_store: bool
+    size: int  # bytes moved
+    start: float  # time.perf_counter()
+    spec: KVOffloadLoadStoreSpec
+
+
 class KVOffloadWorker(OffloadingWorker):
     """Worker side: submits engine jobs and polls them. vLLM asserts that every transfer
     succeeded. A failed store is reported as done (the block is simply not offloaded, lookups
@@ -306,8 +303,7 @@ class KVOffloadWorker(OffloadingWorker):
         # The manager reaches this rank's index here when it runs in another process.
         self._server = ranks_mod.RankServer(core, engine_id, rank)
         self._write_back_s = write_back_s
-        # vLLM job id -> (engine job, is_store, bytes, start time)
-        self._jobs: dict[int, tuple[int, bool, int, float]] = {}
+        self._jobs: dict[int, _Job] = {}  # by vLLM job id
         self._finished: list[TransferResult] = []
         self._yield_to_copies = core.device == "host"
 
@@ -317,6 +313,8 @@ class KVOffloadWorker(OffloadingWorker):
         if len(keys) != len(block_ids):
             logger.error("kvoffload: job %d pairs %d keys with %d GPU blocks", job_id,
                          len(keys), len(block_ids))
+            if not is_store:
+                self._core.release(spec.held, spec.generation)
             return False
         start = time.perf_counter()
         try:
@@ -327,8 +325,10 @@ class KVOffloadWorker(OffloadingWorker):
             if is_store:
                 self._finished.append(TransferResult(job_id, True, 0, 0.0))
                 return True
+            self._core.release(spec.held, spec.generation)
             return False
-        self._jobs[job_id] = (engine_job, is_store, self._core.transfer_bytes(len(keys)), start)
+        self._jobs[job_id] = _Job(engine_job, is_store, self._core.transfer_bytes(len(keys)),
+                                  start, spec)
         return True
 
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
@@ -345,7 +345,10 @@ class KVOffloadWorker(OffloadingWorker):
         return self._submit(job_id, src_spec, dst_spec.block_ids, is_store=False)
 
     def _finish(self, job_id: int, ok: bool, error: Exception | None) -> None:
-        _, is_store, size, start = self._jobs.pop(job_id)
+        _, is_store, size, start, spec = self._jobs.pop(job_id)
+        if not is_store:
+            # This rank has read the blocks (or never will): the load's holds end here.
+            self._core.release(spec.held, spec.generation)
         seconds = time.perf_counter() - start
         if error is not None:
             logger.warning("kvoffload: %s job %d failed: %s", "store" if is_store else "load",
@@ -381,7 +384,7 @@ class KVOffloadWorker(OffloadingWorker):
             if job_id not in self._jobs:
                 continue
             try:
-                self._core.wait(self._jobs[job_id][0])
+                self._core.wait(self._jobs[job_id].engine_job)
                 self._finish(job_id, True, None)
             except KvoError as e:
                 self._finish(job_id, False, e)
