@@ -7,6 +7,8 @@ complete_load), over CPU tensors with the engine's host backend."""
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -35,7 +37,7 @@ from conftest import (golden_env, golden_kv_transfer_config, scaled_env, slot_by
                       tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import engine_key
-from kvoffload.vllm import KVOffloadAgentSpec
+from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release
 
 PAGE = 4096
 TENSORS = 2
@@ -187,6 +189,27 @@ def test_vllm_registers_the_policies_vllm_native_mode_accepts():
     a vLLM that registers others changes that list."""
     from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
     assert sorted(CachePolicyFactory._registry) == ["arc", "lru"]
+
+
+@pytest.mark.parametrize("release", ["0.34.0", "0.31.1"])
+def test_other_vllm_releases_are_refused_on_import(release):
+    """vLLM 0.34 hands the worker device pointers instead of block ids: the adapter would fail
+    on the first transfer. A pod on another release fails at start instead, saying why and
+    what to do (the import is what vLLM's spec factory does with spec_module_path)."""
+    code = f"import vllm; vllm.__version__ = {release!r}; import kvoffload.vllm"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: kvoffload.vllm: this image runs vLLM {release}, "), last
+    assert "supports vLLM 0.32 and 0.33 only" in last and "kvoffload.io/mode: vllm-native" in last
+
+
+def test_supported_vllm_releases_pass_the_check():
+    for release in ["0.32.0", "0.32.1", "0.33.0", "0.33.2rc1", "0.32.0+cpu"]:
+        check_vllm_release(release)
+    with pytest.raises(ImportError, match="runs vLLM 0.3.0,"):
+        check_vllm_release("0.3.0")
 
 
 def test_vllm_factory_loads_the_spec_from_the_golden_flag(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """vLLM adapter: `KVOffloadAgentSpec`, the OffloadingConnector spec that agent mode names in
 --kv-transfer-config ({"spec_name":"KVOffloadAgentSpec","spec_module_path":"kvoffload.vllm"}).
-Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py); other releases are not supported.
+Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py) and tested on it; 0.33 is accepted too,
+as its changes to the interfaces used here only add to them (read from its source, not run: it
+has no CPU build). Any other release is refused on import, naming the release and what to do.
 
 vLLM splits offloading in two: a scheduler-side OffloadingManager that answers lookups and
 hands out load/store specs, and a worker-side OffloadingWorker that moves the bytes. Here each
@@ -14,11 +16,35 @@ lookup until its load is done."""
 import dataclasses
 import logging
 import os
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Iterable
 from typing import NamedTuple
+
+import vllm
+
+# The vLLM releases (major.minor) whose offloading interfaces this adapter implements. 0.34
+# hands the worker resolved device pointers instead of GPU block ids (OffloadingWorker.
+# submit_store/submit_load), so an adapter written for 0.32 would fail on the first transfer,
+# deep inside vLLM's model runner: refused here, before vLLM builds anything.
+SUPPORTED_VLLM_RELEASES = ("0.32", "0.33")
+
+
+def check_vllm_release(version: str) -> None:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None or f"{m[1]}.{m[2]}" not in SUPPORTED_VLLM_RELEASES:
+        raise ImportError(
+            f"kvoffload.vllm: this image runs vLLM {version}, and agent mode's adapter "
+            f"supports vLLM {' and '.join(SUPPORTED_VLLM_RELEASES)} only (vLLM's offloading "
+            "interfaces change between releases): run this pod in vllm-native mode "
+            "(annotation kvoffload.io/mode: vllm-native), or on an image with a supported "
+            "vLLM")
+
+
+# Before the imports below: another release may lack the names they take.
+check_vllm_release(vllm.__version__)
 
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
