@@ -101,6 +101,7 @@ DiskTier::~DiskTier() {
   if (settler_.joinable()) settler_.join();
   MutexLock lock(&mu_);
   for (const std::string& spare : spares_) ::unlink(spare.c_str());
+  for (const auto& [key, held] : held_files_) ::close(held.fd);
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
@@ -199,7 +200,38 @@ bool DiskTier::Protected(const BlockKey& key) {
   if (!Contains(key)) return false;  // also indexes a file another process shared since
   MutexLock lock(&mu_);
   auto it = entries_.find(key);
-  return it != entries_.end() && !it->second.evicting && !it->second.doomed;
+  if (it == entries_.end() || it->second.evicting || it->second.doomed) return false;
+  if (!options_.config.shared || slots_) return true;
+  auto [held, first] = held_files_.try_emplace(key);
+  if (first) {
+    held->second.fd = ::open(BlockPath(dir_, key).c_str(), OpenFlags(O_RDONLY));
+    if (held->second.fd < 0) {
+      // Another process removed it (and gave its bytes back): it is not here any more.
+      held_files_.erase(held);
+      if (it->second.pins == 0) {
+        RemoveLocked(key);
+      } else {
+        it->second.doomed = true;
+      }
+      return false;
+    }
+  }
+  ++held->second.holds;
+  return true;
+}
+
+void DiskTier::ReleaseHold(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = held_files_.find(key);
+  if (it == held_files_.end() || --it->second.holds > 0) return;
+  ::close(it->second.fd);
+  held_files_.erase(it);
+}
+
+int DiskTier::DupHeldFile(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = held_files_.find(key);
+  return it == held_files_.end() ? -1 : ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
 }
 
 bool DiskTier::Contains(const BlockKey& key) {
@@ -575,7 +607,8 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
       continue;
     }
     const std::string path = BlockPath(dir_, keys[i]);
-    int fd = ::open(path.c_str(), OpenFlags(O_RDONLY));
+    int fd = DupHeldFile(keys[i]);  // the file as it was when held, even if unlinked since
+    if (fd < 0) fd = ::open(path.c_str(), OpenFlags(O_RDONLY));
     if (fd < 0) {
       results[i] = errno == ENOENT ? Status::NotFound("block " + keys[i].ToHex() + " is gone")
                                    : ErrnoStatus(errno, "open " + path);

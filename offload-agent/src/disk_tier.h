@@ -75,9 +75,15 @@ class DiskTier {
 
   // Whether the block is here. Shared tiers also look for a file another process published.
   bool Contains(const BlockKey& key);
-  // Here and not being evicted or removed: a block the caller has put in the HoldSet stays
-  // here until released (unless another process sharing the tier removes its file).
+  // Here and not being evicted or removed, for a hold the caller has put in the HoldSet: the
+  // block stays here until released. On a shared tier the HoldSet binds this process only, and
+  // another one evicts by unlinking the file, so a hold there also opens the file (once per
+  // key, counted) and reads of the block use that descriptor until ReleaseHold; a file
+  // already gone makes the block a miss here.
   bool Protected(const BlockKey& key);
+  // One hold of the key ended: drops the count Protected took, closing the file at zero. A
+  // key this tier opened nothing for is ignored (its hold found the block in another tier).
+  void ReleaseHold(const BlockKey& key);
 
   // Writes the block file (from `file`, BlockFileBytes long, 4096-aligned) into a free slot,
   // or to a temp file that it publishes atomically, evicting to make room first. OK when the
@@ -220,6 +226,16 @@ class DiskTier {
   CondVar cv_{&mu_};  // an eviction or an insert finished
   std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, BlockKeyHash> inserting_ GUARDED_BY(mu_);
+  // Shared tiers: the files of held blocks (Protected), open while any hold that opened them
+  // lasts. An unlinked file's bytes stay on the file system until closed, beyond what the
+  // ledger and `du` count: at most the blocks held for loads in flight.
+  struct HeldFile {
+    int fd = -1;
+    uint32_t holds = 0;
+  };
+  std::unordered_map<BlockKey, HeldFile, BlockKeyHash> held_files_ GUARDED_BY(mu_);
+  // A descriptor of the held block's file for one read (the caller closes it), or -1.
+  int DupHeldFile(const BlockKey& key) EXCLUDES(mu_);
   // Files of evicted blocks, renamed to temp names, still counted in the ledger, waiting to
   // be overwritten in place by the write that evicted them (FORMAT.md, Reuse). Overwriting a
   // file's allocated blocks costs the file system no inode or block allocation, which is most

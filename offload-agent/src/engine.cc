@@ -172,6 +172,7 @@ class EngineImpl final : public Engine {
         continue;
       }
       cpu_->NoteRelease(key);
+      for (auto& disk : disks_) disk->ReleaseHold(key);
     }
     return first;
   }

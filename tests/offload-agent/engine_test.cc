@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <condition_variable>
 #include <fstream>
 #include <future>
@@ -240,6 +241,50 @@ TEST(EngineTest, HeldDiskBlocksSurviveTheCascadeAndLoad) {
   one.ptrs = {one.data[0].data()};
   ExpectLoadsExactly(*e, one);
   ASSERT_TRUE(e->Release(one.keys).ok());
+}
+
+size_t OpenFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Removes `key`'s block file under `dir` (a file per block, as shared tiers keep them), as
+// another replica sharing the tier does when it evicts the block. False when there is none.
+bool UnlinkBlockFile(const std::string& dir, const BlockKey& key) {
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (f.path().filename() == key.ToHex() + ".blk") return ::unlink(f.path().c_str()) == 0;
+  }
+  return false;
+}
+
+TEST(EngineTest, HeldSharedBlocksStayReadableWhenAnotherReplicaRemovesThem) {
+  // On a shared tier a hold binds this engine only: another replica evicts by unlinking the
+  // block's file. vLLM's scheduler loads a step after the hit, and vLLM 0.32.0 cannot survive
+  // a failed load (it asserts), so a held block must stay readable: the hold opens its file,
+  // and a file already gone is a miss at the hold, not a failed load after it.
+  TempDir d0;
+  auto e = Open(Config(1, {Tier(d0.path(), 4, /*persistent=*/true, /*shared=*/true)}));
+  Blocks b = Blocks::Make(0, 3);
+  StoreOneByOne(*e, b);  // 0 and 1 on the shared tier, 2 in cpu
+  ASSERT_EQ(TierOf(*e, b.keys[0]), kTierCpu + 1);
+  ASSERT_EQ(TierOf(*e, b.keys[1]), kTierCpu + 1);
+  const size_t fds = OpenFds();
+
+  ASSERT_TRUE(UnlinkBlockFile(d0.path(), b.keys[1]));
+  EXPECT_EQ(e->Hold(std::span(&b.keys[1], 1)).prefix, 0u) << "its file is gone: a miss";
+  EXPECT_EQ(e->Stats().held_blocks, 0u);
+
+  ASSERT_EQ(e->Hold(std::span(&b.keys[0], 1)).prefix, 1u);
+  EXPECT_EQ(OpenFds(), fds + 1) << "the held block's file is open";
+  ASSERT_TRUE(UnlinkBlockFile(d0.path(), b.keys[0]));
+  Blocks one;
+  one.keys = {b.keys[0]};
+  one.data = {b.data[0]};
+  one.ptrs = {one.data[0].data()};
+  ExpectLoadsExactly(*e, one);
+  ASSERT_TRUE(e->Release(one.keys).ok());
+  EXPECT_EQ(OpenFds(), fds) << "released, its file is closed";
 }
 
 TEST(EngineTest, HoldStopsAtTheFirstMissAndReleaseNamesAnUnheldKey) {

@@ -28,6 +28,7 @@ LlamaForCausalLM in a subprocess (about 20 s here) and caches the result under
 VLLM_CACHE_ROOT; later runs skip that."""
 
 import json
+import os
 import time
 
 import pytest
@@ -269,6 +270,43 @@ def test_scheduler_loads_what_it_stored_through_the_spec(engine):
 
 def _core(engine):
     return engine.worker.connector_worker.worker._core
+
+
+def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
+        tmp_path, monkeypatch):
+    """The golden pod's pvcRef tier is shared by every replica, and a replica evicts by
+    unlinking a block's file: our hold cannot stop it. vLLM 0.32.0 asserts that every load
+    succeeds, so a block reported as a hit must still load after that: here every block file is
+    removed between B's lookup and B's load, and B still gets A's KV."""
+    scaled_env(tmp_path, monkeypatch, block_bytes=len(LAYERS) * PAGE, persistent_only=True)
+    engine = EngineCoreLoop(vllm_config(tiny_llama(tmp_path)), kv_cache_config())
+    try:
+        prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+        engine.add("A", prompt_a, max_tokens=2)
+        engine.run_until_idle("request A and its stores")
+        held = engine.kv[:, engine.block_tables["A"][:FULL_BLOCKS]].clone()
+        assert engine.scheduler.reset_prefix_cache()
+        engine.kv.zero_()
+        worker = engine.worker.connector_worker.worker
+        submit_load = worker.submit_load
+        removed = []
+
+        def after_another_replicas_evictions(*args, **kwargs):
+            for f in tmp_path.glob("kv-cache-*/**/*.blk"):
+                os.unlink(f)
+                removed.append(f)
+            return submit_load(*args, **kwargs)
+
+        worker.submit_load = after_another_replicas_evictions
+        engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1)
+        engine.run_until_idle("request B")
+        assert removed, "none of A's blocks was on the shared tier"
+        assert engine.prefill_stats("B").num_external_cached_tokens == \
+            FULL_BLOCKS * TOKENS_PER_BLOCK
+        assert torch.equal(held, engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]])
+        assert _core(engine).engine.stats()["held_blocks"] == 0
+    finally:
+        engine.shutdown()
 
 
 def test_connector_reset_drops_what_was_offloaded(engine):
