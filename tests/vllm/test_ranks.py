@@ -196,3 +196,12 @@ def test_each_rank_gets_its_share_of_the_pods_tiers():
     assert share.cpu_bytes == 500
     assert [(t.path, t.capacity_bytes, t.kind) for t in share.tiers] == [
         ("/mnt/kv-cache-0/rank1", 2000, "emptyDir")]
+    # Two data-parallel engines in the pod, each of 2 ranks: a quarter each, and the engine's
+    # directory above the rank's.
+    share = rank_share(pod, 1, 2, engine=1, engines=2)
+    assert share.cpu_bytes == 250
+    assert [(t.path, t.capacity_bytes) for t in share.tiers] == [
+        ("/mnt/kv-cache-0/dp1/rank1", 1000)]
+    share = rank_share(pod, 0, 1, engine=0, engines=2)
+    assert share.cpu_bytes == 500
+    assert [(t.path, t.capacity_bytes) for t in share.tiers] == [("/mnt/kv-cache-0/dp0", 2000)]

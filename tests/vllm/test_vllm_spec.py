@@ -4,6 +4,7 @@ vLLM's OffloadingConnector scheduler and worker call them (lookup -> prepare_sto
 submit_store -> get_finished -> complete_store; prepare_load -> submit_load -> wait ->
 complete_load), over CPU tensors with the engine's host backend."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import time
 
 import pytest
 import torch
+from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
     CanonicalKVCacheTensor,
@@ -37,7 +39,7 @@ from conftest import (golden_env, golden_kv_transfer_config, scaled_env, slot_by
                       tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import engine_key
-from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release
+from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, pod_engines
 
 PAGE = 4096
 TENSORS = 2
@@ -329,6 +331,55 @@ def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, mo
                 f"blocks served under a changed fingerprint {extra_change or config_change}"
         finally:
             worker.shutdown()
+
+
+def dp_engine_config(extra, index, size, local_rank):
+    c = offloading_config(extra, engine_id=f"engine-dp{index}")
+    return dataclasses.replace(c, parallel=dataclasses.replace(
+        c.parallel, data_parallel_index=index, data_parallel_size=size,
+        data_parallel_rank_local=local_rank))
+
+
+def test_data_parallel_engines_of_one_pod_share_its_tiers(tmp_path, monkeypatch):
+    """vLLM runs one engine per data-parallel rank, --data-parallel-size-local of them in one
+    server, each building a spec from the pod's env. Each takes its share of the pod's pinned
+    RAM and disk tiers, in a directory of its own: opening the second engine, which empties
+    its non-persistent tiers, must not remove the first one's blocks."""
+    pod = scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    pod_tiers = json.loads(pod["KVOFFLOAD_TIERS"])
+    local = VllmConfig(parallel_config=ParallelConfig(data_parallel_size=2,
+                                                      data_parallel_size_local=2))
+    workers, managers = [], []
+    try:
+        for dp in range(2):
+            spec = OffloadingSpecFactory.create_spec(dp_engine_config(agent_extra(), dp, 2, dp))
+            with set_current_vllm_config(local):  # as vLLM's worker has it in get_worker
+                workers.append(spec.get_worker(kv_caches()))
+            managers.append(spec.get_manager())
+            if dp == 0:
+                keys = offload_keys(8, salt=b"dp0")
+                store(managers[0], workers[0], keys, range(8), job_id=1)
+                files = sorted(p for p in tmp_path.glob("kv-cache-*/**/*") if p.is_file())
+        engines = [w._core.engine for w in workers]
+        assert files and all(p.exists() for p in files), "dp1's start removed dp0's files"
+        assert all("/dp0/" in str(p) for p in files), files
+        assert [managers[0].lookup(k, ReqContext("r")) for k in keys] == [LookupResult.HIT] * 8
+        managers[0].on_schedule_end(END_OF_STEP)
+        for dp, e in enumerate(engines):
+            tiers = e.stats()["tiers"]
+            assert tiers[0]["capacity_bytes"] == int(pod["KVOFFLOAD_CPU_BYTES"]) // 2
+            for t, pod_tier in zip(tiers[1:], pod_tiers):
+                assert t["capacity_bytes"] == pod_tier["capacityBytes"] // 2
+        # One engine per pod (external load balancing: each rank a server of its own): the
+        # pod's whole budget, in the tiers' own directories.
+        one = VllmConfig(parallel_config=ParallelConfig(data_parallel_size=2,
+                                                        data_parallel_size_local=1))
+        assert pod_engines(dp_engine_config(agent_extra(), 1, 2, 0).parallel, one) == (0, 1)
+        assert pod_engines(dp_engine_config(agent_extra(), 1, 2, 1).parallel, local) == (1, 2)
+        assert pod_engines(offloading_config(agent_extra()).parallel, None) == (0, 1)
+    finally:
+        for w in workers:
+            w.shutdown()
 
 
 def test_write_back_seconds_must_be_a_duration(tmp_path, monkeypatch):

@@ -46,6 +46,7 @@ def check_vllm_release(version: str) -> None:
 # Before the imports below: another release may lack the names they take.
 check_vllm_release(vllm.__version__)
 
+from vllm.config import get_current_vllm_config_or_none
 from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
     GPULoadStoreSpec,
@@ -127,21 +128,46 @@ def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
     return settings_mod.from_env(merged)
 
 
-def rank_share(settings: settings_mod.Settings, rank: int,
-               world_size: int) -> settings_mod.Settings:
-    """What one rank of `world_size` gets of the pod's tiers. The webhook sizes pinned RAM and
-    each disk tier for the pod, and every rank is started with the same KVOFFLOAD_* env: each
-    rank stores 1/world_size of every block, so it gets that share of every capacity (the
-    pod's memory request holds), and a directory of its own in each disk tier, so that
-    opening a rank's engine, which empties a non-persistent tier, never removes another
-    rank's blocks, and each rank's capacity counts only its own files."""
-    if world_size == 1:
+def rank_share(settings: settings_mod.Settings, rank: int, world_size: int,
+               engine: int = 0, engines: int = 1) -> settings_mod.Settings:
+    """What one rank of `world_size`, in engine `engine` of the `engines` vLLM engines the pod
+    runs (data-parallel replicas started by one server), gets of the pod's tiers. The webhook
+    sizes pinned RAM and each disk tier for the pod, and every rank of every engine is started
+    with the same KVOFFLOAD_* env: each engine gets 1/engines of every capacity and each of
+    its ranks, which stores 1/world_size of every block, that share of it (the pod's memory
+    request holds), and a directory of its own in each disk tier (dp<engine>/rank<rank>, each
+    part only where there are several), so that opening one engine, which empties a
+    non-persistent tier, never removes another's blocks, and each counts only its own
+    files."""
+    parts = world_size * engines
+    if parts == 1:
         return settings
-    tiers = tuple(dataclasses.replace(t, path=os.path.join(t.path, f"rank{rank}"),
-                                      capacity_bytes=t.capacity_bytes // world_size)
+    sub = ([f"dp{engine}"] if engines > 1 else []) + ([f"rank{rank}"] if world_size > 1 else [])
+    tiers = tuple(dataclasses.replace(t, path=os.path.join(t.path, *sub),
+                                      capacity_bytes=t.capacity_bytes // parts)
                   for t in settings.tiers)
-    return dataclasses.replace(settings, cpu_bytes=settings.cpu_bytes // world_size,
-                               tiers=tiers)
+    return dataclasses.replace(settings, cpu_bytes=settings.cpu_bytes // parts, tiers=tiers)
+
+
+def pod_engines(parallel, vllm_config) -> tuple[int, int]:
+    """(this engine's index among the data-parallel engines of this pod, how many there are).
+    vLLM runs one engine per data-parallel rank; `--data-parallel-size-local` of them in one
+    server (all of them without it, unless each rank is a server of its own, as with external
+    load balancing), each building its own spec from the same env. OffloadingConfig carries
+    the global size only; the local one comes from the vLLM config that vLLM's worker sets as
+    current while it initialises its KV cache (get_worker). Without that config the global
+    size is the safe assumption: never more than the pod's budget, at worst a share of it."""
+    if parallel.data_parallel_size <= 1:
+        return 0, 1
+    if vllm_config is not None:
+        engines = max(1, vllm_config.parallel_config.data_parallel_size_local)
+    else:
+        engines = parallel.data_parallel_size
+        logger.warning("kvoffload: data-parallel engine %d of %d: no vLLM config to tell how "
+                       "many run in this pod; taking 1/%d of the pod's tiers",
+                       parallel.data_parallel_index, engines, engines)
+    local = parallel.data_parallel_rank_local
+    return (parallel.data_parallel_index if local is None else local) % engines, engines
 
 
 def fingerprint(config: OffloadingConfig, extra_config) -> Fingerprint:
@@ -508,7 +534,8 @@ class KVOffloadAgentSpec(OffloadingSpec):
                                  f"{sorted(pages)}; one engine needs one block size")
             write_back_s = self._write_back_s()
             p = self.config.parallel
-            s = rank_share(self.settings, p.rank, p.world_size)
+            engine, engines = pod_engines(p, get_current_vllm_config_or_none())
+            s = rank_share(self.settings, p.rank, p.world_size, engine, engines)
             core = TransferCore([t.tensor for t in kv_caches.tensors], self.fingerprint,
                                 cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
                                 tiers_json=s.tiers_json(),
