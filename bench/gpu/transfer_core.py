@@ -123,8 +123,18 @@ def main() -> int:
         core.wait(core.load(keys, range(BLOCKS)))
         load_s = time.perf_counter() - t0
         same = all(torch.equal(a, b) for a, b in zip(expected, tensors))
+        # A load lands after what was queued before it on the current stream: rows zeroed
+        # there behind a long kernel must not overwrite the loaded bytes afterwards.
+        torch.cuda._sleep(200_000_000)  # cycles: about 0.1 s
+        for t in tensors:
+            t[:8].zero_()
+        core.wait(core.load(keys[:8], range(8)))
+        torch.cuda.synchronize()
+        ordered = all(torch.equal(a[:8], b[:8]) for a, b in zip(expected, tensors))
+        same = same and ordered
         stats = core.engine.stats()
         result = {"describe": core.engine.describe(), "bytes": total, "identical": same,
+                  "load_after_queued_writes": ordered,
                   "store_GBps": total / store_s / 1e9, "load_GBps": total / load_s / 1e9,
                   "disk_blocks": stats["tiers"][1]["blocks"] if len(stats["tiers"]) > 1 else 0,
                   "d2h_GBps": stats["d2h_bytes"] / max(stats["d2h_ns"], 1),

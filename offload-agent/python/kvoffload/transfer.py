@@ -138,8 +138,14 @@ class TransferCore:
 
     def load(self, block_keys: Sequence[bytes], block_ids: Sequence[int],
              generation: int = 0) -> int:
-        """Starts copying blocks back into rows block_ids. Returns the engine job."""
+        """Starts copying blocks back into rows block_ids. On CUDA the current stream is
+        synchronized first: work queued there may still write these rows (vLLM zeroes a block
+        it reallocates on the compute stream and, with async scheduling, nothing else orders
+        that before a load into it), and the engine copies on its own stream. Returns the
+        engine job."""
         self._check_lengths(block_keys, block_ids)
+        if self.device == "cuda":
+            torch.cuda.current_stream(self.tensors[0].device).synchronize()
         ptrs = self._pointers(block_ids)  # held until the engine has taken its copy
         return self.engine.load(self._keys(block_keys, generation), _c_array(ptrs))
 
