@@ -11,10 +11,13 @@ lib="$(find "${build}/offload-agent" -maxdepth 2 -name 'libkvoffload.so*' -type 
 rm -rf "${dest}"
 mkdir -p "${dest}/opt/kvoffload/lib" "${dest}/opt/kvoffload/python" "${dest}/opt/kvoffload/bin"
 cp -L "${lib}" "${dest}/opt/kvoffload/lib/libkvoffload.so"
-# ISA-L goes beside it (libkvoffload's RUNPATH is $ORIGIN): vLLM images do not carry it.
-isal="$(ldd "${lib}" | awk '/libisal/ {print $3}')"
-[[ -f "${isal}" ]] || { echo "stage-agent: ${lib} does not link libisal (hack/install-deps.sh, then make build)" >&2; exit 1; }
-cp -L "${isal}" "${dest}/opt/kvoffload/lib/"
+# ISA-L and liburing go beside it (libkvoffload's RUNPATH is $ORIGIN): the library is loaded in
+# the vLLM container, whose image carries neither, not in the agent image. Both need only libc.
+for name in libisal liburing; do
+  dep="$(ldd "${lib}" | awk -v n="${name}.so" 'index($1, n) == 1 {print $3}')"
+  [[ -f "${dep}" ]] || { echo "stage-agent: ${lib} does not link ${name} (hack/install-deps.sh, then make build)" >&2; exit 1; }
+  cp -L "${dep}" "${dest}/opt/kvoffload/lib/"
+done
 if [[ -d "${repo}/offload-agent/python" ]]; then
   cp -R "${repo}/offload-agent/python/." "${dest}/opt/kvoffload/python/"
   find "${dest}/opt/kvoffload/python" -name __pycache__ -prune -exec rm -rf {} +

@@ -24,7 +24,9 @@ glibc="$("${repo}/hack/debian-rootfs.sh" libc6 | tail -n1)/tree"
 # debian:12-slim for the agent image, with Python for the stand-in (which installs nothing:
 # kvoffload comes from the agent volume, as in a real pod). Every shared library the programs
 # load is named; the smoke test below fails when one is missing.
-slim_pkgs=(libc6 libgcc-s1 libstdc++6 liburing2 dash bash libtinfo6 coreutils libacl1 libattr1
+# No liburing2 nor libisal2: vLLM images carry neither, so the stand-in must load them from the
+# agent volume, as a real vLLM pod does.
+slim_pkgs=(libc6 libgcc-s1 libstdc++6 dash bash libtinfo6 coreutils libacl1 libattr1
            libgmp10 libselinux1 libpcre2-8-0
            python3-minimal python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libffi8
            zlib1g libexpat1 libbz2-1.0 liblzma5 libssl3 libcrypt1)

@@ -32,10 +32,29 @@ case "${what}" in
     [[ -f "${dest}/lib/libkvoffload.so" && -f "${dest}/python/kvoffload/vllm.py" ]] \
       || { echo "install did not copy the library and the Python package" >&2; exit 1; }
     cmp "${root}/lib/libkvoffload.so" "${dest}/lib/libkvoffload.so"
-    # vLLM images do not carry ISA-L: the volume does, beside the library that loads it.
-    isal="$(ldd "${dest}/lib/libkvoffload.so" | awk '/libisal/ {print $3}')"
-    [[ "${isal}" == "${dest}/lib/"* ]] \
-      || { echo "the installed library loads libisal from '${isal}', not from ${dest}/lib" >&2; exit 1; }
+    # The library is loaded in the vLLM container, from an image we do not build. It may need
+    # glibc and the C++ runtime, which every vLLM image has (torch needs them); anything else
+    # comes from the volume, beside it.
+    for so in $(readelf -d "${dest}/lib/libkvoffload.so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
+      case "${so}" in
+        libc.so.6 | libm.so.6 | ld-linux-*.so.2 | libstdc++.so.6 | libgcc_s.so.1 | libcudart.so.*) ;;
+        *)
+          where="$(ldd "${dest}/lib/libkvoffload.so" | awk -v n="${so}" '$1 == n {print $3}')"
+          [[ "${where}" == "${dest}/lib/${so}" ]] \
+            || { echo "the installed library loads ${so} from '${where}', not from ${dest}/lib" >&2; exit 1; } ;;
+      esac
+    done
+    # And the oldest of those runtimes it must load with: glibc 2.34 and GCC 11's libstdc++
+    # (GLIBCXX_3.4.29), as in Red Hat's UBI 9, the base of llm-d's vLLM images; Ubuntu 22.04
+    # (vLLM's own images) and Debian 12 have newer ones.
+    for lib in "${dest}"/lib/*.so*; do
+      for floor in GLIBC:2.34 GLIBCXX:3.4.29; do
+        v="$({ objdump -T "${lib}" | grep -o "${floor%%:*}_[0-9][0-9.]*" || true; } \
+             | sed "s/^${floor%%:*}_//" | sort -uV | tail -n1)"
+        [[ -z "${v}" || "$(printf '%s\n%s\n' "${v}" "${floor#*:}" | sort -V | tail -n1)" == "${floor#*:}" ]] \
+          || { echo "$(basename "${lib}") needs ${floor%%:*}_${v}, newer than ${floor#*:}" >&2; exit 1; }
+      done
+    done
     rm -rf "${dest}"
     echo "staged agent installs into a volume"
     ;;

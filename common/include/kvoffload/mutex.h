@@ -4,7 +4,8 @@
 #ifndef KVOFFLOAD_MUTEX_H_
 #define KVOFFLOAD_MUTEX_H_
 
-#include <condition_variable>
+#include <pthread.h>
+
 #include <mutex>
 
 #if defined(__clang__)
@@ -60,22 +61,25 @@ class SCOPED_CAPABILITY MutexLock {
 };
 
 // A condition variable bound to one Mutex. Callers loop on their predicate around Wait().
+// On pthread_cond_t rather than std::condition_variable: libkvoffload is loaded into vLLM images
+// we do not build, and GCC 12's std::condition_variable::wait needs GLIBCXX_3.4.30, which the
+// libstdc++ of GCC 11 (Red Hat's UBI 9, under llm-d's vLLM images) lacks; glibc's is the same
+// primitive and every image has it.
 class CondVar {
  public:
   explicit CondVar(Mutex* mu) : mu_(mu) {}
+  ~CondVar() { pthread_cond_destroy(&cv_); }
+  CondVar(const CondVar&) = delete;
+  CondVar& operator=(const CondVar&) = delete;
   // REQUIRES: the bound mutex is held; it is released while waiting and held again on return.
   // (Not annotated: the analysis cannot tell that cv_.mu_ is the caller's mu_.)
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
-    cv_.wait(lock);
-    lock.release();
-  }
-  void SignalAll() { cv_.notify_all(); }
-  void Signal() { cv_.notify_one(); }
+  void Wait() { pthread_cond_wait(&cv_, mu_->mu_.native_handle()); }
+  void SignalAll() { pthread_cond_broadcast(&cv_); }
+  void Signal() { pthread_cond_signal(&cv_); }
 
  private:
   Mutex* const mu_;
-  std::condition_variable cv_;
+  pthread_cond_t cv_ = PTHREAD_COND_INITIALIZER;
 };
 
 }  // namespace kvoffload
