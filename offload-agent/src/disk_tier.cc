@@ -206,8 +206,10 @@ bool DiskTier::Protected(const BlockKey& key) {
   if (first) {
     held->second.fd = ::open(BlockPath(dir_, key).c_str(), OpenFlags(O_RDONLY));
     if (held->second.fd < 0) {
-      // Another process removed it (and gave its bytes back): it is not here any more.
+      const int err = errno;
       held_files_.erase(held);
+      if (err != ENOENT) return false;  // a miss for this hold; the file stays (EMFILE, ...)
+      // Another process removed it (and gave its bytes back): it is not here any more.
       if (it->second.pins == 0) {
         RemoveLocked(key);
       } else {
@@ -221,6 +223,7 @@ bool DiskTier::Protected(const BlockKey& key) {
 }
 
 void DiskTier::ReleaseHold(const BlockKey& key) {
+  if (!options_.config.shared || slots_) return;  // Protected opened nothing here
   MutexLock lock(&mu_);
   auto it = held_files_.find(key);
   if (it == held_files_.end() || --it->second.holds > 0) return;

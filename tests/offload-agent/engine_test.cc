@@ -235,10 +235,7 @@ TEST(EngineTest, HeldDiskBlocksSurviveTheCascadeAndLoad) {
   EXPECT_EQ(TierOf(*e, b.keys[0]), kTierCpu + 1);
   EXPECT_EQ(TierOf(*e, b.keys[1]), kTierMiss);
   EXPECT_LE(testing::FilesUnder(d0.path()), 2u);
-  Blocks one;
-  one.keys = {b.keys[0]};
-  one.data = {b.data[0]};
-  one.ptrs = {one.data[0].data()};
+  Blocks one = b.One(0);
   ExpectLoadsExactly(*e, one);
   ASSERT_TRUE(e->Release(one.keys).ok());
 }
@@ -278,10 +275,7 @@ TEST(EngineTest, HeldSharedBlocksStayReadableWhenAnotherReplicaRemovesThem) {
   ASSERT_EQ(e->Hold(std::span(&b.keys[0], 1)).prefix, 1u);
   EXPECT_EQ(OpenFds(), fds + 1) << "the held block's file is open";
   ASSERT_TRUE(UnlinkBlockFile(d0.path(), b.keys[0]));
-  Blocks one;
-  one.keys = {b.keys[0]};
-  one.data = {b.data[0]};
-  one.ptrs = {one.data[0].data()};
+  Blocks one = b.One(0);
   ExpectLoadsExactly(*e, one);
   ASSERT_TRUE(e->Release(one.keys).ok());
   EXPECT_EQ(OpenFds(), fds) << "released, its file is closed";

@@ -191,6 +191,14 @@ struct Blocks {
     for (auto& d : b.data) b.ptrs.push_back(d.data());
     return b;
   }
+  // Block i alone, in a buffer of its own.
+  Blocks One(size_t i) const {
+    Blocks b;
+    b.keys = {keys[i]};
+    b.data = {data[i]};
+    b.ptrs = {b.data[0].data()};
+    return b;
+  }
   // Same keys, zeroed buffers to load into.
   Blocks Empty() const {
     Blocks b;
