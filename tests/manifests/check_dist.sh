@@ -34,10 +34,12 @@ case "${what}" in
     cmp "${root}/lib/libkvoffload.so" "${dest}/lib/libkvoffload.so"
     # The library is loaded in the vLLM container, from an image we do not build. It may need
     # glibc and the C++ runtime, which every vLLM image has (torch needs them); anything else
-    # comes from the volume, beside it.
+    # comes from the volume, beside it. (The sanitizer trees' runtimes are allowed: those
+    # builds are checked here too but never shipped.)
     for so in $(readelf -d "${dest}/lib/libkvoffload.so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
       case "${so}" in
         libc.so.6 | libm.so.6 | ld-linux-*.so.2 | libstdc++.so.6 | libgcc_s.so.1 | libcudart.so.*) ;;
+        libasan.so.* | libtsan.so.* | libubsan.so.*) ;;
         *)
           where="$(ldd "${dest}/lib/libkvoffload.so" | awk -v n="${so}" '$1 == n {print $3}')"
           [[ "${where}" == "${dest}/lib/${so}" ]] \
