@@ -30,6 +30,7 @@ VLLM_CACHE_ROOT; later runs skip that."""
 import json
 import os
 import time
+from collections import Counter
 
 import pytest
 import torch
@@ -51,6 +52,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
@@ -142,6 +144,8 @@ class EngineCoreLoop:
                                    block_size=TOKENS_PER_BLOCK, log_stats=True)
         self.block_tables: dict[str, list[int]] = {}
         self.outputs: dict[str, list] = {}
+        # vLLM's connector prefix-cache stats of every step: cached prompt tokens by source.
+        self.hits_by_source: Counter[CacheHitSource] = Counter()
         self.finished_recving: set[str] = set()
         self._random = torch.Generator().manual_seed(0)
 
@@ -205,6 +209,9 @@ class EngineCoreLoop:
         for outputs in self.scheduler.update_from_output(out, runner_output).values():
             for o in outputs.outputs:
                 self.outputs.setdefault(o.request_id, []).append(o)
+            stats = outputs.scheduler_stats
+            if stats is not None and stats.connector_prefix_cache_stats is not None:
+                self.hits_by_source.update(stats.connector_prefix_cache_stats.hits_by_source)
         return out.total_num_scheduled_tokens > 0
 
     def run_until_idle(self, what: str, timeout: float = 30.0) -> None:
@@ -262,6 +269,12 @@ def test_scheduler_loads_what_it_stored_through_the_spec(engine):
     stats = engine.prefill_stats("B")
     assert stats.num_local_cached_tokens == 0
     assert stats.num_external_cached_tokens == FULL_BLOCKS * TOKENS_PER_BLOCK
+    # vLLM's count of cached prompt tokens by source (vllm:prompt_tokens_cached_by_source):
+    # the blocks pinned RAM could not keep came from disk.
+    by_source = engine.hits_by_source
+    assert set(by_source) <= {CacheHitSource.HOST, CacheHitSource.DISK}, by_source
+    assert sum(by_source.values()) == FULL_BLOCKS * TOKENS_PER_BLOCK
+    assert by_source.get(CacheHitSource.DISK, 0) > 0, by_source
     assert "B" in engine.finished_recving, "B's load never completed through finished_recving"
     loaded = engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]]
     differ = [i for i in range(FULL_BLOCKS) if not torch.equal(held[:, i], loaded[:, i])]

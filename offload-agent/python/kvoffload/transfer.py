@@ -158,10 +158,10 @@ class TransferCore:
         engine's hit and query counts stay those of serving."""
         return [t >= 0 for t in self.engine.where(self._keys(block_keys, generation))]
 
-    def hold(self, block_keys: Sequence[bytes], generation: int = 0) -> int:
+    def hold(self, block_keys: Sequence[bytes], generation: int = 0) -> list[int]:
         """Holds the longest stored prefix of blocks so that no eviction takes them until
-        release(); returns its length."""
-        return len(self.engine.hold(self._keys(block_keys, generation)))
+        release(); returns the tier of each held block (0 = pinned host, 1+i = disk tier i)."""
+        return self.engine.hold(self._keys(block_keys, generation))
 
     def release(self, block_keys: Sequence[bytes], generation: int = 0) -> None:
         self.engine.release(self._keys(block_keys, generation))

@@ -66,6 +66,7 @@ from vllm.v1.kv_offload.base import (
     TransferResult,
 )
 from vllm.v1.kv_offload.config import OffloadingConfig
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from kvoffload import metrics as metrics_mod
 from kvoffload import ranks as ranks_mod
@@ -207,6 +208,7 @@ class KVOffloadManager(OffloadingManager):
         self._metrics = metrics_mod.MetricsReporter(metrics_interval_s)
         self._storing: set[OffloadKey] = set()
         self._step_holds: Counter[OffloadKey] = Counter()
+        self._hit_tiers: dict[OffloadKey, int] = {}  # this step's hits: the tier of each
         self._generation = 0  # key generation, moved on by reset_cache
         # For events: engine key -> OffloadKey, and the tiers each named block is in now.
         self._names: dict[tuple[int, int], OffloadKey] = {}
@@ -216,10 +218,21 @@ class KVOffloadManager(OffloadingManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if key in self._storing:
             return LookupResult.HIT_PENDING
-        if self._ranks.hold(key, self._generation):
-            self._step_holds[key] += 1
-            return LookupResult.HIT
-        return LookupResult.MISS
+        tier = self._ranks.hold(key, self._generation)
+        if tier is None:
+            return LookupResult.MISS
+        self._step_holds[key] += 1
+        self._hit_tiers[key] = tier
+        return LookupResult.HIT
+
+    def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
+        """Where this step's hit on the block comes from, for vLLM's per-source count of
+        cached prompt tokens (vllm:prompt_tokens_cached_by_source): HOST for the pinned tier,
+        DISK for a disk tier, as vLLM's own tiering reports them."""
+        tier = self._hit_tiers.get(key)
+        if tier is None:
+            return CacheHitSource.EXTERNAL_UNSPECIFIED
+        return CacheHitSource.HOST if tier == 0 else CacheHitSource.DISK
 
     def prepare_load(self, keys: Collection[OffloadKey],
                      req_context: ReqContext) -> LoadStoreSpec:
@@ -227,7 +240,7 @@ class KVOffloadManager(OffloadingManager):
         for key in keys:
             if self._step_holds[key] > 0:
                 self._step_holds[key] -= 1
-            elif not self._ranks.hold(key, self._generation):
+            elif self._ranks.hold(key, self._generation) is None:
                 # vLLM loads only what a lookup reported; this block was not looked up this
                 # step and is gone now. Its load fails and vLLM reports it.
                 logger.error("kvoffload: block %s is loaded without a lookup hit and is not "
@@ -238,6 +251,7 @@ class KVOffloadManager(OffloadingManager):
         return KVOffloadLoadStoreSpec(list(keys), self._generation, held)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self._hit_tiers.clear()
         if self._step_holds:
             self._ranks.release(list(self._step_holds.elements()), self._generation)
             self._step_holds.clear()
@@ -253,6 +267,7 @@ class KVOffloadManager(OffloadingManager):
         if self._step_holds:
             self._ranks.release(list(self._step_holds.elements()), self._generation)
         self._step_holds = Counter()
+        self._hit_tiers.clear()
         # Keys stored under the old generation never complete_store (vLLM skips stale jobs):
         # left here they would answer HIT_PENDING forever.
         self._storing.clear()
