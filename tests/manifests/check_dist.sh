@@ -47,8 +47,8 @@ case "${what}" in
       esac
     done
     # And the oldest of those runtimes it must load with: glibc 2.34 and GCC 11's libstdc++
-    # (GLIBCXX_3.4.29), as in Red Hat's UBI 9, the base of llm-d's vLLM images; Ubuntu 22.04
-    # (vLLM's own images) and Debian 12 have newer ones.
+    # (GLIBCXX_3.4.29), as in Red Hat's UBI 9, the base of vLLM's Dockerfile.ubi images;
+    # Ubuntu 22.04 (vLLM's own images) and Debian 12 have newer ones.
     for lib in "${dest}"/lib/*.so*; do
       for floor in GLIBC:2.34 GLIBCXX:3.4.29; do
         v="$({ objdump -T "${lib}" | grep -o "${floor%%:*}_[0-9][0-9.]*" || true; } \

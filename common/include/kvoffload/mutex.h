@@ -63,8 +63,8 @@ class SCOPED_CAPABILITY MutexLock {
 // A condition variable bound to one Mutex. Callers loop on their predicate around Wait().
 // On pthread_cond_t rather than std::condition_variable: libkvoffload is loaded into vLLM images
 // we do not build, and GCC 12's std::condition_variable::wait needs GLIBCXX_3.4.30, which the
-// libstdc++ of GCC 11 (Red Hat's UBI 9, under llm-d's vLLM images) lacks; glibc's is the same
-// primitive and every image has it.
+// libstdc++ of GCC 11 (Red Hat's UBI 9, the base of vLLM's Dockerfile.ubi images) lacks;
+// glibc's is the same primitive and every image has it.
 class CondVar {
  public:
   explicit CondVar(Mutex* mu) : mu_(mu) {}
