@@ -201,7 +201,7 @@ bool DiskTier::Protected(const BlockKey& key) {
   MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.evicting || it->second.doomed) return false;
-  if (!options_.config.shared || slots_) return true;
+  if (!HoldsFilesOpen()) return true;
   auto [held, first] = held_files_.try_emplace(key);
   if (first) {
     held->second.fd = ::open(BlockPath(dir_, key).c_str(), OpenFlags(O_RDONLY));
@@ -223,7 +223,7 @@ bool DiskTier::Protected(const BlockKey& key) {
 }
 
 void DiskTier::ReleaseHold(const BlockKey& key) {
-  if (!options_.config.shared || slots_) return;  // Protected opened nothing here
+  if (!HoldsFilesOpen()) return;  // Protected opened nothing here
   MutexLock lock(&mu_);
   auto it = held_files_.find(key);
   if (it == held_files_.end() || --it->second.holds > 0) return;
@@ -232,6 +232,7 @@ void DiskTier::ReleaseHold(const BlockKey& key) {
 }
 
 int DiskTier::DupHeldFile(const BlockKey& key) {
+  if (!HoldsFilesOpen()) return -1;  // no lock taken on the other tiers' reads
   MutexLock lock(&mu_);
   auto it = held_files_.find(key);
   return it == held_files_.end() ? -1 : ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);

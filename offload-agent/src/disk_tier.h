@@ -234,6 +234,8 @@ class DiskTier {
     uint32_t holds = 0;
   };
   std::unordered_map<BlockKey, HeldFile, BlockKeyHash> held_files_ GUARDED_BY(mu_);
+  // Shared tiers keep a file per block, and only they open the files of held blocks.
+  bool HoldsFilesOpen() const { return options_.config.shared && !slots_; }
   // A descriptor of the held block's file for one read (the caller closes it), or -1.
   int DupHeldFile(const BlockKey& key) EXCLUDES(mu_);
   // Files of evicted blocks, renamed to temp names, still counted in the ledger, waiting to

@@ -374,6 +374,12 @@ class KVOffloadWorker(OffloadingWorker):
         self._finished: list[TransferResult] = []
         self._yield_to_copies = core.device == "host"
 
+    def _release_load_holds(self, spec: KVOffloadLoadStoreSpec) -> None:
+        """A load is over on this rank (done, failed or refused): the holds the manager
+        handed it end here, in this rank's engine."""
+        if spec.held:
+            self._core.release(spec.held, spec.generation)
+
     def _submit(self, job_id: int, spec: KVOffloadLoadStoreSpec, block_ids,
                  is_store: bool) -> bool:
         keys = spec.keys
@@ -381,7 +387,7 @@ class KVOffloadWorker(OffloadingWorker):
             logger.error("kvoffload: job %d pairs %d keys with %d GPU blocks", job_id,
                          len(keys), len(block_ids))
             if not is_store:
-                self._core.release(spec.held, spec.generation)
+                self._release_load_holds(spec)
             return False
         start = time.perf_counter()
         try:
@@ -392,7 +398,7 @@ class KVOffloadWorker(OffloadingWorker):
             if is_store:
                 self._finished.append(TransferResult(job_id, True, 0, 0.0))
                 return True
-            self._core.release(spec.held, spec.generation)
+            self._release_load_holds(spec)
             return False
         self._jobs[job_id] = _Job(engine_job, is_store, self._core.transfer_bytes(len(keys)),
                                   start, spec)
@@ -414,8 +420,7 @@ class KVOffloadWorker(OffloadingWorker):
     def _finish(self, job_id: int, ok: bool, error: Exception | None) -> None:
         _, is_store, size, start, spec = self._jobs.pop(job_id)
         if not is_store:
-            # This rank has read the blocks (or never will): the load's holds end here.
-            self._core.release(spec.held, spec.generation)
+            self._release_load_holds(spec)  # this rank has read the blocks, or never will
         seconds = time.perf_counter() - start
         if error is not None:
             logger.warning("kvoffload: %s job %d failed: %s", "store" if is_store else "load",
