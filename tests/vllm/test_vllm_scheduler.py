@@ -53,6 +53,7 @@ from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
+from vllm.v1.kv_offload.base import make_offload_key
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
@@ -65,6 +66,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from conftest import AGENT_CASE, golden_kv_transfer_config, scaled_env
+from kvoffload.transfer import engine_key
 from kvoffload.vllm import KVOffloadAgentSpec
 
 TOKENS_PER_BLOCK = 16
@@ -149,11 +151,15 @@ class EngineCoreLoop:
         self.finished_recving: set[str] = set()
         self._random = torch.Generator().manual_seed(0)
 
-    def add(self, req_id: str, prompt: list[int], max_tokens: int) -> None:
+    def add(self, req_id: str, prompt: list[int], max_tokens: int,
+            kv_transfer_params: dict | None = None) -> None:
+        """kv_transfer_params: what a client sends in its request's kv_transfer_params field,
+        which vLLM's OpenAI server passes on in the sampling parameters' extra_args."""
+        extra = None if kv_transfer_params is None else {"kv_transfer_params": kv_transfer_params}
         self.scheduler.add_request(Request(
             request_id=req_id, prompt_token_ids=prompt,
-            sampling_params=SamplingParams(max_tokens=max_tokens), pooling_params=None,
-            block_hasher=self.block_hasher))
+            sampling_params=SamplingParams(max_tokens=max_tokens, extra_args=extra),
+            pooling_params=None, block_hasher=self.block_hasher))
 
     def _forward(self, out) -> None:
         """Writes the KV of the tokens this step computes, and only those, into their slots
@@ -381,3 +387,36 @@ def test_connector_reset_while_storing_leaves_no_block_pending(engine):
     assert engine.prefill_stats("B").num_external_cached_tokens == FULL_BLOCKS * TOKENS_PER_BLOCK
     assert torch.equal(held, engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]])
     assert _core(engine).engine.stats()["held_blocks"] == 0
+
+
+@pytest.mark.parametrize("tiers, disk_serves", [([], False), ([{"medium": "cpu"}], False),
+                                                ([{"medium": "STORAGE"}], True), (None, True)])
+def test_a_requests_kv_load_tiers_choose_the_tiers_it_loads_from(engine, tiers, disk_serves):
+    """A client (a router such as llm-d) can restrict where one request's KV may load from
+    with kv_transfer_params {"kv_load_tiers": [...]}: vLLM parses it into the request's tier
+    filter. As in vLLM's own tiering the CPU tier always serves; a block only the disk tiers
+    hold is a miss unless the filter admits STORAGE."""
+    prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+    engine.add("A", prompt_a, max_tokens=2)
+    engine.run_until_idle("request A and its stores")
+    assert engine.scheduler.reset_prefix_cache()
+    # Where A's blocks are now: the pinned tier keeps 2 of them, the rest went to disk.
+    tiers_of_a = _core(engine).engine.where(
+        [engine_key(k) for k in offload_keys_of(engine, prompt_a)[:FULL_BLOCKS]])
+    assert sorted(tiers_of_a) == [0, 0, 1, 1], tiers_of_a
+    engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1,
+               kv_transfer_params=None if tiers is None else {"kv_load_tiers": tiers})
+    engine.run_until_idle("request B")
+    served = FULL_BLOCKS if disk_serves else \
+        next((i for i, t in enumerate(tiers_of_a) if t != 0), FULL_BLOCKS)
+    assert engine.prefill_stats("B").num_external_cached_tokens == served * TOKENS_PER_BLOCK
+    assert _core(engine).engine.stats()["held_blocks"] == 0
+
+
+def offload_keys_of(engine, prompt):
+    """The offload keys vLLM's connector gives the full blocks of a prompt (one block per key,
+    group 0)."""
+    req = Request(request_id="keys", prompt_token_ids=prompt,
+                  sampling_params=SamplingParams(max_tokens=1), pooling_params=None,
+                  block_hasher=engine.block_hasher)
+    return [make_offload_key(h, 0) for h in req.block_hashes]

@@ -199,7 +199,10 @@ class KVOffloadManager(OffloadingManager):
     Events: rank 0's residency feed says which block entered or left which tier; they are
     reported as vLLM OffloadingEvents, the pinned host tier as Medium.CPU and disk tier i as
     Medium.STORAGE owned by "disk<i>". A block is named by the OffloadKey it was stored under
-    in this process; blocks recovered from a persistent tier at start are not announced."""
+    in this process; blocks recovered from a persistent tier at start are not announced.
+
+    Per-request tier choice: a request's kv_load_tiers (vLLM's load_tier_filter) can leave
+    the disk tiers out; a block found only on disk is then a miss for that request."""
 
     def __init__(self, ranks: ranks_mod.RankGroup, enable_events: bool,
                  metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_SECONDS):
@@ -220,6 +223,13 @@ class KVOffloadManager(OffloadingManager):
             return LookupResult.HIT_PENDING
         tier = self._ranks.hold(key, self._generation)
         if tier is None:
+            return LookupResult.MISS
+        if tier > 0 and not req_context.load_tier_filter.allows(*_DISK_TIER_PLACE):
+            # The request's kv_load_tiers leave the disk tiers out (vLLM parses it from its
+            # kv_transfer_params; [] or [{"medium": "CPU"}] mean pinned RAM only). As in
+            # vLLM's own tiering, the CPU tier always serves. The engines counted the hold as
+            # a hit: the block was there.
+            self._ranks.release([key], self._generation)
             return LookupResult.MISS
         self._step_holds[key] += 1
         self._hit_tiers[key] = tier
@@ -341,11 +351,17 @@ class KVOffloadManager(OffloadingManager):
             run.keys.append(name)
 
 
+# Where vLLM's per-request tier filter (kv_load_tiers) sees every disk tier: a file system
+# mounted in the pod, whether emptyDir or a PVC shared with other replicas.
+_DISK_TIER_PLACE = (Medium.STORAGE, Locality.LOCAL)
+
+
 def _offloading_event(tier: int, removed: bool) -> OffloadingEvent:
     if tier == 0:
         return OffloadingEvent(keys=[], medium=Medium.CPU, removed=removed)
-    return OffloadingEvent(keys=[], medium=Medium.STORAGE, removed=removed,
-                           locality=Locality.LOCAL, ownership=f"disk{tier - 1}",
+    medium, locality = _DISK_TIER_PLACE
+    return OffloadingEvent(keys=[], medium=medium, removed=removed,
+                           locality=locality, ownership=f"disk{tier - 1}",
                            removal_expected=True)
 
 
