@@ -38,6 +38,7 @@ from vllm import SamplingParams
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
+    KVEventsConfig,
     KVTransferConfig,
     ModelConfig,
     SchedulerConfig,
@@ -50,10 +51,16 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
     OffloadingConnector,
 )
 from vllm.utils.hashing import get_hash_fn_by_name
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.distributed.kv_events import BlockRemoved, BlockStored
+from vllm.v1.core.kv_cache_utils import (
+    BlockHash,
+    get_request_block_hasher,
+    init_none_hash,
+    maybe_convert_block_hash,
+)
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
-from vllm.v1.kv_offload.base import make_offload_key
+from vllm.v1.kv_offload.base import get_offload_block_hash, make_offload_key
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
@@ -97,7 +104,13 @@ def tiny_llama(tmp_path) -> str:
     return str(model)
 
 
-def vllm_config(model: str) -> VllmConfig:
+def vllm_config(model: str, kv_events: bool = False) -> VllmConfig:
+    """kv_events: vLLM publishes KV cache events (--kv-events-config), the connector's in
+    the self-describing form (token ids and parent hashes, from vLLM's event tracker), as a
+    KV-aware router consuming them would configure it."""
+    transfer = golden_kv_transfer_config(AGENT_CASE)
+    if kv_events:
+        transfer["kv_connector_extra_config"]["self_describing_kv_events"] = True
     config = VllmConfig(
         model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float16",
                                  seed=0, max_model_len=512),
@@ -105,7 +118,8 @@ def vllm_config(model: str) -> VllmConfig:
         # A budget above every prompt: each prefill completes in one step.
         scheduler_config=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=256,
                                          max_model_len=512, is_encoder_decoder=False),
-        kv_transfer_config=KVTransferConfig(**golden_kv_transfer_config(AGENT_CASE)),
+        kv_transfer_config=KVTransferConfig(**transfer),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=kv_events, publisher="null"),
         device_config=DeviceConfig("cpu"))
     # The engine core resolves the layout before any connector is built, taking the one the
     # OffloadingConnector asks for (get_required_kvcache_layout) when the backend allows.
@@ -149,6 +163,10 @@ class EngineCoreLoop:
         # vLLM's connector prefix-cache stats of every step: cached prompt tokens by source.
         self.hits_by_source: Counter[CacheHitSource] = Counter()
         self.finished_recving: set[str] = set()
+        # The KV cache events the scheduler published, GPU's and the connector's.
+        self.kv_events: list = []
+        self.scheduler.kv_event_publisher.publish = \
+            lambda batch: self.kv_events.extend(batch.events)
         self._random = torch.Generator().manual_seed(0)
 
     def add(self, req_id: str, prompt: list[int], max_tokens: int,
@@ -420,3 +438,58 @@ def offload_keys_of(engine, prompt):
                   sampling_params=SamplingParams(max_tokens=1), pooling_params=None,
                   block_hasher=engine.block_hasher)
     return [make_offload_key(h, 0) for h in req.block_hashes]
+
+
+def test_kv_events_of_a_restarted_pod_follow_the_blocks_it_did_not_store(tmp_path, monkeypatch):
+    """A pod restarted on its persistent tier serves blocks stored before the restart. vLLM's
+    event tracker (self-describing KV events, what a KV-aware router reads) records what it
+    needs to describe every block hit, and keeps it until an event says the block left every
+    tier. Such a block is announced in the tier it is found in at its first hit, and its moves
+    and removals after that are reported, so the router hears of it and the tracker forgets it
+    when it is gone (without the events it stayed in the scheduler's memory for the life of
+    the process)."""
+    scaled_env(tmp_path, monkeypatch, block_bytes=len(LAYERS) * PAGE, persistent_only=True)
+    # LRU, so that new blocks push the hit ones out (ARC keeps a hit block against them).
+    monkeypatch.setenv("KVOFFLOAD_EVICTION_POLICY", "lru")
+    model = tiny_llama(tmp_path)
+    prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+    before = EngineCoreLoop(vllm_config(model), kv_cache_config())
+    try:
+        before.add("A", prompt_a, max_tokens=2)
+        before.run_until_idle("request A and its stores")
+    finally:
+        before.shutdown()
+
+    engine = EngineCoreLoop(vllm_config(model, kv_events=True), kv_cache_config())
+    try:
+        engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1)
+        engine.run_until_idle("request B")
+        assert engine.prefill_stats("B").num_external_cached_tokens == \
+            FULL_BLOCKS * TOKENS_PER_BLOCK
+        keys = offload_keys_of(engine, prompt_a)[:FULL_BLOCKS]
+        hashes = [maybe_convert_block_hash(BlockHash(get_offload_block_hash(k))) for k in keys]
+        offloaded = [e for e in engine.kv_events if getattr(e, "medium", None) != "GPU"]
+        announced = {h: e.token_ids for e in offloaded if isinstance(e, BlockStored)
+                     for h in e.block_hashes}
+        for i, h in enumerate(hashes):
+            assert announced.get(h) == prompt_a[i * TOKENS_PER_BLOCK:(i + 1) * TOKENS_PER_BLOCK], \
+                f"block {i} of A, hit after the restart, is not described in a stored event"
+
+        # New prompts (another first token: no block in common with A) push A's blocks out.
+        seen = len(engine.kv_events)
+        for j in range(8):
+            engine.add(f"C{j}", [110 + j] + prompt_a[1:], max_tokens=1)
+            engine.run_until_idle(f"request C{j}")
+        core = _core(engine)
+        assert core.engine.where([engine_key(k) for k in keys]) == [-1] * FULL_BLOCKS, \
+            "A's blocks are still in a tier"
+        removed = {h for e in engine.kv_events[seen:] if isinstance(e, BlockRemoved)
+                   and e.medium != "GPU" for h in e.block_hashes}
+        assert set(hashes) <= removed, "A's blocks left the tiers without a removed event"
+        tracker = engine.scheduler.connector.connector_scheduler._events_tracker
+        kept = list(tracker._pending_event_metadata)
+        where = core.engine.where([engine_key(k) for k in kept])
+        assert [k.hex() for k, t in zip(kept, where) if t < 0] == [], \
+            "vLLM's event tracker keeps blocks that are in no tier"
+    finally:
+        engine.shutdown()

@@ -199,7 +199,8 @@ class KVOffloadManager(OffloadingManager):
     Events: rank 0's residency feed says which block entered or left which tier; they are
     reported as vLLM OffloadingEvents, the pinned host tier as Medium.CPU and disk tier i as
     Medium.STORAGE owned by "disk<i>". A block is named by the OffloadKey it was stored under
-    in this process; blocks recovered from a persistent tier at start are not announced.
+    in this process; one this process did not store (recovered from a persistent tier at
+    start, or a shared tier's block from another replica) is announced at its first hit.
 
     Per-request tier choice: a request's kv_load_tiers (vLLM's load_tier_filter) can leave
     the disk tiers out; a block found only on disk is then a miss for that request."""
@@ -216,6 +217,12 @@ class KVOffloadManager(OffloadingManager):
         # For events: engine key -> OffloadKey, and the tiers each named block is in now.
         self._names: dict[tuple[int, int], OffloadKey] = {}
         self._residency: dict[tuple[int, int], set[int]] = {}
+        # Blocks named at a hit on a disk tier and not in the CPU tier since. vLLM's event
+        # tracker counts every hit block as in its CPU tier (vLLM's own tiering promotes each
+        # hit there) and keeps what it recorded of it until an event removes it from there;
+        # our load promotes too, but not when no pinned slot is free: such a block's last
+        # removal then comes with a CPU one.
+        self._hit_on_disk: set[tuple[int, int]] = set()
         self._events: list[OffloadingEvent] = []
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
@@ -233,7 +240,26 @@ class KVOffloadManager(OffloadingManager):
             return LookupResult.MISS
         self._step_holds[key] += 1
         self._hit_tiers[key] = tier
+        if self._enable_events:
+            self._announce(key, tier)
         return LookupResult.HIT
+
+    def _announce(self, key: OffloadKey, tier: int) -> None:
+        """A hit on a block this process did not store (recovered from a persistent tier at
+        start, or stored by another replica in a shared one) names it from now on, and
+        reports it stored in the tier it was found in: the residency feed then has a name
+        for its later changes, and vLLM's event tracker, which keeps what it recorded of
+        a hit block until a removal event for it, gets that event."""
+        k = engine_key(key, self._generation)
+        if k in self._names:
+            return
+        self._names[k] = key
+        self._residency[k] = {tier}
+        if tier > 0:
+            self._hit_on_disk.add(k)
+        event = _offloading_event(tier, removed=False)
+        event.keys.append(key)
+        self._events.append(event)
 
     def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
         """Where this step's hit on the block comes from, for vLLM's per-source count of
@@ -283,6 +309,7 @@ class KVOffloadManager(OffloadingManager):
         self._storing.clear()
         self._names.clear()
         self._residency.clear()
+        self._hit_on_disk.clear()
         self._events.clear()
         self._generation += 1
 
@@ -336,19 +363,32 @@ class KVOffloadManager(OffloadingManager):
             name = self._names.get(ev.key)
             if name is None:
                 continue
-            tiers = self._residency.setdefault(ev.key, set())
+            from_cpu_too = False
             if ev.removed:
+                tiers = self._residency.get(ev.key)
+                if tiers is None or ev.tier not in tiers:
+                    # A block named at a hit was reported in one tier only: a removal
+                    # from another (or an older one still in the feed) was never announced.
+                    continue
                 tiers.discard(ev.tier)
                 if not tiers:  # gone from every tier
                     del self._residency[ev.key]
                     del self._names[ev.key]
+                    from_cpu_too = ev.key in self._hit_on_disk
+                    self._hit_on_disk.discard(ev.key)
             else:
-                tiers.add(ev.tier)
+                self._residency.setdefault(ev.key, set()).add(ev.tier)
+                if ev.tier == 0:
+                    self._hit_on_disk.discard(ev.key)
             # Consecutive changes of one tier and direction become one OffloadingEvent.
             if run is None or run.removed != ev.removed or run_tier != ev.tier:
                 run, run_tier = _offloading_event(ev.tier, ev.removed), ev.tier
                 self._events.append(run)
             run.keys.append(name)
+            if from_cpu_too:
+                run, run_tier = _offloading_event(0, removed=True), 0
+                self._events.append(run)
+                run.keys.append(name)
 
 
 # Where vLLM's per-request tier filter (kv_load_tiers) sees every disk tier: a file system
