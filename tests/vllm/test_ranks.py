@@ -13,11 +13,12 @@ import pytest
 import torch
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, LookupResult, ReqContext
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from kvoffload import ranks, settings
 from kvoffload.vllm import rank_share
-from test_vllm_spec import (END_OF_STEP, PAGE, SLOT, TENSORS, agent_extra, kv_caches,
-                            offload_keys, offloading_config, scaled_env)
+from test_vllm_spec import (END_OF_STEP, MEDIUM_OF_TIER, PAGE, SLOT, TENSORS, agent_extra,
+                            kv_caches, offload_keys, offloading_config, residency, scaled_env)
 
 RANKS = 2
 
@@ -146,6 +147,35 @@ def test_a_block_is_a_hit_only_where_every_rank_has_it(two_ranks):
     assert order(conns[1], "shutdown") == "closed"
     with pytest.raises(RuntimeError, match="rank 1"):
         manager.lookup(keys[0], ctx)
+
+
+def test_a_block_first_seen_at_a_hit_is_announced_where_rank_0_has_it(two_ranks):
+    """The KV events are rank 0's residency feed. A block this scheduler did not store (as
+    after a restart on a persistent tier) is announced at its first hit, in rank 0's tier of
+    it, even where another rank keeps its shard elsewhere; the load still counts the farthest
+    tier."""
+    engine_id, conns = two_ranks
+    keys = offload_keys(3, salt=b"announce")
+    storing = OffloadingSpecFactory.create_spec(rank_config(engine_id, 0)).get_manager()
+    ctx = ReqContext(req_id="r")
+    out = storing.prepare_store(keys[:1], ctx)
+    for conn in conns:
+        assert order(conn, "store", 1, out.store_spec, [0], 10)[0] == [(1, True)]
+    storing.complete_store(keys[:1], ctx)
+    # Rank 1 alone stores two more blocks: its 2 pinned slots push the first one to disk.
+    more = type(out.store_spec)(keys[1:], out.store_spec.generation)
+    assert order(conns[1], "store", 2, more, [1, 2], 20)[0] == [(2, True)]
+    group = ranks.RankGroup([ranks.RemoteRank(engine_id, r) for r in range(RANKS)])
+    assert group.hold(keys[0], 0) == [0, 1]
+    group.release([keys[0]], 0)
+    group.close()
+
+    manager = OffloadingSpecFactory.create_spec(rank_config(engine_id, 0)).get_manager()
+    assert manager.lookup(keys[0], ctx) is LookupResult.HIT
+    assert manager.get_load_source(keys[0], ctx) is CacheHitSource.DISK
+    assert residency(manager.take_events()) == {keys[0]: {MEDIUM_OF_TIER[0]}}
+    manager.on_schedule_end(END_OF_STEP)
+    assert [held(engine_id, r) for r in range(RANKS)] == [0, 0]
 
 
 def test_ranks_out_of_reach_refuse_the_start(tmp_path, monkeypatch):

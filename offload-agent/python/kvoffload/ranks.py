@@ -195,14 +195,15 @@ class RankGroup:
         return [r.result() if isinstance(r, RemoteRank) else local[id(r)]
                 for r in self._ranks]
 
-    def hold(self, key: bytes, generation: int) -> int | None:
-        """Holds one block on every rank; returns the farthest tier a rank has it in (0 =
-        pinned host, 1+i = disk tier i: what the load will wait for), or None when some rank
-        lacks it (its store failed, it evicted it, its shard file is gone after a restart):
-        the holds taken are then given back and the block is a miss everywhere."""
+    def hold(self, key: bytes, generation: int) -> list[int] | None:
+        """Holds one block on every rank; returns the tier each rank has it in, in rank order
+        (0 = pinned host, 1+i = disk tier i; the farthest is what the load will wait for), or
+        None when some rank lacks it (its store failed, it evicted it, its shard file is gone
+        after a restart): the holds taken are then given back and the block is a miss
+        everywhere."""
         held = self._all("hold", [key], generation)
         if all(len(tiers) == 1 for tiers in held):
-            return max(tiers[0] for tiers in held)
+            return [tiers[0] for tiers in held]
         partial = [r for r, tiers in zip(self._ranks, held) if len(tiers) == 1]
         if partial:
             RankGroup(partial).release([key], generation)

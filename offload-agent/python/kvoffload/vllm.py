@@ -228,9 +228,10 @@ class KVOffloadManager(OffloadingManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         if key in self._storing:
             return LookupResult.HIT_PENDING
-        tier = self._ranks.hold(key, self._generation)
-        if tier is None:
+        tiers = self._ranks.hold(key, self._generation)
+        if tiers is None:
             return LookupResult.MISS
+        tier = max(tiers)  # where the load has to read it from on some rank
         if tier > 0 and not req_context.load_tier_filter.allows(*_DISK_TIER_PLACE):
             # The request's kv_load_tiers leave the disk tiers out (vLLM parses it from its
             # kv_transfer_params; [] or [{"medium": "CPU"}] mean pinned RAM only). As in
@@ -241,7 +242,7 @@ class KVOffloadManager(OffloadingManager):
         self._step_holds[key] += 1
         self._hit_tiers[key] = tier
         if self._enable_events:
-            self._announce(key, tier)
+            self._announce(key, tiers[0])  # the events are rank 0's
         return LookupResult.HIT
 
     def _announce(self, key: OffloadKey, tier: int) -> None:
