@@ -41,7 +41,8 @@ def model(tmp_path_factory):
 
 
 def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor="uni",
-               corrupt_loads=False, extra=None, tensor_parallel=1, log_stats=False):
+               corrupt_loads=False, extra=None, tensor_parallel=1, log_stats=False,
+               max_model_len=512):
     """One vLLM engine in a fresh process; cpu_slots None = no connector. Tier settings reach
     the adapter as the webhook passes them, through KVOFFLOAD_* env. With two ranks the pod's
     pinned RAM is cpu_slots shard slots per rank: each rank gets its share."""
@@ -54,7 +55,7 @@ def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor
         env["KVOFFLOAD_TIERS"] = json.dumps(list(tiers))
     spec = {"model": model, "connector": None if cpu_slots is None else (extra or {}),
             "executor": executor, "tensor_parallel": tensor_parallel, "gpu_blocks": GPU_BLOCKS, "corrupt_loads": corrupt_loads,
-            "log_stats": log_stats, "phases": phases}
+            "log_stats": log_stats, "max_model_len": max_model_len, "phases": phases}
     run_file, result_file = tmp_path / f"{name}.run.json", tmp_path / f"{name}.result.json"
     run_file.write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(HERE / "real_engine.py"), str(run_file),
@@ -209,3 +210,31 @@ def test_tensor_parallel_ranks_agree_on_every_hit(model, baseline, tmp_path):
         assert s["loaded_blocks"] == 0, f"rank {rank} loaded a block the other rank lacks"
         assert s2["loaded_blocks"] == LOADED, f"rank {rank}"
         assert s2["failed_loads"] == 0, f"rank {rank}"
+
+
+def test_a_model_with_sliding_window_layers_loads_both_cache_groups(tmp_path):
+    """Gemma 3's layout (tiny_model.make_hybrid): vLLM keeps the sliding-window layers and the
+    full-attention ones in two KV cache groups, and its scheduler offloads and loads each
+    group's blocks under keys of their own, the sliding-window group only those its window
+    reaches. The same workload as the Llama's: tokens equal to the run without a connector,
+    and noise over the loaded blocks changes every second answer."""
+    model = tiny_model.make_hybrid(str(tmp_path / "tiny-gemma3"))
+    phases = [["generate", FIRST], ["generate", AGAIN]]
+    # vLLM's memory check for two groups in 24 blocks admits at most 352 tokens a request.
+    runs = {name: run_engine(tmp_path, name, model, phases, max_model_len=320, **kw)
+            for name, kw in (("baseline", {}), ("pinned", {"cpu_slots": 64}),
+                             ("corrupt", {"cpu_slots": 64, "corrupt_loads": True}))}
+    baseline = [p["tokens"] for p in runs["baseline"]["phases"]]
+    first, again = runs["pinned"]["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["tokens"] == baseline[1], "tokens differ from the run without a connector"
+    # Per document: its prefix's blocks in the full-attention group, and in the sliding-window
+    # group the ones holding the last SLIDING_WINDOW tokens of the prefix.
+    per_doc = tiny_model.PREFIX_BLOCKS + tiny_model.SLIDING_WINDOW // tiny_model.TOKENS_PER_BLOCK
+    assert first["stats"]["stored_blocks"] == DOCS * per_doc
+    assert again["stats"]["loaded_blocks"] == len(AGAIN) * per_doc
+    assert again["stats"]["failed_loads"] == 0
+    corrupt = runs["corrupt"]["phases"][1]
+    assert corrupt["stats"]["loaded_blocks"] == len(AGAIN) * per_doc
+    changed = [a != b for a, b in zip(corrupt["tokens"], baseline[1])]
+    assert all(changed), f"output unchanged by corrupted KV for requests {changed}"

@@ -16,6 +16,7 @@ import pytest
 import torch
 from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
 from vllm.v1.kv_offload.base import (
+    CanonicalKVCacheRef,
     CanonicalKVCaches,
     CanonicalKVCacheTensor,
     GPULoadStoreSpec,
@@ -388,6 +389,23 @@ def test_write_back_seconds_must_be_a_duration(tmp_path, monkeypatch):
         offloading_config({**agent_extra(), "write_back_seconds": "soon"}))
     with pytest.raises(ValueError, match="write_back_seconds='soon' is not a number"):
         spec.get_worker(kv_caches())
+
+
+def test_cache_groups_over_different_tensors_are_refused(tmp_path, monkeypatch):
+    """A block id is a row of every KV tensor to the engine: right where the groups share
+    their tensors (test_real_engine's sliding-window model), wrong where each group owns its
+    own, whose loads would then write over the other group's rows."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
+    shared = kv_caches()
+    shared.group_data_refs = [[CanonicalKVCacheRef(i, PAGE) for i in range(TENSORS)]] * 2
+    spec.get_worker(shared).shutdown()
+    own = kv_caches()
+    own.group_data_refs = [[CanonicalKVCacheRef(i, PAGE)] for i in range(TENSORS)]
+    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
+    with pytest.raises(ValueError, match=r"groups use different tensors \(\[\[0\], \[1\]\]\).*"
+                                         "vllm-native"):
+        spec.get_worker(own)
 
 
 def test_through_vllm_connector_worker(tmp_path, monkeypatch):

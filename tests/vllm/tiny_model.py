@@ -35,6 +35,30 @@ def make(path: str, layers: int = LAYERS, hidden: int = 256, intermediate: int =
     return path
 
 
+# The hybrid model: Gemma 3's layout, sliding-window layers between full-attention ones.
+SLIDING_WINDOW = 64
+
+
+def make_hybrid(path: str) -> str:
+    """A tiny Gemma 3 (text) with the tests' sizes: layers 0 and 2 attend to the last
+    SLIDING_WINDOW tokens, 1 and 3 to all. vLLM keeps such a model's KV in two cache groups
+    over shared tensors (a tensor row holds one layer of each group), so the connector
+    offloads each group's blocks under keys of its own. Untied output embeddings: with
+    Gemma's tied ones the argmax is the input token, whatever the KV says."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=LAYERS,
+        num_attention_heads=4, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096,
+        initializer_range=0.2, tie_word_embeddings=False, sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"] * (LAYERS // 2))
+    Gemma3ForCausalLM(config).to(torch.float32).save_pretrained(path)
+    _tokenizer().save_pretrained(path)
+    return path
+
+
 def block_bytes(path: str) -> int:
     """Bytes of one vLLM block (all layers, K and V, fp32) of the model saved at path."""
     c = json.loads(open(os.path.join(path, "config.json")).read())

@@ -609,6 +609,18 @@ class KVOffloadAgentSpec(OffloadingSpec):
             if len(pages) != 1:
                 raise ValueError(f"KVOffloadAgentSpec: KV tensors with page sizes "
                                  f"{sorted(pages)}; one engine needs one block size")
+            # A block id of any KV cache group is a row of every tensor here. That holds
+            # where the groups share their tensors (vLLM's layout for sliding-window and
+            # full-attention layers: a row holds one layer of each group); where groups own
+            # different tensors, loading one group's block would write over another's rows.
+            groups = {frozenset(ref.tensor_idx for ref in refs)
+                      for refs in kv_caches.group_data_refs}
+            if len(groups) > 1:
+                raise ValueError(
+                    "KVOffloadAgentSpec: this model's KV cache groups use different tensors "
+                    f"({sorted(sorted(g) for g in groups)}); agent mode offloads models whose "
+                    "groups share them (full and sliding-window attention): run this pod in "
+                    "vllm-native mode (annotation kvoffload.io/mode: vllm-native)")
             write_back_s = self._write_back_s()
             p = self.config.parallel
             engine, engines = pod_engines(p, get_current_vllm_config_or_none())
