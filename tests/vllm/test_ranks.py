@@ -147,6 +147,10 @@ def test_a_block_is_a_hit_only_where_every_rank_has_it(two_ranks):
     assert order(conns[1], "shutdown") == "closed"
     with pytest.raises(RuntimeError, match="rank 1"):
         manager.lookup(keys[0], ctx)
+    # vLLM's scheduler shutdown closes the links, the one to a rank already gone too.
+    manager.shutdown()
+    with pytest.raises(RuntimeError, match="rank 0 is gone"):
+        manager.lookup(keys[0], ctx)
 
 
 def test_a_block_first_seen_at_a_hit_is_announced_where_rank_0_has_it(two_ranks):

@@ -351,6 +351,11 @@ class KVOffloadManager(OffloadingManager):
         metrics); vLLM's Prometheus logger exports them on /metrics."""
         return self._metrics.take(self._ranks.take_metrics)
 
+    def shutdown(self) -> None:
+        """vLLM's scheduler stops: its links to the ranks' engines close here (each worker
+        closes its engine in its own shutdown)."""
+        self._ranks.close()
+
     def take_events(self) -> Iterable[OffloadingEvent]:
         if self._enable_events:
             self._drain_events()
