@@ -12,6 +12,7 @@ from the libkvoffload engine's stats; each configuration runs in a fresh process
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -140,7 +141,9 @@ def test_corrupted_loads_change_the_output(model, baseline, tmp_path):
 
 def test_restart_on_a_persistent_tier_hits_every_block(model, baseline, tmp_path):
     """Graceful shutdown writes the blocks only pinned RAM holds to the persistent tier, so a
-    new engine on that tier loads every block the first one stored."""
+    new engine on that tier loads every block the first one stored. Then other weights in the
+    same model directory (a KServe pod always serves /mnt/models): none of them is loaded."""
+    model = str(shutil.copytree(model, tmp_path / "mnt-models"))
     tiers = [disk_tier(tmp_path, "kv-cache-0", 64, kind="pvcRef")]
     before = run_engine(tmp_path, "before-restart", model, [["generate", FIRST]],
                         cpu_slots=8, tiers=tiers)
@@ -153,6 +156,15 @@ def test_restart_on_a_persistent_tier_hits_every_block(model, baseline, tmp_path
     assert stats["loaded_blocks"] == STORED
     assert stats["stored_blocks"] == 0
     assert after["phases"][0]["tokens"][:len(AGAIN)] == baseline[1]
+    # The engine's start line names the weights' digest in its fingerprint.
+    assert f"(model {model}, revision weights=" in after["stderr"], after["stderr"][-4000:]
+
+    tiny_model.make(model, seed=1)
+    new_weights = run_engine(tmp_path, "new-weights", model, [["generate", again_all]],
+                             cpu_slots=8, tiers=tiers)
+    stats = new_weights["phases"][0]["stats"]
+    assert stats["loaded_blocks"] == 0, "blocks of the old weights were loaded"
+    assert stats["stored_blocks"] == STORED
 
 
 def test_mp_executor_loads_from_the_pinned_tier(model, baseline, tmp_path):

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -40,7 +41,7 @@ from conftest import (golden_env, golden_kv_transfer_config, scaled_env, slot_by
                       tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import engine_key
-from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, pod_engines
+from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines
 
 PAGE = 4096
 TENSORS = 2
@@ -50,7 +51,7 @@ SLOT = slot_bytes(PAGE * TENSORS)
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-def offloading_config(extra, dtype="float16", world_size=1, engine_id="engine-0"):
+def offloading_config(extra, dtype="float16", world_size=1, engine_id="engine-0", model=MODEL):
     parallel = OffloadingParallelConfig(
         rank=0, world_size=world_size, tp_size=world_size, pp_size=1, pcp_size=1, dcp_size=1,
         data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
@@ -60,7 +61,7 @@ def offloading_config(extra, dtype="float16", world_size=1, engine_id="engine-0"
                                       group_id=0),),
         worker_kv_bytes_per_block=PAGE * TENSORS, enable_kv_cache_events=True,
         extra_config=extra, engine_id=engine_id,
-        model=OffloadingModelConfig(name=MODEL, dtype=dtype),
+        model=OffloadingModelConfig(name=model, dtype=dtype),
         cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
         parallel=parallel, kv_cache_layout="NHD")
 
@@ -332,6 +333,53 @@ def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, mo
                 f"blocks served under a changed fingerprint {extra_change or config_change}"
         finally:
             worker.shutdown()
+
+
+def test_new_weights_in_the_model_directory_scope_anew(tmp_path, monkeypatch):
+    """KServe starts every model as `vllm serve /mnt/models`, so the name scopes nothing: a
+    persistent tier kept across a change of model (a fine-tune of the same architecture: same
+    sizes, same safetensors header) must not serve the old weights' KV. The same weights
+    downloaded again (new download metadata, new times) keep the tier's blocks."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS, persistent_only=True)
+    models = tmp_path / "mnt-models"
+    (models / ".cache" / "huggingface").mkdir(parents=True)
+    (models / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    weights = models / "model.safetensors"
+    rng = random.Random(1)
+    weights.write_bytes(rng.randbytes(1 << 20))
+    keys = offload_keys(8, salt=b"weights")
+
+    def restart() -> list[bool]:
+        _, manager, worker, _ = new_spec(agent_extra(), model=str(models))
+        try:
+            hits = [manager.lookup(k, ReqContext("r")) is LookupResult.HIT for k in keys]
+            manager.on_schedule_end(END_OF_STEP)
+            return hits
+        finally:
+            worker.shutdown()
+
+    _, manager, worker, _ = new_spec(agent_extra(), model=str(models))
+    store(manager, worker, keys, range(8), job_id=1)
+    worker.shutdown()
+    weights.write_bytes(weights.read_bytes())
+    (models / ".cache" / "huggingface" / "model.safetensors.metadata").write_text("etag 2\n")
+    assert restart() == [True] * 8, "the same weights, downloaded again, lost the tier"
+    fine_tune = bytearray(weights.read_bytes())
+    fine_tune[4096:] = rng.randbytes(len(fine_tune) - 4096)  # same header, other values
+    weights.write_bytes(bytes(fine_tune))
+    assert restart() == [False] * 8, "blocks of the old weights served to the new ones"
+
+
+def test_model_digest_reads_the_weights_only(tmp_path):
+    assert model_digest(MODEL) is None  # a hub name
+    assert model_digest(str(tmp_path)) is None  # no weight file
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"a" * 300_000)
+    first = model_digest(str(tmp_path))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "README.md").write_text("# another card")
+    assert model_digest(str(tmp_path)) == first
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"b")
+    assert model_digest(str(tmp_path)) != first
 
 
 def dp_engine_config(extra, index, size, local_rank):

@@ -18,14 +18,15 @@ PREFIX_BLOCKS = 4
 
 
 def make(path: str, layers: int = LAYERS, hidden: int = 256, intermediate: int = 512,
-         heads: int = 4, kv_heads: int = 4, max_positions: int = 16384) -> str:
+         heads: int = 4, kv_heads: int = 4, max_positions: int = 16384, seed: int = 0) -> str:
     """Writes the model directory (config.json, safetensors, a tokenizer) and returns its
     path. The defaults are the tests' model; the TTFT benchmark (bench/ttft) makes a larger
-    one with the same code."""
+    one with the same code. Another seed: other weights of the same architecture, as a
+    fine-tune of the same base model has."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate,
                          num_hidden_layers=layers, num_attention_heads=heads,
                          num_key_value_heads=kv_heads, max_position_embeddings=max_positions,

@@ -14,6 +14,7 @@ A block is a hit only when every rank has its shard, and it is held on every ran
 lookup until its load is done."""
 
 import dataclasses
+import hashlib
 import logging
 import os
 import re
@@ -171,16 +172,61 @@ def pod_engines(parallel, vllm_config) -> tuple[int, int]:
     return (parallel.data_parallel_index if local is None else local) % engines, engines
 
 
+# Files of a model directory that say which weights it holds (model_digest), and how much of
+# each is read: a weight file at its start (for safetensors, its header: names, shapes),
+# middle and end, each this long.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_DIGEST_SAMPLE_BYTES = 64 * 1024
+
+
+def model_digest(path: str) -> str | None:
+    """A digest of the weights in model directory `path`, or None when it is not a directory
+    (a hub name) or holds no weight file. KServe starts every model as `vllm serve
+    /mnt/models`, so the model name scopes nothing there: without this, a persistent tier
+    kept across a change of the LLMInferenceService's model (a fine-tune of the same
+    architecture, or two services on one PVC) would serve one model's KV to the other.
+
+    Read: config.json and the weight files (their names relative to `path`, sizes, and 64
+    KiB at the start, the middle and the end of each), a few MiB for a large model; hidden
+    directories (the hub's download metadata) and modification times are left out, so a
+    storage initializer that downloads the same model again on every pod start keeps the
+    tier's blocks."""
+    if not os.path.isdir(path):
+        return None
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [os.path.join(root, n) for n in sorted(names)
+                  if n == "config.json" or n.endswith(_WEIGHT_SUFFIXES)]
+    if not any(f.endswith(_WEIGHT_SUFFIXES) for f in files):
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    for f in files:
+        size = os.path.getsize(f)
+        digest.update(f"{os.path.relpath(f, path)}\0{size}\0".encode())
+        with open(f, "rb") as data:
+            for offset in sorted({0, max(0, size // 2 - _DIGEST_SAMPLE_BYTES // 2),
+                                  max(0, size - _DIGEST_SAMPLE_BYTES)}):
+                data.seek(offset)
+                digest.update(data.read(_DIGEST_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
 def fingerprint(config: OffloadingConfig, extra_config) -> Fingerprint:
-    """The model fingerprint: blocks of another model, revision, dtype, block size, layout or
-    rank never hit. OffloadingConfig carries no model revision, so it comes from the extra
-    config's "revision" (empty when unset: the model name alone then scopes)."""
+    """The model fingerprint: blocks of another model, revision, weights, dtype, block size,
+    layout or rank never hit. OffloadingConfig carries no model revision, so it comes from
+    the extra config's "revision"; a model directory adds the digest of its weights
+    (model_digest), so a directory whose weights changed scopes anew."""
     p = config.parallel
     tokens = ",".join(str(g.tokens_per_block) for g in config.groups)
     layout = (f"{config.kv_cache_layout or 'default'};tokens_per_block={tokens};"
               f"tokens_per_hash={config.cache.tokens_per_hash};tp={p.tp_size};pp={p.pp_size};"
               f"pcp={p.pcp_size};dcp={p.dcp_size};canonical={int(config.canonical_layout)}")
-    return Fingerprint(model=config.model.name, revision=str(extra_config.get("revision", "")),
+    revision = str(extra_config.get("revision", ""))
+    weights = model_digest(config.model.name)
+    if weights is not None:
+        revision = f"{revision};weights={weights}" if revision else f"weights={weights}"
+    return Fingerprint(model=config.model.name, revision=revision,
                        dtype=str(config.model.dtype), layout=layout, rank=p.rank)
 
 
