@@ -144,6 +144,15 @@ json Pvc(const std::string& name, const std::string& mode) {
           {"spec", {{"accessModes", {mode}}, {"resources", {{"requests", {{"storage", "1Ti"}}}}}}}};
 }
 
+ValidationOptions AgentMode() {
+  ValidationOptions options;
+  options.default_mode = Mode::kAgent;
+  options.agent_image = "kv-offload/offload-agent:test";
+  return options;
+}
+
+const ValidationOptions kAgent = AgentMode();
+
 json SharedPvcService(int replicas) {
   json svc = json::parse(R"({"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
     "metadata": {"name": "s", "namespace": "team-a"},
@@ -161,15 +170,32 @@ TEST(ValidationTest, ReadWriteOncePvcSharedByReplicasIsAWarning) {
   EXPECT_TRUE(Has(r->warnings, "PVC kv is not ReadWriteMany but the workload has 3 replicas"))
       << All(r->warnings);
   StaticClusterReader rwx({Pvc("kv", "ReadWriteMany")}, "team-a", /*authoritative=*/true);
-  Result<ObjectReport> shared = ValidateObject(SharedPvcService(3), "team-a", {}, &rwx);
+  Result<ObjectReport> shared = ValidateObject(SharedPvcService(3), "team-a", kAgent, &rwx);
   ASSERT_TRUE(shared.ok());
   EXPECT_TRUE(shared->warnings.empty()) << All(shared->warnings);
+}
+
+TEST(ValidationTest, VllmNativePvcRefWarnsThatItOutlivesTheModel) {
+  // vLLM names its file tier's directory after the model's path, /mnt/models for every model
+  // KServe serves; agent mode scopes by the weights.
+  StaticClusterReader rwx({Pvc("kv", "ReadWriteMany")}, "team-a", /*authoritative=*/true);
+  Result<ObjectReport> native = ValidateObject(SharedPvcService(1), "team-a", {}, &rwx);
+  ASSERT_TRUE(native.ok());
+  EXPECT_EQ(native->warnings,
+            std::vector<std::string>{
+                "secondary[0] pvc.ref kv: vllm-native names its files by the model's path "
+                "(/mnt/models in KServe's pods), not its weights, so after a model change this "
+                "PVC serves the old model's KV; give each model its own pvc.ref.path, or use "
+                "agent mode, which scopes by the weights"});
+  Result<ObjectReport> agent = ValidateObject(SharedPvcService(1), "team-a", kAgent, &rwx);
+  ASSERT_TRUE(agent.ok());
+  EXPECT_TRUE(agent->warnings.empty()) << All(agent->warnings);
 }
 
 TEST(ValidationTest, MissingPvcIsAWarningAtApplyTime) {
   // The pod webhook denies pods while the PVC is missing; an apply may create it right after.
   StaticClusterReader empty({}, "team-a", /*authoritative=*/true);
-  Result<ObjectReport> r = ValidateObject(SharedPvcService(1), "team-a", {}, &empty);
+  Result<ObjectReport> r = ValidateObject(SharedPvcService(1), "team-a", kAgent, &empty);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->errors.empty()) << All(r->errors);
   EXPECT_EQ(r->warnings,

@@ -854,14 +854,23 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   add_env.Flush(&patch);
 
   // vLLM's own fs tier writes until the disk is full; an emptyDir's sizeLimit is enforced by
-  // evicting the pod. Only agent mode keeps a tier under its size.
+  // evicting the pod. Only agent mode keeps a tier under its size. And vLLM names a tier's
+  // files by the model's name, which KServe makes /mnt/models for every model: a PVC that
+  // outlives the pod then serves one model's KV to the next (agent mode scopes by weights).
   if (mode == Mode::kVllmNative) {
     for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
-      if (in.spec.secondary[i].kind != TierKind::kEmptyDir) continue;
-      warnings->push_back("secondary[" + std::to_string(i) +
-                             "] emptyDir: vllm-native never bounds it, so the kubelet evicts the pod "
-                             "past " + in.spec.secondary[i].size.ToString() +
-                             "; agent mode enforces it");
+      const Tier& tier = in.spec.secondary[i];
+      if (tier.kind == TierKind::kEmptyDir) {
+        warnings->push_back("secondary[" + std::to_string(i) +
+                            "] emptyDir: vllm-native never bounds it, so the kubelet evicts the "
+                            "pod past " + tier.size.ToString() + "; agent mode enforces it");
+      } else if (tier.kind == TierKind::kPvcRef) {
+        warnings->push_back("secondary[" + std::to_string(i) + "] pvc.ref " + tier.ref_name +
+                            ": vllm-native names its files by the model's path (/mnt/models in "
+                            "KServe's pods), not its weights, so after a model change this PVC "
+                            "serves the old model's KV; give each model its own pvc.ref.path, "
+                            "or use agent mode, which scopes by the weights");
+      }
     }
   }
 
