@@ -246,6 +246,9 @@ def test_a_model_with_sliding_window_layers_loads_both_cache_groups(tmp_path):
     assert first["stats"]["stored_blocks"] == DOCS * per_doc
     assert again["stats"]["loaded_blocks"] == len(AGAIN) * per_doc
     assert again["stats"]["failed_loads"] == 0
+    # vLLM looks the sliding-window group up from the prompt's end, not as a prefix: every
+    # hold those lookups took has ended too.
+    assert runs["pinned"]["closed"]["stats"]["held_blocks"] == 0
     corrupt = runs["corrupt"]["phases"][1]
     assert corrupt["stats"]["loaded_blocks"] == len(AGAIN) * per_doc
     changed = [a != b for a, b in zip(corrupt["tokens"], baseline[1])]
