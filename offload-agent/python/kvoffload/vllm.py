@@ -602,7 +602,6 @@ class KVOffloadAgentSpec(OffloadingSpec):
                 "offloads one vLLM block per key, remove block_size/blocks_per_chunk from "
                 "kv_connector_extra_config")
         self.settings = resolve_settings(self.extra_config)
-        self.fingerprint = fingerprint(config, self.extra_config)
         self._manager: KVOffloadManager | None = None
         self._worker: KVOffloadWorker | None = None
 
@@ -676,7 +675,10 @@ class KVOffloadAgentSpec(OffloadingSpec):
             p = self.config.parallel
             engine, engines = pod_engines(p, get_current_vllm_config_or_none())
             s = rank_share(self.settings, p.rank, p.world_size, engine, engines)
-            core = TransferCore([t.tensor for t in kv_caches.tensors], self.fingerprint,
+            # Here, not in __init__: only the worker's engine uses it, and the weights' digest
+            # reads the model's files.
+            core = TransferCore([t.tensor for t in kv_caches.tensors],
+                                fingerprint(self.config, self.extra_config),
                                 cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
                                 tiers_json=s.tiers_json(),
                                 disk_io=str(self.extra_config.get("disk_io", "auto")),
