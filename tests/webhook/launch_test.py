@@ -31,7 +31,8 @@ import vllm_argv  # noqa: E402
 WEBHOOK = None  # set from argv in __main__
 AGENT = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
          "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
-                                       "spec_module_path": "kvoffload.vllm"}}
+                                       "spec_module_path": "kvoffload.vllm"},
+         "kv_load_failure_policy": "recompute"}
 
 
 def load(path: pathlib.Path):

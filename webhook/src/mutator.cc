@@ -523,9 +523,15 @@ json KvTransferConfig(const OffloadSpec& spec, Mode mode) {
              {"secondary_tiers", secondary}};
     if (!spec.eviction_policy.empty()) extra["eviction_policy"] = spec.eviction_policy;
   }
-  return {{"kv_connector", "OffloadingConnector"},
-          {"kv_role", "kv_both"},
-          {"kv_connector_extra_config", extra}};
+  json config = {{"kv_connector", "OffloadingConnector"},
+                 {"kv_role", "kv_both"},
+                 {"kv_connector_extra_config", extra}};
+  // A load the agent cannot complete (a torn or corrupt block, an I/O error) is a cache
+  // miss: vLLM 0.34 recomputes the request's blocks under this policy, where its default
+  // ("fail") ends the request with an error. vLLM 0.32 and 0.33 accept the field and still
+  // stop on a failed offloading load. vllm-native mode keeps exactly KServe's flag.
+  if (mode == Mode::kAgent) config["kv_load_failure_policy"] = "recompute";
+  return config;
 }
 
 CheckedMutation CheckMutation(const MutationInput& in) {
