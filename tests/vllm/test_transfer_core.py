@@ -138,6 +138,46 @@ def test_block_ids_as_vllm_gives_them():
         core.close()
 
 
+def page_addresses(tensors, groups):
+    """A transfer's pages in vLLM 0.34's DevicePointers order: for each group (rows, the
+    tensor of each data ref), for each data ref, each block's page start."""
+    out = []
+    for rows, refs in groups:
+        for t in refs:
+            out += [tensors[t].data_ptr() + r * tensors[t].stride(0) for r in rows]
+    return np.array(out, dtype=np.uint64)
+
+
+def test_page_addresses_as_vllm_034_gives_them():
+    """vLLM 0.34 hands the worker each page's address, ref major within each KV cache group,
+    instead of block ids: they map back to the rows (block ids) they start, whatever order a
+    group lists its tensors in; an address that starts no row, or refs of one block that name
+    different rows, are refused and nothing is copied."""
+    tensors = kv_tensors()
+    core = TransferCore(tensors, FP, cpu_bytes=4 * SLOT)
+    try:
+        # Full attention's group lists the tensors in order, the sliding window's the other
+        # way round; an empty group between them (no block of it in this transfer).
+        layout = [[0, 1], [1, 0], [0, 1]]
+        groups = [([5, 0], [0, 1]), ([], [1, 0]), ([11, 3, 15], [0, 1])]
+        rows = core.rows_at(page_addresses(tensors, groups), [2, 0, 3], layout)
+        assert rows.tolist() == [5, 0, 11, 3, 15]
+
+        good = page_addresses(tensors, [([5, 0], [0, 1])])
+        for bad, why in [
+                (good + np.uint64(8), "not one row of each"),           # inside a page
+                (np.concatenate([good[:2], good[2:][::-1]]), "not one row of each"),
+                (good + np.uint64(BLOCKS * PAGE), "rows 16..21, outside KV tensors of 16"),
+                (good[:3], "fewer than"),
+                (np.append(good, good[0]), "5 page addresses for 4 pages")]:
+            with pytest.raises(ValueError, match=why):
+                core.rows_at(bad, [2], [[0, 1]])
+        with pytest.raises(ValueError, match="no data refs"):
+            core.rows_at(np.array([], dtype=np.uint64), [2], [[]])
+    finally:
+        core.close()
+
+
 def test_mismatched_inputs_are_refused(tmp_path):
     core = TransferCore(kv_tensors(), FP, cpu_bytes=4 * PAGE)
     try:

@@ -12,10 +12,12 @@ import random
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
+import numpy as np
 import pytest
 import torch
-from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
+from vllm.config import DeviceConfig, ParallelConfig, VllmConfig, set_current_vllm_config
 from vllm.v1.kv_offload.base import (
     CanonicalKVCacheRef,
     CanonicalKVCaches,
@@ -70,7 +72,10 @@ def kv_caches():
     tensors = [torch.zeros(BLOCKS, PAGE, dtype=torch.int8) for _ in range(TENSORS)]
     return CanonicalKVCaches(
         tensors=[CanonicalKVCacheTensor(tensor=t, page_size_bytes=PAGE) for t in tensors],
-        group_data_refs=[[]])
+        # One group whose layers are the tensors, as vLLM builds it for a model of one
+        # attention type: vLLM 0.34 resolves a transfer's page addresses from these refs.
+        group_data_refs=[[CanonicalKVCacheRef(tensor_idx=i, page_size_bytes=PAGE)
+                          for i in range(TENSORS)]])
 
 
 def offload_keys(n, salt=b""):
@@ -195,22 +200,23 @@ def test_vllm_registers_the_policies_vllm_native_mode_accepts():
     assert sorted(CachePolicyFactory._registry) == ["arc", "lru"]
 
 
-@pytest.mark.parametrize("release", ["0.34.0", "0.31.1"])
+@pytest.mark.parametrize("release", ["0.35.0", "0.31.1"])
 def test_other_vllm_releases_are_refused_on_import(release):
-    """vLLM 0.34 hands the worker device pointers instead of block ids: the adapter would fail
-    on the first transfer. A pod on another release fails at start instead, saying why and
-    what to do (the import is what vLLM's spec factory does with spec_module_path)."""
+    """Each vLLM release changes the offloading interfaces (0.34 handed the worker device
+    pointers instead of block ids): on a release it was not written for, the adapter would
+    fail on the first transfer. A pod on another release fails at start instead, saying why
+    and what to do (the import is what vLLM's spec factory does with spec_module_path)."""
     code = f"import vllm; vllm.__version__ = {release!r}; import kvoffload.vllm"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ImportError: kvoffload.vllm: this image runs vLLM {release}, "), last
-    assert "supports vLLM 0.32 and 0.33 only" in last and "kvoffload.io/mode: vllm-native" in last
+    assert "supports vLLM 0.32, 0.33 and 0.34 only" in last and "kvoffload.io/mode: vllm-native" in last
 
 
 def test_supported_vllm_releases_pass_the_check():
-    for release in ["0.32.0", "0.32.1", "0.33.0", "0.33.2rc1", "0.32.0+cpu"]:
+    for release in ["0.32.0", "0.32.1", "0.33.0", "0.33.2rc1", "0.32.0+cpu", "0.34.0"]:
         check_vllm_release(release)
     with pytest.raises(ImportError, match="runs vLLM 0.3.0,"):
         check_vllm_release("0.3.0")
@@ -397,7 +403,8 @@ def test_data_parallel_engines_of_one_pod_share_its_tiers(tmp_path, monkeypatch)
     pod = scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     pod_tiers = json.loads(pod["KVOFFLOAD_TIERS"])
     local = VllmConfig(parallel_config=ParallelConfig(data_parallel_size=2,
-                                                      data_parallel_size_local=2))
+                                                      data_parallel_size_local=2),
+                       device_config=DeviceConfig("cpu"))
     workers, managers = [], []
     try:
         for dp in range(2):
@@ -422,7 +429,8 @@ def test_data_parallel_engines_of_one_pod_share_its_tiers(tmp_path, monkeypatch)
         # One engine per pod (external load balancing: each rank a server of its own): the
         # pod's whole budget, in the tiers' own directories.
         one = VllmConfig(parallel_config=ParallelConfig(data_parallel_size=2,
-                                                        data_parallel_size_local=1))
+                                                        data_parallel_size_local=1),
+                     device_config=DeviceConfig("cpu"))
         assert pod_engines(dp_engine_config(agent_extra(), 1, 2, 0).parallel, one) == (0, 1)
         assert pod_engines(dp_engine_config(agent_extra(), 1, 2, 1).parallel, local) == (1, 2)
         assert pod_engines(offloading_config(agent_extra()).parallel, None) == (0, 1)
@@ -454,6 +462,69 @@ def test_cache_groups_over_different_tensors_are_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"groups use different tensors \(\[\[0\], \[1\]\]\).*"
                                          "vllm-native"):
         spec.get_worker(own)
+
+
+class PageAddresses(NamedTuple):
+    """The fields of vLLM 0.34's DevicePointers that the worker reads (the class itself is not
+    in 0.32; test_vllm_scheduler and test_through_vllm_connector_worker get the real one from
+    vLLM's resolve_device_pointers when the tests run under 0.34)."""
+    ptrs: np.ndarray
+    group_block_counts: tuple[int, ...]
+    group_data_ref_counts: tuple[int, ...]
+
+
+def addresses(tensors, rows, shift=0):
+    return PageAddresses(
+        np.array([t.data_ptr() + r * t.stride(0) + shift for t in tensors for r in rows],
+                 dtype=np.uint64), (len(rows),), (len(tensors),))
+
+
+def test_page_addresses_that_name_no_row_are_neither_read_nor_written(tmp_path, monkeypatch):
+    """vLLM 0.34's page addresses reach the engine as the rows they start. Addresses that start
+    no row of the registered tensors: the store is reported done with nothing stored (as any
+    store the engine cannot take), the load failed with its holds released (vLLM 0.34 then
+    recomputes), and not a byte of the tensors changes."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    spec, manager, worker, tensors = new_spec(agent_extra())
+    try:
+        g = torch.Generator().manual_seed(4)
+        for t in tensors:
+            t.copy_(torch.randint(-128, 128, t.shape, dtype=torch.int8, generator=g))
+        keys = offload_keys(3, salt=b"addresses")
+        ctx = ReqContext("addresses-store")
+        out = manager.prepare_store(keys, ctx)
+        assert worker.submit_store(1, addresses(tensors, [4, 5, 6]), out.store_spec)
+        assert finish(worker, 1).transfer_size == 3 * TENSORS * PAGE
+        manager.complete_store(keys, ctx)
+        assert worker._core.stored(keys) == [True] * 3
+
+        before = [t.clone() for t in tensors]
+        more = offload_keys(2, salt=b"inside a page")
+        out = manager.prepare_store(more, ReqContext("misaligned"))
+        assert worker.submit_store(2, addresses(tensors, [1, 2], shift=64), out.store_spec)
+        result = finish(worker, 2)
+        assert (result.success, result.transfer_size) == (True, 0)
+        assert worker._core.stored(more) == [False] * 2
+
+        ctx = ReqContext("addresses-load")
+        assert [manager.lookup(k, ctx) for k in keys] == [LookupResult.HIT] * 3
+        src = manager.prepare_load(keys, ctx)
+        past_the_end = addresses(tensors, [BLOCKS - 1, BLOCKS, BLOCKS + 1])
+        assert worker.submit_load(3, src, past_the_end)
+        assert not finish(worker, 3).success
+        manager.complete_load(keys, ctx)
+        assert all(torch.equal(b, t) for b, t in zip(before, tensors))
+        assert worker._core.stats()["held_blocks"] == 0
+
+        # The same blocks at addresses that are rows: loaded where they say.
+        src = manager.prepare_load(keys, ReqContext("addresses-reload"))
+        assert worker.submit_load(4, src, addresses(tensors, [9, 10, 11]))
+        worker.wait({4})
+        assert [(r.job_id, r.success) for r in worker.get_finished()] == [(4, True)]
+        for b, t in zip(before, tensors):
+            assert torch.equal(t[9:12], b[4:7])
+    finally:
+        worker.shutdown()
 
 
 def test_through_vllm_connector_worker(tmp_path, monkeypatch):
@@ -582,14 +653,15 @@ def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
                                                             block_indices=[0]))
         worker.wait({2})
         assert engine.stats()["held_blocks"] == 0
-        # A load the worker refuses (here: one key paired with two GPU blocks) ends its holds
-        # as well: nothing else would.
+        # A load the worker cannot start (here: one key paired with two GPU blocks) fails,
+        # and ends its holds as well: nothing else would.
         assert manager.lookup(keys[1], ctx) is LookupResult.HIT
         load = manager.prepare_load(keys[1:2], ctx)
         manager.on_schedule_end(END_OF_STEP)
         assert engine.stats()["held_blocks"] == 1
-        assert not worker.submit_load(3, load, GPULoadStoreSpec([5, 6], group_sizes=[2],
-                                                                block_indices=[0]))
+        assert worker.submit_load(3, load, GPULoadStoreSpec([5, 6], group_sizes=[2],
+                                                            block_indices=[0]))
+        assert not finish(worker, 3).success
         assert engine.stats()["held_blocks"] == 0
     finally:
         worker.shutdown()

@@ -14,6 +14,7 @@ import struct
 import threading
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from kvoffload.engine import Engine, EngineOptions, Fingerprint, TierEvent
@@ -120,6 +121,44 @@ class TransferCore:
                 raise IndexError(f"block ids {low}..{high} outside a KV tensor of "
                                  f"{self._rows} blocks")
         return (rows[:, None] * self.stride + self._bases[None, :]).reshape(-1)
+
+    def rows_at(self, ptrs, group_rows: Sequence[int],
+                group_tensors: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The rows that a transfer's page addresses name, in the form vLLM 0.34 gives them
+        (DevicePointers): for each KV cache group in turn, group_rows[g] blocks, and for each of
+        the group's data refs (the tensors group_tensors[g], in that order) one address per
+        block, ref major. Every address must start a row of its ref's tensor, and all refs of
+        a block must name the same row: the engine copies a block's row of every tensor (see
+        the module's doc), and an address it cannot place is refused (ValueError), never
+        copied to or from."""
+        flat = torch.from_numpy(np.ascontiguousarray(ptrs, dtype=np.uint64).view(np.int64))
+        rows, at = [], 0
+        for n, tensors in zip(group_rows, group_tensors, strict=True):
+            if n == 0:
+                continue
+            refs = len(tensors)
+            if refs == 0:
+                raise ValueError(f"a group of {n} blocks has no data refs: no page address "
+                                 "names its rows")
+            if at + n * refs > flat.numel():
+                raise ValueError(f"{flat.numel()} page addresses, fewer than the groups' "
+                                 f"{list(group_rows)} blocks of {[len(t) for t in group_tensors]} refs")
+            offsets = (flat[at:at + n * refs].view(refs, n)
+                       - self._bases[list(tensors)][:, None])
+            at += n * refs
+            row = torch.div(offsets, self.stride, rounding_mode="floor")
+            if bool((offsets % self.stride).any()) or bool((row != row[0]).any()):
+                raise ValueError(f"page addresses of a group of {n} blocks over tensors "
+                                 f"{list(tensors)} are not one row of each")
+            if int(row[0].min()) < 0 or int(row[0].max()) >= self._rows:
+                raise ValueError(f"page addresses of rows {int(row[0].min())}.."
+                                 f"{int(row[0].max())}, outside KV tensors of {self._rows} "
+                                 "blocks")
+            rows.append(row[0])
+        if at != flat.numel():
+            raise ValueError(f"{flat.numel()} page addresses for {at} pages of the groups' "
+                             f"{list(group_rows)} blocks")
+        return torch.cat(rows) if rows else torch.empty(0, dtype=torch.int64)
 
     def _check_lengths(self, block_keys, block_ids):
         if len(block_keys) != len(block_ids):

@@ -1,8 +1,10 @@
 """vLLM adapter: `KVOffloadAgentSpec`, the OffloadingConnector spec that agent mode names in
 --kv-transfer-config ({"spec_name":"KVOffloadAgentSpec","spec_module_path":"kvoffload.vllm"}).
-Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py) and tested on it; 0.33 is accepted too,
-as its changes to the interfaces used here only add to them (read from its source, not run: it
-has no CPU build). Any other release is refused on import, naming the release and what to do.
+Written against vLLM 0.32.0 (vllm/v1/kv_offload/base.py), 0.33 and 0.34: 0.33's changes to the
+interfaces used here only add to them, 0.34 hands the worker page addresses instead of block ids
+(KVOffloadWorker._rows). 0.32 runs real engines in the tests; 0.33 and 0.34 have no CPU build,
+and their Python sources run the scheduler and connector tests (tests/vllm/CMakeLists.txt).
+Any other release is refused on import, naming the release and what to do.
 
 vLLM splits offloading in two: a scheduler-side OffloadingManager that answers lookups and
 hands out load/store specs, and a worker-side OffloadingWorker that moves the bytes. Here each
@@ -21,16 +23,17 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
 import vllm
 
-# The vLLM releases (major.minor) whose offloading interfaces this adapter implements. 0.34
-# hands the worker resolved device pointers instead of GPU block ids (OffloadingWorker.
-# submit_store/submit_load), so an adapter written for 0.32 would fail on the first transfer,
-# deep inside vLLM's model runner: refused here, before vLLM builds anything.
-SUPPORTED_VLLM_RELEASES = ("0.32", "0.33")
+# The vLLM releases (major.minor) whose offloading interfaces this adapter implements: 0.32 and
+# 0.33 hand the worker GPU block ids, 0.34 resolved device pointers (KVOffloadWorker takes
+# both). Each release changes these interfaces; one this adapter was not written for would
+# fail on its first transfer, deep inside vLLM's model runner: refused here, before vLLM builds
+# anything.
+SUPPORTED_VLLM_RELEASES = ("0.32", "0.33", "0.34")
 
 
 def check_vllm_release(version: str) -> None:
@@ -38,7 +41,8 @@ def check_vllm_release(version: str) -> None:
     if m is None or f"{m[1]}.{m[2]}" not in SUPPORTED_VLLM_RELEASES:
         raise ImportError(
             f"kvoffload.vllm: this image runs vLLM {version}, and agent mode's adapter "
-            f"supports vLLM {' and '.join(SUPPORTED_VLLM_RELEASES)} only (vLLM's offloading "
+            f"supports vLLM {', '.join(SUPPORTED_VLLM_RELEASES[:-1])} and "
+            f"{SUPPORTED_VLLM_RELEASES[-1]} only (vLLM's offloading "
             "interfaces change between releases): run this pod in vllm-native mode "
             "(annotation kvoffload.io/mode: vllm-native), or on an image with a supported "
             "vLLM")
@@ -467,13 +471,18 @@ class _Job(NamedTuple):
 
 
 class KVOffloadWorker(OffloadingWorker):
-    """Worker side: submits engine jobs and polls them. vLLM asserts that every transfer
-    succeeded. A failed store is reported as done (the block is simply not offloaded, lookups
-    miss it, the engine counts the failure); a failed load is reported as failed, because the
-    GPU blocks would otherwise hold stale KV."""
+    """Worker side: submits engine jobs and polls them. vLLM 0.32 and 0.33 assert that every
+    transfer succeeded (0.34 recomputes a request whose load failed). A failed store is
+    reported as done (the block is simply not offloaded, lookups miss it, the engine counts
+    the failure); a failed load is reported as failed, because the GPU blocks would otherwise
+    hold stale KV."""
 
-    def __init__(self, core: TransferCore, engine_id: str, rank: int, write_back_s: float):
+    def __init__(self, core: TransferCore, engine_id: str, rank: int, write_back_s: float,
+                 group_tensors: list[list[int]]):
         self._core = core
+        # Per KV cache group, the tensor of each of its data refs, in vLLM's order: how vLLM
+        # 0.34 lays out a transfer's page addresses (rows_at).
+        self._group_tensors = group_tensors
         self._engine_id = engine_id
         # The manager reaches this rank's index here when it runs in another process.
         self._server = ranks_mod.RankServer(core, engine_id, rank)
@@ -488,42 +497,54 @@ class KVOffloadWorker(OffloadingWorker):
         if spec.held:
             self._core.release(spec.held, spec.generation)
 
-    def _submit(self, job_id: int, spec: KVOffloadLoadStoreSpec, block_ids,
-                 is_store: bool) -> bool:
+    def _rows(self, gpu) -> Sequence[int]:
+        """The GPU blocks of a transfer as rows of the KV tensors: vLLM 0.32 and 0.33 give
+        their block ids (GPULoadStoreSpec), 0.34 their pages' addresses (DevicePointers)."""
+        if isinstance(gpu, GPULoadStoreSpec):
+            return gpu.block_ids
+        if tuple(gpu.group_data_ref_counts) != tuple(len(t) for t in self._group_tensors):
+            raise ValueError(f"page addresses for groups of {list(gpu.group_data_ref_counts)} "
+                             f"data refs; the KV caches registered "
+                             f"{[len(t) for t in self._group_tensors]}")
+        return self._core.rows_at(gpu.ptrs, gpu.group_block_counts, self._group_tensors)
+
+    def _submit(self, job_id: int, spec: KVOffloadLoadStoreSpec, gpu, is_store: bool) -> bool:
         keys = spec.keys
-        if len(keys) != len(block_ids):
-            logger.error("kvoffload: job %d pairs %d keys with %d GPU blocks", job_id,
-                         len(keys), len(block_ids))
-            if not is_store:
-                self._release_load_holds(spec)
-            return False
         start = time.perf_counter()
         try:
+            block_ids = self._rows(gpu)
+            if len(keys) != len(block_ids):
+                raise ValueError(f"{len(keys)} keys paired with {len(block_ids)} GPU blocks")
             fn = self._core.store if is_store else self._core.load
             engine_job = fn(keys, block_ids, generation=spec.generation)
-        except KvoError as e:
+        except (KvoError, ValueError) as e:
+            # ValueError: a job whose GPU side does not match its keys, or page addresses
+            # that name no row of the registered tensors, which are neither read nor written.
             logger.error("kvoffload: job %d not submitted: %s", job_id, e)
-            if is_store:
-                self._finished.append(TransferResult(job_id, True, 0, 0.0))
-                return True
-            self._release_load_holds(spec)
-            return False
+            if not is_store:
+                self._release_load_holds(spec)
+            # Submitted, and finished at once: a store as done (not offloaded), a load as
+            # failed. vLLM asserts on a refused submission; on a failed load 0.34 recomputes
+            # the request's blocks (0.32 and 0.33 assert on that too).
+            self._finished.append(TransferResult(job_id, is_store, 0, 0.0))
+            return True
         self._jobs[job_id] = _Job(engine_job, is_store, self._core.transfer_bytes(len(keys)),
                                   start, spec)
         return True
 
-    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
-                     dst_spec: LoadStoreSpec) -> bool:
+    # src_spec of a store and dst_spec of a load: a GPULoadStoreSpec (vLLM 0.32, 0.33) or
+    # DevicePointers (0.34), see _rows.
+    def submit_store(self, job_id: int, src_spec, dst_spec: LoadStoreSpec) -> bool:
         assert isinstance(dst_spec, KVOffloadLoadStoreSpec), dst_spec
-        return self._submit(job_id, dst_spec, src_spec.block_ids, is_store=True)
+        return self._submit(job_id, dst_spec, src_spec, is_store=True)
 
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec,
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec,
                     expedited: bool = False) -> bool:
         # The engine runs jobs in submission order on its workers; an expedited load is
         # waited on right away by vLLM, and a job waited on before a worker took it runs on
         # the waiting thread at once: that is the priority it gets here.
         assert isinstance(src_spec, KVOffloadLoadStoreSpec), src_spec
-        return self._submit(job_id, src_spec, dst_spec.block_ids, is_store=False)
+        return self._submit(job_id, src_spec, dst_spec, is_store=False)
 
     def _finish(self, job_id: int, ok: bool, error: Exception | None) -> None:
         _, is_store, size, start, spec = self._jobs.pop(job_id)
@@ -686,7 +707,9 @@ class KVOffloadAgentSpec(OffloadingSpec):
                                 event_capacity=EVENT_CAPACITY if self._events_enabled() else 0)
             try:
                 worker = KVOffloadWorker(core, self.config.engine_id, self.config.parallel.rank,
-                                         write_back_s)
+                                         write_back_s,
+                                         [[ref.tensor_idx for ref in refs]
+                                          for refs in kv_caches.group_data_refs])
             except BaseException:  # e.g. the rank's address is taken: free the pinned tier
                 core.close()
                 raise
