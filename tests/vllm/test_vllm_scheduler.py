@@ -27,6 +27,7 @@ weights (nothing loads the model). On a machine's first run vLLM's model registr
 LlamaForCausalLM in a subprocess (about 20 s here) and caches the result under
 VLLM_CACHE_ROOT; later runs skip that."""
 
+import dataclasses
 import json
 import os
 import time
@@ -34,6 +35,7 @@ from collections import Counter
 
 import pytest
 import torch
+import vllm
 from vllm import SamplingParams
 from vllm.config import (
     CacheConfig,
@@ -88,6 +90,7 @@ PAGE = ATTENTION.page_size_bytes
 # A's prompt: this many full blocks, then a partial one that is never offloaded.
 FULL_BLOCKS = 4
 SAMPLED_TOKEN = 7
+RUNNER_OUTPUT_FIELDS = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
 
 
 def tiny_llama(tmp_path) -> str:
@@ -163,6 +166,8 @@ class EngineCoreLoop:
         # vLLM's connector prefix-cache stats of every step: cached prompt tokens by source.
         self.hits_by_source: Counter[CacheHitSource] = Counter()
         self.finished_recving: set[str] = set()
+        # Prompt and output tokens each request's forward computed, over all its steps.
+        self.computed_tokens: Counter[str] = Counter()
         # The KV cache events the scheduler published, GPU's and the connector's.
         self.kv_events: list = []
         self.scheduler.kv_event_publisher.publish = \
@@ -194,6 +199,7 @@ class EngineCoreLoop:
         cached = out.scheduled_cached_reqs
         computed.update(zip(cached.req_ids, cached.num_computed_tokens))
         for req_id, n in out.num_scheduled_tokens.items():
+            self.computed_tokens[req_id] += n
             table = self.block_tables[req_id]
             for pos in range(computed[req_id], computed[req_id] + n):
                 slot = self.kv[:, table[pos // TOKENS_PER_BLOCK], :, pos % TOKENS_PER_BLOCK]
@@ -217,6 +223,10 @@ class EngineCoreLoop:
         connector_output = KVConnectorOutput(
             finished_sending=results.finished_sending,
             finished_recving=results.finished_recving,
+            # The loads that failed (vLLM 0.34's connector reports them; 0.32's has no such
+            # field and asserts instead) and the blocks they left unloaded.
+            failed_recving=getattr(results, "failed_recving", set()),
+            invalid_block_ids=worker.get_block_ids_with_load_errors(),
             kv_connector_worker_meta=worker.build_connector_worker_meta())
         worker.clear_connector_metadata()
         self.finished_recving |= results.finished_recving
@@ -224,8 +234,11 @@ class EngineCoreLoop:
             # Every prefill completes in its step (see the token budget), so every
             # scheduled request samples one token.
             req_ids = list(out.num_scheduled_tokens)
+            # vLLM 0.34 dropped req_id_to_index (the index is the position in req_ids).
+            index = ({"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
+                     if "req_id_to_index" in RUNNER_OUTPUT_FIELDS else {})
             runner_output = ModelRunnerOutput(
-                req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                req_ids=req_ids, **index,
                 sampled_token_ids=[[SAMPLED_TOKEN] for _ in req_ids],
                 kv_connector_output=connector_output)
         else:
@@ -342,6 +355,47 @@ def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
             FULL_BLOCKS * TOKENS_PER_BLOCK
         assert torch.equal(held, engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]])
         assert _core(engine).engine.stats()["held_blocks"] == 0
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.skipif(not vllm.__version__.startswith("0.34"),
+                    reason="vLLM 0.32 and 0.33 assert on a failed load (their engine stops); "
+                           "0.34 recomputes the request")
+def test_a_load_that_fails_on_disk_is_recomputed(tmp_path, monkeypatch):
+    """Every block file of the persistent tier torn (truncated) between B's lookup and its
+    load: the engine's checksum check fails the load rather than hand back wrong KV, and
+    vLLM 0.34 takes the failure (its failed_recving) and recomputes B's prompt instead of
+    stopping."""
+    scaled_env(tmp_path, monkeypatch, block_bytes=len(LAYERS) * PAGE, persistent_only=True)
+    engine = EngineCoreLoop(vllm_config(tiny_llama(tmp_path)), kv_cache_config())
+    try:
+        prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
+        engine.add("A", prompt_a, max_tokens=2)
+        engine.run_until_idle("request A and its stores")
+        assert engine.scheduler.reset_prefix_cache()
+        engine.kv.zero_()
+        worker = engine.worker.connector_worker.worker
+        submit_load = worker.submit_load
+        torn = []
+
+        def after_a_torn_write(*args, **kwargs):
+            for f in tmp_path.glob("kv-cache-*/**/*.blk"):
+                os.truncate(f, 100)
+                torn.append(f)
+            return submit_load(*args, **kwargs)
+
+        worker.submit_load = after_a_torn_write
+        prompt_b = prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101]
+        engine.add("B", prompt_b, max_tokens=1)
+        engine.run_until_idle("request B")
+        assert torn, "none of A's blocks was on the persistent tier"
+        stats = _core(engine).engine.stats()
+        assert stats["failed_loads"] > 0, stats
+        assert [o.new_token_ids for o in engine.outputs["B"]] == [[SAMPLED_TOKEN]]
+        # Recomputed: B's forward wrote every token of its prompt, the loaded ones again.
+        assert engine.computed_tokens["B"] >= len(prompt_b), engine.computed_tokens
+        assert stats["held_blocks"] == 0
     finally:
         engine.shutdown()
 
