@@ -27,6 +27,7 @@ weights (nothing loads the model). On a machine's first run vLLM's model registr
 LlamaForCausalLM in a subprocess (about 20 s here) and caches the result under
 VLLM_CACHE_ROOT; later runs skip that."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -322,12 +323,12 @@ def _core(engine):
     return engine.worker.connector_worker.worker._core
 
 
-def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
-        tmp_path, monkeypatch):
-    """The golden pod's pvcRef tier is shared by every replica, and a replica evicts by
-    unlinking a block's file: our hold cannot stop it. vLLM 0.32.0 asserts that every load
-    succeeds, so a block reported as a hit must still load after that: here every block file is
-    removed between B's lookup and B's load, and B still gets A's KV."""
+@contextlib.contextmanager
+def b_after_a_with_its_files(tmp_path, monkeypatch, before_b_loads):
+    """A's prompt stored on the golden pod's persistent, shared tier only; the GPU prefix
+    cache reset and zeroed; then B, A's full blocks and two tokens more, with before_b_loads
+    applied to every block file between B's lookup and its load. Yields the engine after B,
+    A's KV of its full blocks and the files handed to before_b_loads."""
     scaled_env(tmp_path, monkeypatch, block_bytes=len(LAYERS) * PAGE, persistent_only=True)
     engine = EngineCoreLoop(vllm_config(tiny_llama(tmp_path)), kv_cache_config())
     try:
@@ -339,24 +340,34 @@ def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
         engine.kv.zero_()
         worker = engine.worker.connector_worker.worker
         submit_load = worker.submit_load
-        removed = []
+        files = []
 
-        def after_another_replicas_evictions(*args, **kwargs):
+        def between_lookup_and_load(*args, **kwargs):
             for f in tmp_path.glob("kv-cache-*/**/*.blk"):
-                os.unlink(f)
-                removed.append(f)
+                before_b_loads(f)
+                files.append(f)
             return submit_load(*args, **kwargs)
 
-        worker.submit_load = after_another_replicas_evictions
+        worker.submit_load = between_lookup_and_load
         engine.add("B", prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1)
         engine.run_until_idle("request B")
-        assert removed, "none of A's blocks was on the shared tier"
+        assert files, "none of A's blocks was on the persistent tier"
+        yield engine, held, files
+    finally:
+        engine.shutdown()
+
+
+def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
+        tmp_path, monkeypatch):
+    """The golden pod's pvcRef tier is shared by every replica, and a replica evicts by
+    unlinking a block's file: our hold cannot stop it. vLLM 0.32.0 asserts that every load
+    succeeds, so a block reported as a hit must still load after that: here every block file is
+    removed between B's lookup and B's load, and B still gets A's KV."""
+    with b_after_a_with_its_files(tmp_path, monkeypatch, os.unlink) as (engine, held, _):
         assert engine.prefill_stats("B").num_external_cached_tokens == \
             FULL_BLOCKS * TOKENS_PER_BLOCK
         assert torch.equal(held, engine.kv[:, engine.block_tables["B"][:FULL_BLOCKS]])
         assert _core(engine).engine.stats()["held_blocks"] == 0
-    finally:
-        engine.shutdown()
 
 
 @pytest.mark.skipif(not vllm.__version__.startswith("0.34"),
@@ -364,40 +375,18 @@ def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
                            "0.34 recomputes the request")
 def test_a_load_that_fails_on_disk_is_recomputed(tmp_path, monkeypatch):
     """Every block file of the persistent tier torn (truncated) between B's lookup and its
-    load: the engine's checksum check fails the load rather than hand back wrong KV, and
-    vLLM 0.34 takes the failure (its failed_recving) and recomputes B's prompt instead of
-    stopping."""
-    scaled_env(tmp_path, monkeypatch, block_bytes=len(LAYERS) * PAGE, persistent_only=True)
-    engine = EngineCoreLoop(vllm_config(tiny_llama(tmp_path)), kv_cache_config())
-    try:
-        prompt_a = list(range(1, 1 + FULL_BLOCKS * TOKENS_PER_BLOCK + 5))
-        engine.add("A", prompt_a, max_tokens=2)
-        engine.run_until_idle("request A and its stores")
-        assert engine.scheduler.reset_prefix_cache()
-        engine.kv.zero_()
-        worker = engine.worker.connector_worker.worker
-        submit_load = worker.submit_load
-        torn = []
-
-        def after_a_torn_write(*args, **kwargs):
-            for f in tmp_path.glob("kv-cache-*/**/*.blk"):
-                os.truncate(f, 100)
-                torn.append(f)
-            return submit_load(*args, **kwargs)
-
-        worker.submit_load = after_a_torn_write
-        prompt_b = prompt_a[:FULL_BLOCKS * TOKENS_PER_BLOCK] + [100, 101]
-        engine.add("B", prompt_b, max_tokens=1)
-        engine.run_until_idle("request B")
-        assert torn, "none of A's blocks was on the persistent tier"
+    load: the engine's checks fail the load rather than hand back wrong KV, and vLLM 0.34
+    takes the failure (its failed_recving) and, under the webhook's kv_load_failure_policy,
+    recomputes B's prompt instead of ending B with an error."""
+    with b_after_a_with_its_files(tmp_path, monkeypatch,
+                                  lambda f: os.truncate(f, 100)) as (engine, _, _):
         stats = _core(engine).engine.stats()
         assert stats["failed_loads"] > 0, stats
         assert [o.new_token_ids for o in engine.outputs["B"]] == [[SAMPLED_TOKEN]]
-        # Recomputed: B's forward wrote every token of its prompt, the loaded ones again.
-        assert engine.computed_tokens["B"] >= len(prompt_b), engine.computed_tokens
+        # Recomputed: B's forward computed every token of its prompt, the loaded ones again.
+        assert engine.computed_tokens["B"] >= FULL_BLOCKS * TOKENS_PER_BLOCK + 2, \
+            engine.computed_tokens
         assert stats["held_blocks"] == 0
-    finally:
-        engine.shutdown()
 
 
 def test_connector_reset_drops_what_was_offloaded(engine):
