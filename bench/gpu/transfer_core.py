@@ -131,10 +131,20 @@ def main() -> int:
         core.wait(core.load(keys[:8], range(8)))
         torch.cuda.synchronize()
         ordered = all(torch.equal(a[:8], b[:8]) for a, b in zip(expected, tensors))
-        same = same and ordered
+        # vLLM 0.34 names the GPU side by its pages' CUDA addresses (DevicePointers, ref
+        # major, a numpy uint64 array): rows 8..15 that way, mapped back by rows_at.
+        pages = torch.tensor([t.data_ptr() + r * t.stride(0) for t in tensors
+                              for r in range(8, 16)], dtype=torch.int64).numpy().view("uint64")
+        rows = core.rows_at(pages, [8], [list(range(TENSORS))])
+        for t in tensors:
+            t[8:16].zero_()
+        core.wait(core.load(keys[8:16], rows))
+        torch.cuda.synchronize()
+        by_address = all(torch.equal(a[8:16], b[8:16]) for a, b in zip(expected, tensors))
+        same = same and ordered and by_address
         stats = core.engine.stats()
         result = {"describe": core.engine.describe(), "bytes": total, "identical": same,
-                  "load_after_queued_writes": ordered,
+                  "load_after_queued_writes": ordered, "load_by_page_address": by_address,
                   "store_GBps": total / store_s / 1e9, "load_GBps": total / load_s / 1e9,
                   "disk_blocks": stats["tiers"][1]["blocks"] if len(stats["tiers"]) > 1 else 0,
                   "d2h_GBps": stats["d2h_bytes"] / max(stats["d2h_ns"], 1),

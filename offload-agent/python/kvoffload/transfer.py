@@ -14,7 +14,6 @@ import struct
 import threading
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from kvoffload.engine import Engine, EngineOptions, Fingerprint, TierEvent
@@ -131,7 +130,9 @@ class TransferCore:
         a block must name the same row: the engine copies a block's row of every tensor (see
         the module's doc), and an address it cannot place is refused (ValueError), never
         copied to or from."""
-        flat = torch.from_numpy(np.ascontiguousarray(ptrs, dtype=np.uint64).view(np.int64))
+        # ptrs: vLLM's numpy uint64 array (numpy is not imported here: vLLM brings it, a bare
+        # torch need not). Addresses fit in int64, the type torch computes with.
+        flat = torch.from_numpy(ptrs.astype("uint64", copy=False).view("int64"))
         rows, at = [], 0
         for n, tensors in zip(group_rows, group_tensors, strict=True):
             if n == 0:
