@@ -31,7 +31,8 @@ with zipfile.ZipFile(wheel) as z:
     z.extractall(sys.argv[2], [n for n in z.namelist() if not n.endswith(".so")])
 EOF
   rm -rf "$dir.wheel"
-  got="$(cd /tmp && PYTHONPATH="$dir" "$venv/bin/python" -c 'import vllm; print(vllm.__version__)')"
+  got="$(cd /tmp && PYTHONPATH="$dir" "$venv/bin/python" -c \
+    'import vllm; print(vllm.__version__)')"
   [[ "$got" == "$version" ]] || { echo "vllm-python.sh: $dir imports as vLLM $got, not $version" >&2; exit 1; }
   touch "$stamp"
 fi

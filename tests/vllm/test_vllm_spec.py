@@ -212,7 +212,8 @@ def test_other_vllm_releases_are_refused_on_import(release):
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ImportError: kvoffload.vllm: this image runs vLLM {release}, "), last
-    assert "supports vLLM 0.32, 0.33 and 0.34 only" in last and "kvoffload.io/mode: vllm-native" in last
+    assert "supports vLLM 0.32, 0.33 and 0.34 only" in last
+    assert "kvoffload.io/mode: vllm-native" in last
 
 
 def test_supported_vllm_releases_pass_the_check():

@@ -143,7 +143,8 @@ class TransferCore:
                                  "names its rows")
             if at + n * refs > flat.numel():
                 raise ValueError(f"{flat.numel()} page addresses, fewer than the groups' "
-                                 f"{list(group_rows)} blocks of {[len(t) for t in group_tensors]} refs")
+                                 f"{list(group_rows)} blocks of "
+                                 f"{[len(t) for t in group_tensors]} refs")
             offsets = (flat[at:at + n * refs].view(refs, n)
                        - self._bases[list(tensors)][:, None])
             at += n * refs
