@@ -39,8 +39,8 @@ from vllm.v1.kv_offload.config import (
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from conftest import AGENT_CASE as CASE
-from conftest import (golden_env, golden_kv_transfer_config, scaled_env, slot_bytes,
-                      tier_block_bytes)
+from conftest import (GOLDEN, golden_env, golden_kv_transfer_config, scaled_env,
+                      slot_bytes, tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import engine_key
 from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines
@@ -191,6 +191,60 @@ def test_policies_are_the_loaded_agents():
     with pytest.raises(ValueError, match=r"KVOFFLOAD_EVICTION_POLICY='LRU': want one of arc, "
                                          r"chain-lru, lirs, lru, lru-tinylfu, s3fifo \(the policies of .*libkvoffload"):
         settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": "LRU"})
+
+
+def native_golden_cases() -> list[str]:
+    """The golden pods whose vLLM receives vllm-native mode's flag (KServe's own, or the
+    webhook's in that mode), found by running each launch with the stand-in vllm."""
+    sys.path.insert(0, str(GOLDEN.parents[2] / "hack"))
+    import vllm_argv
+    cases = []
+    for path in sorted(GOLDEN.glob("*.patched.json")):
+        got = vllm_argv.run(json.loads(path.read_text()))["kvTransferConfigs"]
+        if [c.get("kv_connector_extra_config", {}).get("spec_name") for c in got] == \
+                ["TieringOffloadingSpec"]:
+            cases.append(path.name.removesuffix(".patched.json"))
+    return cases
+
+
+NATIVE_CASES = native_golden_cases()
+
+
+def test_some_golden_pods_get_the_vllm_native_flag():
+    assert "kserve-rendered" in NATIVE_CASES and "kserve-annotation-native" in NATIVE_CASES
+    assert len(NATIVE_CASES) >= 10, NATIVE_CASES
+
+
+@pytest.mark.parametrize("case", NATIVE_CASES)
+def test_vllm_builds_its_tiering_spec_from_the_vllm_native_flag(case, tmp_path):
+    """vllm-native mode hands vLLM its own TieringOffloadingSpec. vLLM's factory builds the
+    spec and its scheduler-side manager from the flag the pod's launch gives vLLM, reading
+    every key the webhook writes: the CPU tier's bytes, the policy, and one fs tier per
+    mounted disk, each created at its mount path (moved under tmp_path). The worker side
+    needs a GPU (vLLM's CPU tier copies with CUDA) and is not built here."""
+    cfg = golden_kv_transfer_config(case)
+    extra = json.loads(json.dumps(cfg["kv_connector_extra_config"]))
+    cpu_bytes = extra["cpu_bytes_to_use"]
+    assert isinstance(cpu_bytes, int) and cpu_bytes >= PAGE * TENSORS, extra
+    # vLLM maps the whole CPU tier at start: a few blocks' worth here.
+    extra["cpu_bytes_to_use"] = 64 * PAGE * TENSORS
+    roots = []
+    for tier in extra.get("secondary_tiers", []):
+        assert tier["type"] == "fs" and tier["root_dir"].startswith("/mnt/kv-cache-"), tier
+        tier["root_dir"] = str(tmp_path / tier["root_dir"].lstrip("/"))
+        roots.append(tier["root_dir"])
+    spec = OffloadingSpecFactory.create_spec(offloading_config(extra))
+    assert type(spec).__name__ == "TieringOffloadingSpec"
+    manager = spec.get_manager()
+    try:
+        assert len(manager.secondary_tiers) == len(roots)
+        missing = [r for r in roots if not os.path.isdir(r)]
+        assert not missing, f"vLLM made no fs tier at {missing}"
+        if "eviction_policy" in extra:
+            from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+            assert CachePolicyFactory.get_cache_policy_cls(extra["eviction_policy"])
+    finally:
+        manager.shutdown()
 
 
 def test_vllm_registers_the_policies_vllm_native_mode_accepts():
