@@ -193,26 +193,41 @@ def test_policies_are_the_loaded_agents():
         settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_EVICTION_POLICY": "LRU"})
 
 
-def native_golden_cases() -> list[str]:
-    """The golden pods whose vLLM receives vllm-native mode's flag (KServe's own, or the
-    webhook's in that mode), found by running each launch with the stand-in vllm."""
+def golden_flags() -> dict[str, dict]:
+    """Golden pod -> the --kv-transfer-config its vLLM receives, for the pods that receive one
+    of the two flags kv-offload hands vLLM (agent mode's, or vllm-native mode's: KServe's own
+    or the webhook's), found by running each launch with the stand-in vllm."""
     sys.path.insert(0, str(GOLDEN.parents[2] / "hack"))
     import vllm_argv
-    cases = []
+    flags = {}
     for path in sorted(GOLDEN.glob("*.patched.json")):
         got = vllm_argv.run(json.loads(path.read_text()))["kvTransferConfigs"]
-        if [c.get("kv_connector_extra_config", {}).get("spec_name") for c in got] == \
-                ["TieringOffloadingSpec"]:
-            cases.append(path.name.removesuffix(".patched.json"))
-    return cases
+        if len(got) == 1 and got[0].get("kv_connector_extra_config", {}).get("spec_name") in (
+                "KVOffloadAgentSpec", "TieringOffloadingSpec"):
+            flags[path.name.removesuffix(".patched.json")] = got[0]
+    return flags
 
 
-NATIVE_CASES = native_golden_cases()
+GOLDEN_FLAGS = golden_flags()
+NATIVE_CASES = [case for case, flag in GOLDEN_FLAGS.items()
+                if flag["kv_connector_extra_config"]["spec_name"] == "TieringOffloadingSpec"]
 
 
-def test_some_golden_pods_get_the_vllm_native_flag():
+def test_golden_pods_get_both_modes_flags():
     assert "kserve-rendered" in NATIVE_CASES and "kserve-annotation-native" in NATIVE_CASES
     assert len(NATIVE_CASES) >= 10, NATIVE_CASES
+    assert {"agent-mode-default", "kserve-namespace-default"} <= set(GOLDEN_FLAGS), GOLDEN_FLAGS
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_FLAGS))
+def test_vllm_takes_the_whole_flag(case):
+    """vLLM parses --kv-transfer-config into its KVTransferConfig, which refuses a key it
+    does not have and a value outside its choices (agent mode's kv_load_failure_policy)."""
+    from vllm.config import KVTransferConfig
+    config = KVTransferConfig(**GOLDEN_FLAGS[case])
+    assert config.kv_connector == "OffloadingConnector"
+    agent = config.kv_connector_extra_config["spec_name"] == "KVOffloadAgentSpec"
+    assert config.kv_load_failure_policy == ("recompute" if agent else "fail")
 
 
 @pytest.mark.parametrize("case", NATIVE_CASES)
@@ -222,8 +237,7 @@ def test_vllm_builds_its_tiering_spec_from_the_vllm_native_flag(case, tmp_path):
     every key the webhook writes: the CPU tier's bytes, the policy, and one fs tier per
     mounted disk, each created at its mount path (moved under tmp_path). The worker side
     needs a GPU (vLLM's CPU tier copies with CUDA) and is not built here."""
-    cfg = golden_kv_transfer_config(case)
-    extra = json.loads(json.dumps(cfg["kv_connector_extra_config"]))
+    extra = json.loads(json.dumps(GOLDEN_FLAGS[case]["kv_connector_extra_config"]))
     cpu_bytes = extra["cpu_bytes_to_use"]
     assert isinstance(cpu_bytes, int) and cpu_bytes >= PAGE * TENSORS, extra
     # vLLM maps the whole CPU tier at start: a few blocks' worth here.
