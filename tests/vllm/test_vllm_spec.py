@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import torch
+import vllm
 from vllm.config import DeviceConfig, ParallelConfig, VllmConfig, set_current_vllm_config
 from vllm.v1.kv_offload.base import (
     CanonicalKVCacheRef,
@@ -42,7 +43,7 @@ from conftest import AGENT_CASE as CASE
 from conftest import (GOLDEN, golden_env, golden_kv_transfer_config, scaled_env,
                       slot_bytes, tier_block_bytes)
 from kvoffload import engine, settings
-from kvoffload.transfer import engine_key
+from kvoffload.transfer import TransferCore, engine_key
 from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines
 
 PAGE = 4096
@@ -546,6 +547,31 @@ def addresses(tensors, rows, shift=0):
     return PageAddresses(
         np.array([t.data_ptr() + r * t.stride(0) + shift for t in tensors for r in rows],
                  dtype=np.uint64), (len(rows),), (len(tensors),))
+
+
+def test_vllm_034_resolved_addresses_of_two_groups_are_their_block_ids():
+    """vLLM 0.34's own resolve_device_pointers, for a model with two KV cache groups over the
+    same tensors (full and sliding-window attention, as vLLM lays out Gemma 3), each group
+    listing the tensors in its own order: rows_at gives back the block ids, group by group."""
+    try:
+        from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
+    except ImportError:
+        pytest.skip(f"vLLM {vllm.__version__} hands the worker block ids (0.34 and later: "
+                    "page addresses)")
+    caches = kv_caches()
+    caches.group_data_refs = [[CanonicalKVCacheRef(i, PAGE) for i in range(TENSORS)],
+                              [CanonicalKVCacheRef(i, PAGE) for i in reversed(range(TENSORS))]]
+    core = TransferCore([t.tensor for t in caches.tensors], engine.Fingerprint(
+        "m", "", "float16", "test", 0), cpu_bytes=4 * PAGE * TENSORS)
+    try:
+        ids = [7, 2, 30, 5, 11]
+        spec = GPULoadStoreSpec(ids, group_sizes=[2, 3], block_indices=[0, 4])
+        pointers = resolve_device_pointers(spec, caches)
+        rows = core.rows_at(pointers.ptrs, pointers.group_block_counts,
+                            [[r.tensor_idx for r in refs] for refs in caches.group_data_refs])
+        assert rows.tolist() == ids
+    finally:
+        core.close()
 
 
 def test_page_addresses_that_name_no_row_are_neither_read_nor_written(tmp_path, monkeypatch):
