@@ -6,7 +6,8 @@ start to ready, RSS idle and under load, one admission's instructions under call
 (kvoffload-admission-cost), then legitimate admissions under 1000 hostile connections
 (tests/reliability/webhook_hostile.py: p99 per kind, RSS with 10000 idle connections).
 
-usage: run.py BUILD_DIR OUT_JSON   (prints a markdown report on stdout)
+usage: run.py BUILD_DIR OUT_JSON   (the figures as JSON; bench/report.py writes RESULTS.md's
+       section 1 from them, as `make bench` does; progress on stderr)
 env:   BENCH_WRK_SECONDS (5 per run), BENCH_WRK_ROUNDS (3: at saturation ours and nginx
        alternate, the best run of each reported), BENCH_RATE_SECONDS (10 per fixed-rate run),
        BENCH_HALF_ROUNDS (3: at half the saturation rate nginx and ours alternate, the median
