@@ -38,15 +38,20 @@ def golden_env(case: str) -> dict[str, str]:
     return {e["name"]: e["value"] for e in golden_container(case)["env"] if "value" in e}
 
 
-def golden_kv_transfer_config(case: str) -> dict:
-    """The --kv-transfer-config vLLM receives when the golden pod's launch runs (bash and
+def golden_kv_transfer_configs(case: str) -> list[dict]:
+    """Every --kv-transfer-config vLLM receives when the golden pod's launch runs (bash and
     KServe's script with a stand-in vllm, hack/vllm_argv.py): not the text in args, which is
     quoted for the script's eval."""
     sys.path.insert(0, str(REPO / "hack"))
     import vllm_argv
 
     pod = json.loads((GOLDEN / f"{case}.patched.json").read_text())
-    got = vllm_argv.run(pod)["kvTransferConfigs"]
+    return vllm_argv.run(pod)["kvTransferConfigs"]
+
+
+def golden_kv_transfer_config(case: str) -> dict:
+    """The one --kv-transfer-config of the golden pod's vLLM (golden_kv_transfer_configs)."""
+    got = golden_kv_transfer_configs(case)
     assert len(got) == 1 and "invalid" not in got[0], f"{case}: vLLM would receive {got}"
     return got[0]
 

@@ -372,7 +372,8 @@ def test_shared_tier_block_removed_by_another_replica_after_the_hit_still_loads(
 
 @pytest.mark.skipif(not vllm.__version__.startswith("0.34"),
                     reason="vLLM 0.32 and 0.33 assert on a failed load (their engine stops); "
-                           "0.34 recomputes the request")
+                           "runs under 0.34, which recomputes the request (ctest "
+                           "vllm.0.34.0.test_vllm_scheduler)")
 def test_a_load_that_fails_on_disk_is_recomputed(tmp_path, monkeypatch):
     """Every block file of the persistent tier torn (truncated) between B's lookup and its
     load: the engine's checks fail the load rather than hand back wrong KV, and vLLM 0.34

@@ -40,8 +40,8 @@ from vllm.v1.kv_offload.config import (
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 from conftest import AGENT_CASE as CASE
-from conftest import (GOLDEN, golden_env, golden_kv_transfer_config, scaled_env,
-                      slot_bytes, tier_block_bytes)
+from conftest import (GOLDEN, golden_env, golden_kv_transfer_config,
+                      golden_kv_transfer_configs, scaled_env, slot_bytes, tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import TransferCore, engine_key
 from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines
@@ -198,11 +198,9 @@ def golden_flags() -> dict[str, dict]:
     """Golden pod -> the --kv-transfer-config its vLLM receives, for the pods that receive one
     of the two flags kv-offload hands vLLM (agent mode's, or vllm-native mode's: KServe's own
     or the webhook's), found by running each launch with the stand-in vllm."""
-    sys.path.insert(0, str(GOLDEN.parents[2] / "hack"))
-    import vllm_argv
     flags = {}
     for path in sorted(GOLDEN.glob("*.patched.json")):
-        got = vllm_argv.run(json.loads(path.read_text()))["kvTransferConfigs"]
+        got = golden_kv_transfer_configs(path.name.removesuffix(".patched.json"))
         if len(got) == 1 and got[0].get("kv_connector_extra_config", {}).get("spec_name") in (
                 "KVOffloadAgentSpec", "TieringOffloadingSpec"):
             flags[path.name.removesuffix(".patched.json")] = got[0]
@@ -556,8 +554,8 @@ def test_vllm_034_resolved_addresses_of_two_groups_are_their_block_ids():
     try:
         from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
     except ImportError:
-        pytest.skip(f"vLLM {vllm.__version__} hands the worker block ids (0.34 and later: "
-                    "page addresses)")
+        pytest.skip(f"vLLM {vllm.__version__} hands the worker block ids, not page "
+                    "addresses: runs under 0.34 (ctest vllm.0.34.0.test_vllm_spec)")
     caches = kv_caches()
     caches.group_data_refs = [[CanonicalKVCacheRef(i, PAGE) for i in range(TENSORS)],
                               [CanonicalKVCacheRef(i, PAGE) for i in reversed(range(TENSORS))]]
