@@ -461,6 +461,37 @@ def best_policy(runs):
     return max(scores, key=lambda n: sum(scores[n]) / len(scores[n]))
 
 
+def death_reading(missed):
+    """Which missed cells LRU+death would meet: where knowing which blocks die is enough, and
+    where OPT's lead is knowing when blocks come back, which no policy can see."""
+    def cell(title, r, lru):
+        d = r["lru_death"]
+        return (f"{title} at {r['cache']} ({d['prefix_hit_ratio'] / lru:.2f}x LRU, "
+                f"{d['prefix_of_opt']:.3f} of OPT)")
+
+    def meets(r, lru):
+        d = r["lru_death"]
+        if r["cache"] in ("2%", "5%"):
+            return d["prefix_hit_ratio"] / lru >= 1.2 or d["prefix_of_opt"] >= 0.9
+        return d["prefix_hit_ratio"] >= lru
+    short = [cell(*m) for m in missed if not meets(m[1], m[2])]
+    enough = [cell(*m) for m in missed if meets(m[1], m[2])]
+    lines = []
+    if short:
+        lines.append(f"Where not even LRU+death meets the target ({len(short)} of the "
+                     f"{len(missed)} missed cells): " + "; ".join(short) + ". There most of "
+                     "OPT's lead comes from knowing when a live block is read next, not which "
+                     "blocks die. The generated shapes are memoryless there: the gaps between a "
+                     "session's turns and a task's steps are exponential (in mixed, each turn "
+                     "goes to one of the open conversations at random), so how long a block has "
+                     "been idle says nothing of when it is read next.")
+    if enough:
+        lines.append(f"Where LRU+death meets it ({len(enough)} cells): " + "; ".join(enough)
+                     + ". There a policy that told dead blocks from live ones would: what "
+                     "limits ours is predicting which blocks die.")
+    return [" ".join(lines), ""] if lines else []
+
+
 def trace(t):
     lines = ["## 5. Hit ratio on trace shapes, as a fraction of Belady's OPT", ""]
     if t is None:
@@ -472,7 +503,10 @@ def trace(t):
               "counts) and prefix-usable (only the leading run of resident blocks of a request "
               "counts: the engine recomputes everything after the first miss). OPT is Belady's MIN "
               "with demand paging (every block admitted), optimal per block; its prefix-usable "
-              "figure is the reference for the other column, not a proven bound. Four shapes are "
+              "figure is the reference for the other column, not a proven bound. LRU+death, the "
+              "other offline reference, is LRU told which blocks are never read again (it evicts "
+              "one of those first): the part of OPT's lead that knowing which blocks die gives, "
+              "the rest coming from knowing when the others are read next. Four shapes are "
               "generated (bench/agent/trace.h, trace_shapes.cc); trace files named in "
               "BENCH_TRACE_FILES, such as Mooncake's production traces (bench/README.md), are "
               "replayed after them with `--trace-file`, full blocks only (a prompt's partial last "
@@ -482,6 +516,7 @@ def trace(t):
                   "fraction of OPT over all shapes and sizes): prefix-usable >= 1.2x LRU's at 2% and "
                   "5% (or >= 0.90 of OPT where LRU is already that close), never below LRU.", ""]
     verdicts = []
+    missed = []  # (trace, row, LRU's prefix-usable ratio) of each cell the best policy misses
     for run in runs:
         x = run["result"]
         title = trace_title(x)
@@ -495,6 +530,11 @@ def trace(t):
             rows.append([r["cache"], r["cache_blocks"], "OPT", f"{r['opt']['hit_ratio']:.3f}", "1",
                          f"{r['opt']['prefix_hit_ratio']:.3f}", "1",
                          f"{r['opt']['prefix_hit_ratio'] / lru:.2f}" if lru else "", ""])
+            if "lru_death" in r:
+                d = r["lru_death"]
+                rows.append(["", "", "LRU+death", f"{d['hit_ratio']:.3f}", f"{d['of_opt']:.3f}",
+                             f"{d['prefix_hit_ratio']:.3f}", f"{d['prefix_of_opt']:.3f}",
+                             f"{d['prefix_hit_ratio'] / lru:.2f}" if lru else "", ""])
             for name in x["policies"]:
                 p = r[name]
                 vs_lru = p["prefix_hit_ratio"] / lru if lru else float("inf")
@@ -513,6 +553,8 @@ def trace(t):
                         ok = low_vs_lru >= 1.0
                         verdict = f">= LRU: {met(ok)}"
                     verdicts.append(ok)
+                    if not ok and "lru_death" in r:
+                        missed.append((title, r, lru))
                 rows.append(["", "", name, f"{p['hit_ratio']:.3f}", f"{p['of_opt']:.3f}",
                              f"{p['prefix_hit_ratio']:.3f}",
                              f"{p['prefix_of_opt']:.3f}"
@@ -524,6 +566,8 @@ def trace(t):
                          "prefix / LRU", "target"], rows), "", f"Command: `{run['command']}`", ""]
     if verdicts:
         lines += [f"Targets met in {sum(verdicts)} of {len(verdicts)} cells.", ""]
+    if missed:
+        lines += death_reading(missed)
     if verdicts and not all(verdicts):
         lines += ["Why the target is missed. On the generated shapes OPT itself is only 1.1-1.5x "
                   "LRU at 2-5% (the OPT rows' last column), so 1.2x LRU asks for nearly all of OPT's "

@@ -81,8 +81,9 @@ void Progress::Update(uint64_t done) {
 namespace {
 
 constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=value ...]
-  trace   replay a trace on every registered policy and Belady's OPT: per-block and
-          prefix-usable hit ratios, each also as a fraction of OPT's
+  trace   replay a trace on every registered policy, Belady's OPT and LRU told which blocks
+          die (lru_death): per-block and prefix-usable hit ratios, each also as a fraction of
+          OPT's
           --trace=mixed|chat|agent|rag (generated) or --trace-file=FILE (JSONL, hash_ids;
           --block-tokens=512, its block size: a prompt's partial last block is not cached)
           --cache-blocks=2000,8000 or 2%,5%,10% (of the distinct blocks) --policies=a,b

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kvoffload/status.h"
 #include "trace.h"
@@ -36,9 +37,18 @@ struct ReplayResult {
   }
 };
 
-// Unknown policy names are the factory's InvalidArgument.
+// Unknown policy names are the factory's InvalidArgument. With `last_uses` (LastUses of the
+// same trace) the replay is told which blocks are never read again: a full cache evicts one
+// of those, if any is resident, before it asks the policy (OnRemove). An offline reference,
+// like OPT: it shows how much of OPT's lead knowing which blocks die would give a policy,
+// and so how much comes from knowing when the others come back.
 Result<ReplayResult> ReplayPolicy(std::string_view policy, size_t capacity_blocks,
-                                  const Trace& trace);
+                                  const Trace& trace,
+                                  const std::vector<bool>* last_uses = nullptr);
+
+// For each block access of the trace, in order (request by request, each request's blocks
+// in its order), whether no later access reads that block.
+std::vector<bool> LastUses(const Trace& trace);
 
 // Belady's MIN over the same engine model: on a store with a full cache, evict the resident
 // block whose next read is furthest; the new block always enters (no bypass), as in the

@@ -1,8 +1,8 @@
 // `kvoffload-bench trace`: replays a trace (a generated shape, or a JSONL file with
-// --trace-file) on every registered eviction policy and on Belady's OPT, at several cache
-// sizes, and reports per-block and prefix-usable hit ratios (replay.h), each also as a
-// fraction of OPT's. Cache sizes are block counts ("2000") or percentages of the trace's
-// distinct blocks ("5%").
+// --trace-file) on every registered eviction policy, on Belady's OPT and on LRU told which
+// blocks are never read again, at several cache sizes, and reports per-block and
+// prefix-usable hit ratios (replay.h), each also as a fraction of OPT's. Cache sizes are
+// block counts ("2000") or percentages of the trace's distinct blocks ("5%").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -136,15 +136,28 @@ int RunTrace(Flags& flags) {
                     {"scan_every", mixed.scan_every},
                     {"scan_blocks", mixed.scan_blocks}};
   }
-  Progress progress("trace replays", caches->size() * (policies.size() + 1));
+  const std::vector<bool> last_uses = LastUses(trace);
+  Progress progress("trace replays", caches->size() * (policies.size() + 2));
   uint64_t done = 0;
   for (const CacheSize& cache : *caches) {
     const ReplayResult opt = ReplayOpt(cache.blocks, trace);
     progress.Update(++done);
+    // The other offline reference: LRU told which blocks are never read again.
+    Result<ReplayResult> lru_death = ReplayPolicy("lru", cache.blocks, trace, &last_uses);
+    if (!lru_death.ok()) {
+      std::cerr << "kvoffload-bench trace: " << lru_death.status().ToString() << "\n";
+      return 2;
+    }
+    progress.Update(++done);
     nlohmann::json row = {
         {"cache", cache.label},
         {"cache_blocks", cache.blocks},
-        {"opt", {{"hit_ratio", opt.HitRatio()}, {"prefix_hit_ratio", opt.PrefixHitRatio()}}}};
+        {"opt", {{"hit_ratio", opt.HitRatio()}, {"prefix_hit_ratio", opt.PrefixHitRatio()}}},
+        {"lru_death",
+         {{"hit_ratio", lru_death->HitRatio()},
+          {"prefix_hit_ratio", lru_death->PrefixHitRatio()},
+          {"of_opt", Of(lru_death->hits, opt.hits)},
+          {"prefix_of_opt", Of(lru_death->prefix_hits, opt.prefix_hits)}}}};
     for (const std::string& policy : policies) {
       Result<ReplayResult> r = ReplayPolicy(policy, cache.blocks, trace);
       if (!r.ok()) {

@@ -58,6 +58,26 @@ TEST(ReplayOptTest, CyclicLoopBeatsLru) {
   EXPECT_EQ(lru->hits, 0u);
 }
 
+// LRU told which blocks are never read again, by hand (cache 2): 7 and 1 fill it, 1 is read
+// for the last time; 2 (also its last read) evicts 1 instead of LRU's 7, so 7 hits. Plain LRU
+// evicts 7 and has no hit. Blocks 1 and 2 die; 7 does not.
+TEST(ReplayPolicyTest, KnowingWhichBlocksDieEvictsThemFirst) {
+  const Trace t = Singles({7, 1, 2, 7});
+  const std::vector<bool> last = LastUses(t);
+  EXPECT_EQ(last, (std::vector<bool>{false, true, true, true}));
+  Result<ReplayResult> lru = ReplayPolicy("lru", 2, t);
+  Result<ReplayResult> told = ReplayPolicy("lru", 2, t, &last);
+  ASSERT_TRUE(lru.ok() && told.ok());
+  EXPECT_EQ(lru->hits, 0u);
+  EXPECT_EQ(told->hits, 1u);
+  // On the textbook string it is bounded by OPT and beats LRU (11 and 8 hits).
+  const std::vector<bool> textbook_last = LastUses(kTextbook);
+  Result<ReplayResult> textbook = ReplayPolicy("lru", 3, kTextbook, &textbook_last);
+  ASSERT_TRUE(textbook.ok());
+  EXPECT_GT(textbook->hits, 8u);
+  EXPECT_LE(textbook->hits, 11u);
+}
+
 TEST(ReplayOptTest, ZeroCapacityNeverHits) { EXPECT_EQ(ReplayOpt(0, kTextbook).hits, 0u); }
 
 TEST(ReplayPolicyTest, UnknownPolicyIsAnError) {
@@ -150,8 +170,13 @@ TEST(ReplayOptTest, BoundsEveryPolicyOnGeneratedTraces) {
     Result<Trace> trace = GenerateShape(shape, s, Small(11));
     ASSERT_TRUE(trace.ok()) << trace.status().ToString();
     const size_t distinct = TraceDistinctBlocks(*trace);
+    const std::vector<bool> last = LastUses(*trace);
     for (size_t cache : {distinct / 10, distinct / 4, distinct / 2}) {
       const uint64_t opt = ReplayOpt(cache, *trace).hits;
+      // Nor does LRU told which blocks die: it is still an online order for the live ones.
+      Result<ReplayResult> told = ReplayPolicy("lru", cache, *trace, &last);
+      ASSERT_TRUE(told.ok());
+      EXPECT_LE(told->hits, opt) << "lru+death on " << shape << " at " << cache;
       for (const std::string& policy : EvictionPolicyNames()) {
         Result<ReplayResult> r = ReplayPolicy(policy, cache, *trace);
         ASSERT_TRUE(r.ok());
