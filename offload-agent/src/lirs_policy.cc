@@ -9,7 +9,7 @@
 // shorter reuse distance than that LIR block: it becomes LIR and the least recent LIR block
 // becomes HIR. On KV traffic this keeps a fixed set of the prompts and sessions that come back
 // when more of them are open than the tier holds, where LRU evicts each just before its
-// return: RAG documents at 2-5% of the distinct blocks (0.90 of Belady's OPT, LRU 0.78-0.83)
+// return: RAG documents at 2-5% of the distinct blocks (0.89 of Belady's OPT, LRU 0.78-0.83)
 // and Mooncake's production chat trace at 2% (1.85x LRU's prefix hits).
 //
 // The usual form keeps every block in a recency stack and prunes it; here each key is in
@@ -21,17 +21,18 @@
 // tier-fulls of other blocks (with three, RAG at 2-5% reached 0.89 of OPT instead of 0.90;
 // with one, Mooncake's chat trace at 2% lost a quarter of its gain).
 //
-// Where reuse distances do not predict the next use (chat sessions with exponential think
-// times at a tier of 10% of the distinct blocks), a fixed 1-10% HIR share fell 3-16% below
-// LRU. So the share is chosen per workload, like lru-tinylfu's filter: four miniature caches
-// over one key in R (sampled by hash) with 1/R of the capacity (Waldspurger et al., ATC'17)
-// run LIRS with HIR shares of 100% (which is LRU: no LIR block, so nothing is promoted and the
-// FIFO moves a used block to its new end), 25%, 10% and 2%, and the tier follows the one whose
-// recent hits beat the current one's by 1.5%, counted over windows of 4096 sampled calls (each
-// window's count halved into the next). It starts as LRU. R is 2 up to 16K tier blocks, then
-// grows so that a miniature keeps 4K-8K blocks: with R = 4 at small tiers, the miniatures of
-// Mooncake's synthetic trace at 2-5% (200-500 blocks) counted a few dozen hits a window, chose
-// on noise, and fell 3-4% below LRU.
+// Where reuse distances do not predict the next use (chat sessions with exponential think times at
+// a tier of 10% of the distinct blocks), a fixed 1-10% HIR share fell 3-16% below LRU. So the share
+// is chosen per workload, like lru-tinylfu's filter: four miniature caches over one key in R
+// (sampled by hash) with 1/R of the capacity (Waldspurger et al., ATC'17) run LIRS with HIR shares
+// of 100% (which is LRU: no LIR block, so nothing is promoted and the FIFO moves a used block to
+// its new end), 25%, 10% and 2%, and the tier follows the one that beats the current one on the
+// sampled calls where one of the two hit and the other missed, by more than chance would give (3
+// standard deviations), counted over windows of 4096 sampled calls (each window's counts halved
+// into the next). It starts as LRU, and where no share is better it stays so. R is 2 up to 16K tier
+// blocks, then grows so that a miniature keeps 4K-8K blocks: with R = 4 at small tiers, the
+// miniatures of Mooncake's synthetic trace at 2-5% (200-500 blocks) counted a few dozen hits a
+// window, chose on noise, and fell 3-4% below LRU.
 //
 // Memory: 48 bytes a key (a 32-byte node and its index slots) for each tier block and ghost:
 // up to 9 keys a tier block, at most 4M ghosts (at a million blocks, up to 240 MiB, 0.01% of
@@ -234,8 +235,10 @@ class LirsPolicy final : public EvictionPolicy {
  private:
   // HIR shares the miniatures try; the first, where the tier starts, is LRU.
   static constexpr std::array<double, 4> kShares = {1.0, 0.25, 0.10, 0.02};
-  // A switch needs 1.5% more recent hits than the current share's miniature.
-  static constexpr double kSwitchMargin = 1.015;
+  // A switch needs the other share's lead over the current one, on the sampled calls where
+  // exactly one of the two miniatures hit, to be kZ standard deviations of what chance would
+  // give two equal shares on those calls (McNemar's test for paired outcomes).
+  static constexpr double kZ = 3.0;
   static constexpr uint64_t kWindow = 4096;
   // R: 2 (one key in two) up to 16K blocks, then enough that a miniature keeps fewer than
   // kMiniatureBlocks (4K-8K).
@@ -244,7 +247,8 @@ class LirsPolicy final : public EvictionPolicy {
 
   struct Miniature {
     std::unique_ptr<Lirs> lirs;  // Lirs has no default state for the array to start from
-    double hits = 0;
+    double wins = 0;    // sampled calls it hit and the current share's miniature missed
+    double losses = 0;  // and the other way round
   };
   static size_t LirTarget(size_t capacity, size_t share) {
     const auto hir = static_cast<size_t>(static_cast<double>(capacity) * kShares[share]);
@@ -260,23 +264,42 @@ class LirsPolicy final : public EvictionPolicy {
   // tier's share.
   void Sample(const BlockKey& key, uint64_t hash) {
     if (!sampler_.Sampled(hash)) return;
-    for (Miniature& m : minis_) {
+    std::array<bool, kShares.size()> hit{};
+    for (size_t i = 0; i < kShares.size(); ++i) {
+      Miniature& m = minis_[i];
       if (const Lirs::Node n = m.lirs->FindResident(key, hash); n != Lirs::kNone) {
         m.lirs->Access(n);
-        m.hits += 1;
+        hit[i] = true;
       } else {
         m.lirs->Insert(key, hash);
         while (m.lirs->resident() > mini_capacity_) m.lirs->Evict(nullptr);
       }
     }
+    // The miniatures see the same sampled calls, so their hit counts move together: what
+    // tells two shares apart is the calls one hit and the other missed.
+    for (size_t i = 0; i < kShares.size(); ++i) {
+      if (hit[i] && !hit[share_]) minis_[i].wins += 1;
+      if (!hit[i] && hit[share_]) minis_[i].losses += 1;
+    }
     if (++sampled_ % kWindow != 0) return;
     size_t best = share_;
+    double best_lead = 0;
     for (size_t i = 0; i < kShares.size(); ++i) {
-      if (minis_[i].hits > minis_[best].hits * kSwitchMargin) best = i;
+      const Miniature& m = minis_[i];
+      const double lead = m.wins - m.losses;
+      if (lead > best_lead && lead * lead > kZ * kZ * (m.wins + m.losses)) {
+        best = i;
+        best_lead = lead;
+      }
     }
-    for (Miniature& m : minis_) m.hits /= 2;
+    for (Miniature& m : minis_) {
+      m.wins /= 2;
+      m.losses /= 2;
+    }
     if (best != share_) {
       share_ = best;
+      // The counts were against the old share.
+      for (Miniature& m : minis_) m.wins = m.losses = 0;
       main_.set_lir_target(LirTarget(capacity_, share_));
     }
   }

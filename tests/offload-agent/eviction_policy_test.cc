@@ -462,6 +462,20 @@ TEST(LirsPolicyTest, WhereRecencyWinsItIsLru) {
   ExpectLruWhereRecencyWins("lirs", "hir-share=1.00");
 }
 
+// Uniform random reads of twice as many blocks as the tier holds: every share hits about half
+// the time, so no share is better and lirs must stay LRU, where a margin on the miniatures'
+// hit counts let one share win a window by chance now and then and the tier follow it.
+TEST(LirsPolicyTest, NoShareTakesOverByChance) {
+  constexpr size_t kCapacity = 512;
+  Cache lirs("lirs", kCapacity);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 400000; ++i) {
+    lirs.Access(Key(rng() % (2 * kCapacity)));
+    ASSERT_NE(lirs.policy->DebugString().find("hir-share=1.00"), std::string::npos)
+        << "access " << i << ": " << lirs.policy->DebugString();
+  }
+}
+
 // A loop over more blocks than the tier holds (sessions that all come back, more of them open
 // than fit): LRU evicts every block just before its turn and never hits. Once the miniatures
 // show it, lirs keeps a fixed LIR set of the loop and hits on it every pass.
