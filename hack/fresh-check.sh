@@ -89,6 +89,10 @@ fi
 rc=0
 unshare --mount --propagation private -- bash -euo pipefail -c '
 root="$1" inner="$2" site_env="$3" workdir="$4"; shift 4
+# The root bound onto itself first, so that / in the chroot is a mount point, as on a machine:
+# a test that makes / private in a mount namespace of its own (tier_test.cc, mounting over a
+# block file) otherwise gets EINVAL and is skipped here.
+mount --bind "${root}" "${root}"
 mount -t proc proc "${root}/proc"
 mount --rbind /sys "${root}/sys"
 mount --rbind /dev "${root}/dev"
