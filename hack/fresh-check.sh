@@ -62,8 +62,10 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   cp /usr/local/share/ca-certificates/*.crt "${root}/usr/local/share/ca-certificates/"
 fi
 site_env=()
+# CI too: with CI=true (.ci/run) a test whose capability the fresh root lacks fails there
+# instead of being reported as skipped, as it would on the machine itself.
 for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CERT_FILE SSL_CERT_DIR \
-         CURL_CA_BUNDLE REQUESTS_CA_BUNDLE PIP_CERT GIT_SSL_CAINFO; do
+         CURL_CA_BUNDLE REQUESTS_CA_BUNDLE PIP_CERT GIT_SSL_CAINFO CI; do
   [[ -n "${!v:-}" ]] && site_env+=("${v}=${!v}")
 done
 git clone --quiet "${repo}" "${root}${repo}"
