@@ -66,6 +66,14 @@ double Of(uint64_t hits, uint64_t opt_hits) {
   return opt_hits == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(opt_hits);
 }
 
+// A replay's two hit ratios, each also as a fraction of OPT's.
+nlohmann::json Ratios(const ReplayResult& r, const ReplayResult& opt) {
+  return {{"hit_ratio", r.HitRatio()},
+          {"prefix_hit_ratio", r.PrefixHitRatio()},
+          {"of_opt", Of(r.hits, opt.hits)},
+          {"prefix_of_opt", Of(r.prefix_hits, opt.prefix_hits)}};
+}
+
 }  // namespace
 
 int RunTrace(Flags& flags) {
@@ -153,21 +161,14 @@ int RunTrace(Flags& flags) {
         {"cache", cache.label},
         {"cache_blocks", cache.blocks},
         {"opt", {{"hit_ratio", opt.HitRatio()}, {"prefix_hit_ratio", opt.PrefixHitRatio()}}},
-        {"lru_death",
-         {{"hit_ratio", lru_death->HitRatio()},
-          {"prefix_hit_ratio", lru_death->PrefixHitRatio()},
-          {"of_opt", Of(lru_death->hits, opt.hits)},
-          {"prefix_of_opt", Of(lru_death->prefix_hits, opt.prefix_hits)}}}};
+        {"lru_death", Ratios(*lru_death, opt)}};
     for (const std::string& policy : policies) {
       Result<ReplayResult> r = ReplayPolicy(policy, cache.blocks, trace);
       if (!r.ok()) {
         std::cerr << "kvoffload-bench trace: " << r.status().ToString() << "\n";
         return 2;
       }
-      row[policy] = {{"hit_ratio", r->HitRatio()},
-                     {"prefix_hit_ratio", r->PrefixHitRatio()},
-                     {"of_opt", Of(r->hits, opt.hits)},
-                     {"prefix_of_opt", Of(r->prefix_hits, opt.prefix_hits)}};
+      row[policy] = Ratios(*r, opt);
       if (!relabeled.empty()) {
         // OPT and the accesses are the same under every labeling: only prefix hits vary.
         ReplayResult low = *r, high = *r;
