@@ -9,7 +9,7 @@
 // shorter reuse distance than that LIR block: it becomes LIR and the least recent LIR block
 // becomes HIR. On KV traffic this keeps a fixed set of the prompts and sessions that come back
 // when more of them are open than the tier holds, where LRU evicts each just before its
-// return: RAG documents at 2-5% of the distinct blocks (0.89 of Belady's OPT, LRU 0.78-0.83)
+// return: RAG documents at 2-5% of the distinct blocks (0.90 of Belady's OPT, LRU 0.78-0.83)
 // and Mooncake's production chat trace at 2% (1.85x LRU's prefix hits).
 //
 // The usual form keeps every block in a recency stack and prunes it; here each key is in
@@ -29,7 +29,10 @@
 // its new end), 25%, 10% and 2%, and the tier follows the one that beats the current one on the
 // sampled calls where one of the two hit and the other missed, by more than chance would give (3
 // standard deviations), counted over windows of 4096 sampled calls (each window's counts halved
-// into the next). It starts as LRU, and where no share is better it stays so. R is 2 up to 16K tier
+// into the next). It starts as LRU, and where no share is better it stays so. A share raised
+// after the tier has been full leaves LIR short, and LIR is then refilled by blocks that are
+// used again (resident HIR blocks and ghosts), not by the blocks stored next, which in KV
+// traffic are mostly never read again. R is 2 up to 16K tier
 // blocks, then grows so that a miniature keeps 4K-8K blocks: with R = 4 at small tiers, the
 // miniatures of Mooncake's synthetic trace at 2-5% (200-500 blocks) counted a few dozen hits a
 // window, chose on noise, and fell 3-4% below LRU.
@@ -91,11 +94,16 @@ class Lirs {
     const uint32_t now = ++clock_;
     Node n = keys_.Find(key, hash);
     if (n != kNone) {
-      // A ghost: LIR when its last use is within the LIR blocks' recency, as if it had stayed.
-      keys_.MoveToFront(InLirRecency(n) ? kLir : kHir, n);
+      // A ghost: LIR when its last use is within the LIR blocks' recency, as if it had stayed,
+      // or while LIR is short of its share.
+      keys_.MoveToFront(Promotes(n) ? kLir : kHir, n);
     } else {
-      // While the LIR blocks do not fill their share (a new tier), every block is LIR.
-      n = keys_.PushFront(keys_.size(kLir) < lir_target_ ? kLir : kHir, key, hash);
+      // A new tier fills LIR first with whatever comes, as LIRS does. Once the tier has been
+      // full, a LIR set short of its share (the share was just raised) is refilled by blocks
+      // that prove a reuse (Promotes) and never by new ones: most blocks a KV tier stores are
+      // never read again, and LIR keeps what it is given until it is the least recent LIR.
+      const bool lir = !evicted_ && keys_.size(kLir) < lir_target_;
+      n = keys_.PushFront(lir ? kLir : kHir, key, hash);
     }
     keys_.set_stamp(n, now);
     Rebalance();
@@ -103,7 +111,7 @@ class Lirs {
   // REQUIRES: n is resident.
   void Access(Node n) {
     const uint32_t now = ++clock_;
-    keys_.MoveToFront(keys_.list(n) == kLir || InLirRecency(n) ? kLir : kHir, n);
+    keys_.MoveToFront(keys_.list(n) == kLir || Promotes(n) ? kLir : kHir, n);
     keys_.set_stamp(n, now);
     Rebalance();
   }
@@ -125,8 +133,9 @@ class Lirs {
     if (n == kNone) n = keys_.LeastRecentUnpinned(kLir, is_pinned);
     if (n == kNone) return std::nullopt;
     const BlockKey victim = keys_.key(n);
-    if (keys_.empty(kLir)) {
-      // No LIR block (its LRU mode): no ghost could be promoted, so none is kept (as the loop
+    evicted_ = true;
+    if (lir_target_ == 0 && keys_.empty(kLir)) {
+      // Its LRU mode: no ghost could be promoted, so none is kept (as the loop
       // below would decide for each), and the victim leaves at once instead of passing
       // through the ghost list: evictions at 1M blocks 146-152 ns against 149-153 (five
       // alternating pairs), the same hits on every trace shape.
@@ -135,10 +144,11 @@ class Lirs {
       return victim;
     }
     keys_.MoveToFront(kGhost, n);
-    // Ghosts older than the LIR blocks' recency would come back as HIR anyway: forgotten.
+    // Ghosts that would come back as HIR anyway (older than the LIR blocks' recency, with LIR
+    // at its share) are forgotten.
     while (!keys_.empty(kGhost)) {
       const Node g = keys_.back(kGhost);
-      if (keys_.size(kGhost) <= ghost_limit_ && InLirRecency(g)) break;
+      if (keys_.size(kGhost) <= ghost_limit_ && Promotes(g)) break;
       keys_.Erase(g);
     }
     return victim;
@@ -168,6 +178,8 @@ class Lirs {
     if (keys_.empty(kLir)) return false;
     return clock_ - keys_.stamp(n) < clock_ - keys_.stamp(keys_.back(kLir));
   }
+  // Whether a HIR block or ghost that is used again becomes LIR.
+  bool Promotes(Node n) const { return keys_.size(kLir) < lir_target_ || InLirRecency(n); }
   // The least recent LIR blocks become the newest HIR ones while LIR is over its share.
   void Rebalance() {
     for (size_t i = 0; i < kDemotionsPerCall && keys_.size(kLir) > lir_target_; ++i) {
@@ -179,6 +191,7 @@ class Lirs {
   Keys keys_;
   size_t lir_target_ = 0;
   uint32_t clock_ = 0;
+  bool evicted_ = false;  // the tier has been full
 };
 
 class LirsPolicy final : public EvictionPolicy {

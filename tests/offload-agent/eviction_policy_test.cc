@@ -476,6 +476,39 @@ TEST(LirsPolicyTest, NoShareTakesOverByChance) {
   }
 }
 
+// A hot set re-read in turn with a new block stored between any two reads (documents that come
+// back, each with a question never asked again): the hot set's reuse distance is larger than
+// the tier, so LRU never hits it, and lirs moves off LRU. What fills its empty LIR set then
+// decides how soon it hits: the blocks stored next are one-time blocks, which would hold LIR
+// until they are its least recent; the hot blocks are the ones that come back.
+TEST(LirsPolicyTest, RefillsLirWithBlocksThatComeBack) {
+  constexpr size_t kCapacity = 1000;
+  constexpr uint64_t kHot = 700;
+  Cache lirs("lirs", kCapacity);
+  uint64_t next_new = kHot;
+  uint64_t hot_reads = 0;
+  uint64_t hot_hits = 0;
+  bool switched = false;
+  for (uint64_t i = 0; i < 400 * kHot; ++i) {
+    const bool hit = lirs.Access(Key(i % kHot));
+    lirs.Access(Key(next_new++));
+    if (!switched) {
+      switched = lirs.policy->DebugString().find("hir-share=1.00") == std::string::npos;
+      continue;
+    }
+    if (++hot_reads > 3 * kHot) break;  // three passes over the hot set after the switch
+    hot_hits += hit;
+  }
+  const std::string state = lirs.policy->DebugString();
+  ASSERT_TRUE(switched) << state;
+  EXPECT_GE(hot_hits, 3 * kHot / 2) << state;
+  // Only blocks that came back are LIR: filled with whatever was stored next, LIR held 980
+  // blocks here, 280 of them never read again.
+  const size_t lir = state.find(" lir=");
+  ASSERT_NE(lir, std::string::npos) << state;
+  EXPECT_LE(std::stoul(state.substr(lir + 5)), kHot) << state;
+}
+
 // A loop over more blocks than the tier holds (sessions that all come back, more of them open
 // than fit): LRU evicts every block just before its turn and never hits. Once the miniatures
 // show it, lirs keeps a fixed LIR set of the loop and hits on it every pass.
