@@ -584,12 +584,12 @@ def trace(t):
                   "chosen by four miniature caches, one of them LRU, so that it is LRU where LRU "
                   "wins; docs/decisions.md) has the best mean and takes the most where the tier "
                   "is too small for the prompts and sessions that come back: 1.85x LRU on the "
-                  "conversation trace at 2%, 1.08-1.15x on RAG at 2-5% (0.889-0.896 of OPT over "
-                  "the namings of the keys), 1.10x on the generated chat at 2%. It leaves LRU "
+                  "conversation trace at 2%, 1.09-1.16x on RAG at 2-5% (0.901-0.905 of OPT over "
+                  "the namings of the keys: met), 1.10x on the generated chat at 2%. It leaves LRU "
                   "for another share only when that share's miniature wins by more than chance "
                   "would give, so where none is better it stays LRU (the generated chat at 10%: "
                   "1.000x under every naming); it is below LRU only on the synthetic trace at 5% "
-                  "(0.987-1.015x over the namings), a cell it misses anyway. Its parameters were "
+                  "(0.990-1.019x over the namings), a cell it misses anyway. Its parameters were "
                   "chosen on these traces (docs/decisions.md). lru-tinylfu (LRU whose new "
                   "blocks enter only if their "
                   "recent use count beats the victim's, switched the same way) gains 1.61x on "
@@ -613,7 +613,7 @@ def trace(t):
                   "with dynamic aging (at most 1.42x). Recommendation from these numbers: keep "
                   "`lru` as the default (the KServe field's); in agent mode `lirs`, which gains where "
                   "a tier is small against chat-service and RAG traffic and was below LRU in "
-                  "one cell (the synthetic trace at 5%, at worst 0.987x); `chain-lru` where a "
+                  "one cell (the synthetic trace at 5%, at worst 0.990x); `chain-lru` where a "
                   "policy must never lose to LRU by construction.", ""]
     return lines
 
