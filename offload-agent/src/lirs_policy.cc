@@ -32,10 +32,10 @@
 // into the next). It starts as LRU, and where no share is better it stays so. A share raised
 // after the tier has been full leaves LIR short, and LIR is then refilled by blocks that are
 // used again (resident HIR blocks and ghosts), not by the blocks stored next, which in KV
-// traffic are mostly never read again. R is 2 up to 16K tier
-// blocks, then grows so that a miniature keeps 4K-8K blocks: with R = 4 at small tiers, the
-// miniatures of Mooncake's synthetic trace at 2-5% (200-500 blocks) counted a few dozen hits a
-// window, chose on noise, and fell 3-4% below LRU.
+// traffic are mostly never read again. R is 2 up to 16K tier blocks, then grows so that a
+// miniature keeps 4K-8K blocks: with R = 4 at small tiers, the miniatures of Mooncake's
+// synthetic trace at 2-5% (200-500 blocks) counted a few dozen hits a window, chose on noise,
+// and fell 3-4% below LRU.
 //
 // Memory: 48 bytes a key (a 32-byte node and its index slots) for each tier block and ghost:
 // up to 9 keys a tier block, at most 4M ghosts (at a million blocks, up to 240 MiB, 0.01% of
@@ -135,10 +135,10 @@ class Lirs {
     const BlockKey victim = keys_.key(n);
     evicted_ = true;
     if (lir_target_ == 0 && keys_.empty(kLir)) {
-      // Its LRU mode: no ghost could be promoted, so none is kept (as the loop
-      // below would decide for each), and the victim leaves at once instead of passing
-      // through the ghost list: evictions at 1M blocks 146-152 ns against 149-153 (five
-      // alternating pairs), the same hits on every trace shape.
+      // Its LRU mode (no LIR block, and a share that wants none): no ghost could be promoted,
+      // so none is kept (as the loop below would decide for each), and the victim leaves at
+      // once instead of passing through the ghost list: evictions at 1M blocks 146-152 ns
+      // against 149-153 (five alternating pairs), the same hits on every trace shape.
       keys_.Erase(n);
       while (!keys_.empty(kGhost)) keys_.Erase(keys_.back(kGhost));
       return victim;
