@@ -775,7 +775,8 @@ def ttft(t):
               "each copy starts when its read completes), against memcpy of the same block size "
               f"on the host device's thread count (`kvoffload-bench cpu`, "
               f"{t['memcpy_gibps']:.2f} GiB/s) and fio O_DIRECT reads of "
-              f"the block file size in the disk tier's file system ({t['fio_read_gibps']:.2f} "
+              f"what the disk tier reads per block (the payload: an emptyDir tier keeps its "
+              f"blocks in a slot file) in its file system ({t['fio_read_gibps']:.2f} "
               "GiB/s), each best of a run before and one after the rounds. Targets at 4k tokens: "
               "pinned >= 10x faster than recompute, disk >= 5x, loads >= 0.70 of the tier's "
               "limit.", ""]
