@@ -1,4 +1,4 @@
-// The real binary's offline commands, as a GitOps CI step runs them: `validate -f FILE|-`
+// The real binary's offline commands, as a GitOps CI step runs them: `validate -f FILE|DIR|-`
 // reports every error of every document on stderr and exits 1 when any is invalid, 0 otherwise;
 // `inject` refuses the same input with every error and prints warnings on stderr.
 #include <gtest/gtest.h>
@@ -132,6 +132,75 @@ TEST_F(CliTest, InjectRefusesWithEveryErrorAndWarnsOnStderr) {
             std::string::npos)
       << good.err;
   EXPECT_NE(good.out.find("kind: LLMInferenceService"), std::string::npos);
+}
+
+// As `kubectl apply -f DIR`: the directory's manifests are one input (a Namespace in one file
+// gives the default spec of a Deployment in another), other files and subdirectories are not
+// read, and each error names the file its object came from.
+TEST_F(CliTest, DirectoryIsReadAsOneInput) {
+  fs::create_directories(dir_ / "m" / "sub");
+  Write("m/a-ns.yaml", R"(apiVersion: v1
+kind: Namespace
+metadata: {name: team-b, annotations: {kvoffload.io/default-config: '{"cpu":"1Gi"}'}}
+)");
+  Write("m/b-web.json", R"({"apiVersion": "apps/v1", "kind": "Deployment",
+ "metadata": {"name": "web", "namespace": "team-b"},
+ "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "vllm"}]}}}})");
+  Write("m/README.md", "not a manifest: [\n");
+  Write("m/sub/broken.yaml", Broken());
+
+  CommandResult injected = Webhook("inject -f '" + (dir_ / "m").string() + "'");
+  EXPECT_EQ(injected.exit_code, 0) << injected.err;
+  // Both files' documents, in name order, as one YAML stream; the Deployment injected from the
+  // other file's Namespace.
+  const size_t ns = injected.out.find("kind: Namespace");
+  const size_t web = injected.out.find("kind: Deployment");
+  ASSERT_NE(ns, std::string::npos) << injected.out;
+  ASSERT_NE(web, std::string::npos) << injected.out;
+  EXPECT_LT(ns, web);
+  EXPECT_NE(injected.out.find("---\n"), std::string::npos);
+  EXPECT_NE(injected.out.find("KVOFFLOAD_CPU_BYTES"), std::string::npos) << injected.out;
+  EXPECT_NE(injected.out.find("namespace team-b annotation kvoffload.io/default-config"),
+            std::string::npos)
+      << injected.out;
+
+  Write("m/c-broken.yml", Broken());
+  CommandResult checked = Webhook("validate -f '" + (dir_ / "m").string() + "'");
+  EXPECT_EQ(checked.exit_code, 1);
+  EXPECT_NE(checked.err.find("Error: " + (dir_ / "m" / "c-broken.yml").string() +
+                             ": LLMInferenceService default/qwen3: spec.kvCacheOffloading.cpu"),
+            std::string::npos)
+      << checked.err;
+  EXPECT_EQ(checked.out, "3 object(s) with a kvCacheOffloading spec checked, 1 invalid\n");
+
+  Write("m/d-unparsable.yaml", "a: [\n");
+  CommandResult unparsable = Webhook("validate -f '" + (dir_ / "m").string() + "'");
+  EXPECT_EQ(unparsable.exit_code, 1);
+  EXPECT_NE(unparsable.err.find("Error: " + (dir_ / "m" / "d-unparsable.yaml").string() +
+                                ": input is not valid YAML"),
+            std::string::npos)
+      << unparsable.err;
+}
+
+// A path that is not there, and a directory with nothing to read, are errors naming the path:
+// ifstream opens a directory and reads nothing, which once gave "0 object(s) checked" and exit 0.
+TEST_F(CliTest, UnreadableInputNamesThePath) {
+  CommandResult missing = Webhook("validate -f '" + (dir_ / "nope.yaml").string() + "'");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "kv-offload-webhook: -f " + (dir_ / "nope.yaml").string() +
+                             ": cannot read: No such file or directory\n");
+  fs::create_directories(dir_ / "empty");
+  Write("empty/notes.txt", "kind: Pod\n");
+  CommandResult empty = Webhook("inject -f '" + (dir_ / "empty").string() + "'");
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_EQ(empty.out, "");
+  EXPECT_EQ(empty.err, "kv-offload-webhook: -f " + (dir_ / "empty").string() +
+                           ": the directory has no .yaml, .yml or .json file\n");
+  CommandResult config = Webhook("validate -f - --config=@'" + (dir_ / "empty").string() + "'",
+                                 Write("seed.yaml", Seed()));
+  EXPECT_EQ(config.exit_code, 1);
+  EXPECT_EQ(config.err, "kv-offload-webhook: --config: " + (dir_ / "empty").string() +
+                            ": is a directory, not a file\n");
 }
 
 TEST_F(CliTest, ValidateWithoutInputIsAUsageError) {

@@ -30,43 +30,68 @@ json Rebase(const json& patch, const std::string& prefix) {
 // The input's documents in their own order and format.
 struct Documents {
   std::vector<ojson> docs;
+  std::vector<std::string> prefixes;  // per document: "FILE: " when read from several files
   bool is_json = false;
   bool json_list = false;  // a JSON array of objects
-  // Every object, `kind: List` documents (kubectl get -o yaml) flattened into their items.
-  std::vector<ojson*> Objects() {
+  // Every object, `kind: List` documents (kubectl get -o yaml) flattened into their items,
+  // with `prefixes` set to each one's.
+  std::vector<ojson*> Objects(std::vector<std::string>* object_prefixes) {
     std::vector<ojson*> objects;
-    for (ojson& d : docs) {
+    for (size_t i = 0; i < docs.size(); ++i) {
+      ojson& d = docs[i];
       if (d.is_object() && StringOr(d, "kind", "") == "List" && d.contains("items") &&
           d["items"].is_array()) {
         for (ojson& item : d["items"]) objects.push_back(&item);
       } else {
         objects.push_back(&d);
       }
+      object_prefixes->resize(objects.size(), prefixes[i]);
     }
     return objects;
   }
 };
 
-Result<Documents> ReadDocuments(std::string_view input) {
-  Documents out;
+// One file's documents onto `out`; a parse error names the file when it has a name.
+Status ReadFileDocuments(const ManifestFile& file, Documents* out) {
+  const std::string_view input = file.text;
+  const std::string where = file.name.empty() ? "" : file.name + ": ";
   const size_t first = input.find_first_not_of(" \t\r\n");
-  out.is_json = first != std::string_view::npos && (input[first] == '{' || input[first] == '[');
-  if (out.is_json) {
+  const bool is_json =
+      first != std::string_view::npos && (input[first] == '{' || input[first] == '[');
+  out->is_json = is_json;
+  if (is_json) {
     // ParseJson checks the input (depth limit, a message naming the error); the document is
     // then read again as ordered_json, since json would sort every object's keys.
     Result<json> parsed = ParseJson(input, "input");
-    if (!parsed.ok()) return parsed.status();
+    if (!parsed.ok()) return Status::InvalidArgument(where + parsed.status().message());
     ojson doc = ojson::parse(input);
     if (doc.is_array()) {
-      out.json_list = true;
-      for (ojson& d : doc) out.docs.push_back(std::move(d));
+      out->json_list = true;
+      for (ojson& d : doc) out->docs.push_back(std::move(d));
     } else {
-      out.docs.push_back(std::move(doc));
+      out->docs.push_back(std::move(doc));
     }
   } else {
     Result<std::vector<ojson>> parsed = ParseYamlDocuments(input);
-    if (!parsed.ok()) return parsed.status();
-    out.docs = std::move(*parsed);
+    if (!parsed.ok()) return Status::InvalidArgument(where + parsed.status().message());
+    for (ojson& d : *parsed) out->docs.push_back(std::move(d));
+  }
+  out->prefixes.resize(out->docs.size(), where);
+  return Status::Ok();
+}
+
+// Every file's documents in order. Only a single JSON file is written back as JSON: a stream
+// of several files is YAML, which also reads JSON documents.
+Result<Documents> ReadDocuments(const std::vector<ManifestFile>& files) {
+  Documents out;
+  for (const ManifestFile& file : files) {
+    if (Status s = ReadFileDocuments(file, &out); !s.ok()) return s;
+  }
+  if (files.size() != 1) {
+    out.is_json = out.json_list = false;
+  } else {
+    // One file: its objects need no name; its parse errors have one when it is not stdin.
+    out.prefixes.assign(out.docs.size(), "");
   }
   return out;
 }
@@ -79,8 +104,10 @@ std::string NamespaceOf(const json& doc, const InjectOptions& options) {
 }
 
 // Validates every object against the others (LLMInferenceService, Namespace and PVC documents
-// resolve specs, as a cluster would), never stopping at the first problem.
+// resolve specs, as a cluster would), never stopping at the first problem. Each report's object
+// starts with its prefix (the file it came from, or nothing).
 Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objects,
+                                                  const std::vector<std::string>& prefixes,
                                                   const InjectOptions& options) {
   // Offline we only know the documents given: a PVC missing from them proves nothing.
   StaticClusterReader reader(objects, options.namespace_name, /*authoritative=*/false);
@@ -89,11 +116,14 @@ Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objec
   vo.agent_image = options.agent_image;
   vo.fallback_config = options.config;
   std::vector<ObjectReport> reports;
-  for (const json& object : objects) {
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const json& object = objects[i];
     if (!object.is_object()) continue;
     Result<ObjectReport> report = ValidateObject(object, NamespaceOf(object, options), vo, &reader);
     if (!report.ok()) return report.status();
-    if (report->checked) reports.push_back(std::move(*report));
+    if (!report->checked) continue;
+    report->object = prefixes[i] + report->object;
+    reports.push_back(std::move(*report));
   }
   return reports;
 }
@@ -104,15 +134,17 @@ std::vector<json> AsJson(const std::vector<ojson*>& objects) {
   return out;
 }
 
-Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions& options) {
-  Result<Documents> read = ReadDocuments(input);
+Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
+                                     const InjectOptions& options) {
+  Result<Documents> read = ReadDocuments(files);
   if (!read.ok()) return read.status();
   Documents& in = *read;
-  std::vector<ojson*> objects = in.Objects();
+  std::vector<std::string> prefixes;
+  std::vector<ojson*> objects = in.Objects(&prefixes);
   const std::vector<json> cluster_objects = AsJson(objects);
 
   // Every problem in every document first, so one run shows them all.
-  Result<std::vector<ObjectReport>> reports = ValidateObjects(cluster_objects, options);
+  Result<std::vector<ObjectReport>> reports = ValidateObjects(cluster_objects, prefixes, options);
   if (!reports.ok()) return reports.status();
   InjectResult result;
   std::string errors;
@@ -123,12 +155,13 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
   if (!errors.empty()) return Status::InvalidArgument(errors);
 
   StaticClusterReader reader(cluster_objects, options.namespace_name, /*authoritative=*/false);
-  for (ojson* doc : objects) {
+  for (size_t i = 0; i < objects.size(); ++i) {
+    ojson* doc = objects[i];
     if (!doc->is_object()) continue;
     const json whole = json::parse(doc->dump());
     const std::string ns = NamespaceOf(whole, options);
     for (const std::string& pointer : PodTemplatePointers(whole)) {
-      const std::string what = DescribeObject(whole, ns);
+      const std::string what = prefixes[i] + DescribeObject(whole, ns);
       // Validation found the template; the template as it is: a missing metadata stays
       // missing, so the patch adds it whole.
       JsonDocument document = JsonDocument::Of(whole.at(json::json_pointer(pointer)));
@@ -168,20 +201,36 @@ Result<InjectResult> InjectUnchecked(std::string_view input, const InjectOptions
   return result;
 }
 
-Result<std::vector<ObjectReport>> ValidateUnchecked(std::string_view input,
+Result<std::vector<ObjectReport>> ValidateUnchecked(const std::vector<ManifestFile>& files,
                                                     const InjectOptions& options) {
-  Result<Documents> read = ReadDocuments(input);
+  Result<Documents> read = ReadDocuments(files);
   if (!read.ok()) return read.status();
-  return ValidateObjects(AsJson(read->Objects()), options);
+  std::vector<std::string> prefixes;
+  const std::vector<json> objects = AsJson(read->Objects(&prefixes));
+  return ValidateObjects(objects, prefixes, options);
 }
 
 }  // namespace
 
-Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options) {
+Result<InjectResult> InjectManifests(const std::vector<ManifestFile>& files,
+                                     const InjectOptions& options) {
   // The edge for library exceptions: a manifest nlohmann cannot represent or patch is the
   // input's fault and gets a message, never a terminate (the command line shows it).
   try {
-    return InjectUnchecked(input, options);
+    return InjectUnchecked(files, options);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("input cannot be processed: ") + e.what());
+  }
+}
+
+Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options) {
+  return InjectManifests({ManifestFile{"", std::string(input)}}, options);
+}
+
+Result<std::vector<ObjectReport>> ValidateManifests(const std::vector<ManifestFile>& files,
+                                                    const InjectOptions& options) {
+  try {
+    return ValidateUnchecked(files, options);
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(std::string("input cannot be processed: ") + e.what());
   }
@@ -189,11 +238,7 @@ Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions
 
 Result<std::vector<ObjectReport>> ValidateManifests(std::string_view input,
                                                     const InjectOptions& options) {
-  try {
-    return ValidateUnchecked(input, options);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(std::string("input cannot be processed: ") + e.what());
-  }
+  return ValidateManifests({ManifestFile{"", std::string(input)}}, options);
 }
 
 }  // namespace kvoffload::webhook

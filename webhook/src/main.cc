@@ -3,8 +3,12 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -33,8 +37,8 @@ constexpr char kUsage[] = R"(kv-offload-webhook: KV-cache offloading for vLLM po
 
 Usage:
   kv-offload-webhook [serve] [flags]     run the mutating admission webhook
-  kv-offload-webhook inject -f FILE|-    print manifests with the offload tiers injected
-  kv-offload-webhook validate -f FILE|-  check every kvCacheOffloading spec in the manifests
+  kv-offload-webhook inject -f PATH      print manifests with the offload tiers injected
+  kv-offload-webhook validate -f PATH    check every kvCacheOffloading spec in the manifests
                                          (exit 1 when any is invalid; a CI step for GitOps)
   kv-offload-webhook version
 
@@ -65,7 +69,8 @@ serve flags:
                               server's 90s, so that the API server closes idle connections
 
 inject and validate flags:
-  -f, --filename=FILE|-       input (YAML or JSON, several documents allowed)
+  -f, --filename=FILE|DIR|-   input (YAML or JSON, several documents allowed); a directory:
+                              its *.yaml, *.yml and *.json files, read as one input
   --namespace=default         namespace for documents without one
   --config=JSON|@FILE         spec to use when the input carries none
   --default-mode, --agent-image   as for serve
@@ -294,16 +299,56 @@ int Serve(const Flags& flags) {
   return 0;
 }
 
+// A file's bytes, or stdin's for "-". A directory is refused here (ifstream opens one and
+// reads nothing, which `validate` would report as a clean run).
 Result<std::string> ReadInput(const std::string& name) {
   std::stringstream ss;
   if (name == "-") {
     ss << std::cin.rdbuf();
-  } else {
-    std::ifstream in(name, std::ios::binary);
-    if (!in) return Status::InvalidArgument("cannot read " + name);
-    ss << in.rdbuf();
+    return ss.str();
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(name, ec)) {
+    return Status::InvalidArgument(name + ": is a directory, not a file");
+  }
+  std::ifstream in(name, std::ios::binary);
+  if (!in) return Status::InvalidArgument(name + ": cannot read: " + std::strerror(errno));
+  ss << in.rdbuf();
+  if (in.bad()) return Status::InvalidArgument(name + ": cannot read: " + std::strerror(errno));
   return ss.str();
+}
+
+// -f's inputs: a file, stdin ("-"), or as kubectl reads a directory, its *.yaml, *.yml and
+// *.json files in name order (not its subdirectories).
+Result<std::vector<ManifestFile>> ReadManifests(const std::string& name) {
+  std::error_code ec;
+  if (name == "-" || !std::filesystem::is_directory(name, ec)) {
+    Result<std::string> text = ReadInput(name);
+    if (!text.ok()) return Status::InvalidArgument("-f " + text.status().message());
+    return std::vector<ManifestFile>{{name == "-" ? "" : name, std::move(*text)}};
+  }
+  std::vector<std::filesystem::path> paths;
+  for (std::filesystem::directory_iterator it(name, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string ext = it->path().extension().string();
+    if ((ext == ".yaml" || ext == ".yml" || ext == ".json") && it->is_regular_file(ec)) {
+      paths.push_back(it->path());
+    }
+  }
+  if (ec) {
+    return Status::InvalidArgument("-f " + name + ": cannot list the directory: " + ec.message());
+  }
+  if (paths.empty()) {
+    return Status::InvalidArgument("-f " + name +
+                                   ": the directory has no .yaml, .yml or .json file");
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<ManifestFile> files;
+  for (const std::filesystem::path& path : paths) {
+    Result<std::string> text = ReadInput(path.string());
+    if (!text.ok()) return Status::InvalidArgument("-f " + text.status().message());
+    files.push_back({path.string(), std::move(*text)});
+  }
+  return files;
 }
 
 // The options `inject` and `validate` share (all but the input file).
@@ -316,7 +361,7 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   if (std::string config = flags.Get("config"); !config.empty()) {
     if (config[0] == '@') {
       Result<std::string> text = ReadInput(config.substr(1));
-      if (!text.ok()) return text.status();
+      if (!text.ok()) return Status::InvalidArgument("--config: " + text.status().message());
       config = *text;
     }
     Result<nlohmann::json> spec = ParseJson(config, "--config");
@@ -344,10 +389,10 @@ int Inject(const Flags& flags) {
   }
   if (Status s = CheckNoPositional(flags, "inject"); !s.ok()) return Fail(s);
   const std::string file = flags.Get("filename");
-  if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE (or -f - for stdin)"));
+  if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE or DIR (or -f - for stdin)"));
   InjectOptions opts;
   if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
-  Result<std::string> input = ReadInput(file);
+  Result<std::vector<ManifestFile>> input = ReadManifests(file);
   if (!input.ok()) return Fail(input.status());
   Result<InjectResult> out = InjectManifests(*input, opts);
   if (!out.ok()) {
@@ -368,10 +413,10 @@ int Validate(const Flags& flags) {
   }
   const std::string file = flags.Get("filename");
   if (Status s = CheckNoPositional(flags, "validate"); !s.ok()) return Fail(s);
-  if (file.empty()) return Fail(Status::InvalidArgument("validate needs -f FILE (or -f - for stdin)"));
+  if (file.empty()) return Fail(Status::InvalidArgument("validate needs -f FILE or DIR (or -f - for stdin)"));
   InjectOptions opts;
   if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
-  Result<std::string> input = ReadInput(file);
+  Result<std::vector<ManifestFile>> input = ReadManifests(file);
   if (!input.ok()) return Fail(input.status());
   Result<std::vector<ObjectReport>> reports = ValidateManifests(*input, opts);
   if (!reports.ok()) {

@@ -32,14 +32,28 @@ struct InjectResult {
   std::vector<std::string> warnings;  // "Deployment ns/name: <warning>"
 };
 
+// One input of several (the files of a directory): read together, so that an
+// LLMInferenceService in one file resolves the spec of a workload in another, as `kubectl
+// apply -f DIR` would create them in one cluster. `name` prefixes the file's parse errors.
+struct ManifestFile {
+  std::string name;
+  std::string text;
+};
+
 // Validates every document first: InvalidArgument on unparseable input, or with one line per
 // error of every document ("Deployment ns/name: spec.template: <denial>") when any is invalid.
 // The warnings are those of the apply-time checks.
 Result<InjectResult> InjectManifests(std::string_view input, const InjectOptions& options);
+// Several files: the output is one YAML stream of all their documents, in order (a single
+// JSON file keeps its format, as above).
+Result<InjectResult> InjectManifests(const std::vector<ManifestFile>& files,
+                                     const InjectOptions& options);
 
 // The apply-time checks of every object in the input that holds a spec of ours (documents with
 // none are left out). InvalidArgument only for unparseable input.
 Result<std::vector<ObjectReport>> ValidateManifests(std::string_view input,
+                                                    const InjectOptions& options);
+Result<std::vector<ObjectReport>> ValidateManifests(const std::vector<ManifestFile>& files,
                                                     const InjectOptions& options);
 
 // YAML (1.2 core schema: plain scalars typed, quoted ones strings) to JSON, all documents.
