@@ -314,7 +314,6 @@ Result<std::string> ReadInput(const std::string& name) {
   std::ifstream in(name, std::ios::binary);
   if (!in) return Status::InvalidArgument(name + ": cannot read: " + std::strerror(errno));
   ss << in.rdbuf();
-  if (in.bad()) return Status::InvalidArgument(name + ": cannot read: " + std::strerror(errno));
   return ss.str();
 }
 
