@@ -114,8 +114,14 @@ TEST_F(StartupTest, UnknownLogLevel) {
   ExpectOneLineError(args, "--log-level=verbose");
 }
 
+// Durations out of their flag's range too: with a deadline of 0 the server started, reported
+// ready and cut every connection; a reload interval of 0 polled the certificates in a busy
+// loop; a count too large for milliseconds overflowed.
 TEST_F(StartupTest, BadFlagValue) {
-  for (const char* flag : {"--shutdown-delay=soon", "--handshake-timeout=forever"}) {
+  for (const char* flag :
+       {"--shutdown-delay=soon", "--handshake-timeout=forever", "--handshake-timeout=0s",
+        "--idle-timeout=0ms", "--request-timeout=0s", "--cert-reload-interval=0s",
+        "--idle-timeout=99999999999999999s", "--cache-ttl=2h", "--request-timeout=5d"}) {
     std::vector<std::string> args = Serve("tls.crt", "tls.key");
     args.push_back(flag);
     ExpectOneLineError(args, flag);

@@ -119,7 +119,21 @@ Status CheckKnown(const Flags& flags, std::initializer_list<const char*> known) 
 }
 
 // "500ms", "5s", "2m".
-Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const std::string& text) {
+// "90s", "2m" and the like, for a message.
+std::string ShowDuration(std::chrono::milliseconds d) {
+  const long long ms = d.count();
+  if (ms != 0 && ms % 3600000 == 0) return std::to_string(ms / 3600000) + "h";
+  if (ms != 0 && ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+// A whole number of ms, s, m or h within [min, max]. Each flag has its own bounds: a deadline
+// of 0 cuts every connection at once and a reload interval of 0 polls the certificate files in
+// a busy loop, while the server would start and report ready either way.
+Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const std::string& text,
+                                                std::chrono::milliseconds min,
+                                                std::chrono::milliseconds max) {
   size_t pos = 0;
   long long n = -1;
   try {
@@ -127,12 +141,19 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const s
   } catch (const std::exception&) {
   }
   const std::string unit = text.substr(pos);
-  if (n >= 0) {
-    if (unit == "ms") return std::chrono::milliseconds(n);
-    if (unit == "s") return std::chrono::milliseconds(n * 1000);
-    if (unit == "m") return std::chrono::milliseconds(n * 60000);
+  long long unit_ms = 0;
+  if (unit == "ms") unit_ms = 1;
+  if (unit == "s") unit_ms = 1000;
+  if (unit == "m") unit_ms = 60000;
+  if (unit == "h") unit_ms = 3600000;
+  // Bounded before multiplying: a huge count would overflow.
+  if (n >= 0 && unit_ms > 0 && n <= max.count() / unit_ms) {
+    const std::chrono::milliseconds d(n * unit_ms);
+    if (d >= min) return d;
   }
-  return Status::InvalidArgument("--" + flag + "=" + text + " is not a duration like 500ms, 5s or 1m");
+  return Status::InvalidArgument("--" + flag + "=" + text + " must be a duration from " +
+                                 ShowDuration(min) + " to " + ShowDuration(max) +
+                                 ", like 500ms, 5s or 1m");
 }
 
 Result<int> ParseInt(const std::string& flag, const std::string& text, int min, int max) {
@@ -210,13 +231,23 @@ int Serve(const Flags& flags) {
   Result<int> metrics_port = ParseInt("metrics-port", flags.Get("metrics-port", "9090"), -1, 65535);
   Result<int> threads = ParseInt("threads", flags.Get("threads", "64"), 1, 4096);
   Result<int> max_conns = ParseInt("max-connections", flags.Get("max-connections", "4096"), 1, 1000000);
-  Result<std::chrono::milliseconds> request_timeout = ParseDuration("request-timeout", flags.Get("request-timeout", "10s"));
-  Result<std::chrono::milliseconds> handshake_timeout = ParseDuration("handshake-timeout", flags.Get("handshake-timeout", "5s"));
-  Result<std::chrono::milliseconds> idle_timeout = ParseDuration("idle-timeout", flags.Get("idle-timeout", "120s"));
-  Result<std::chrono::milliseconds> delay = ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"));
-  Result<std::chrono::milliseconds> poll = ParseDuration("cert-reload-interval", flags.Get("cert-reload-interval", "1s"));
-  Result<std::chrono::milliseconds> lookup = ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"));
-  Result<std::chrono::milliseconds> ttl = ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"));
+  using std::chrono::milliseconds;
+  using std::chrono::hours;
+  const milliseconds kMs(1);
+  Result<milliseconds> request_timeout = ParseDuration(
+      "request-timeout", flags.Get("request-timeout", "10s"), kMs, hours(1));
+  Result<milliseconds> handshake_timeout = ParseDuration(
+      "handshake-timeout", flags.Get("handshake-timeout", "5s"), kMs, hours(1));
+  Result<milliseconds> idle_timeout =
+      ParseDuration("idle-timeout", flags.Get("idle-timeout", "120s"), kMs, hours(24));
+  Result<milliseconds> delay =
+      ParseDuration("shutdown-delay", flags.Get("shutdown-delay", "5s"), milliseconds(0), hours(1));
+  Result<milliseconds> poll = ParseDuration(
+      "cert-reload-interval", flags.Get("cert-reload-interval", "1s"), milliseconds(10), hours(1));
+  Result<milliseconds> lookup =
+      ParseDuration("lookup-timeout", flags.Get("lookup-timeout", "2s"), milliseconds(0), hours(1));
+  Result<milliseconds> ttl =
+      ParseDuration("cache-ttl", flags.Get("cache-ttl", "10s"), milliseconds(0), hours(1));
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
   for (const Status& s : {port.status(), metrics_port.status(), threads.status(), max_conns.status(),
                           request_timeout.status(), handshake_timeout.status(),
