@@ -118,7 +118,6 @@ Status CheckKnown(const Flags& flags, std::initializer_list<const char*> known) 
   return Status::Ok();
 }
 
-// "500ms", "5s", "2m".
 // "90s", "2m" and the like, for a message.
 std::string ShowDuration(std::chrono::milliseconds d) {
   const long long ms = d.count();
