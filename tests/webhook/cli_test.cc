@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_pki.h"
 
@@ -201,6 +202,23 @@ TEST_F(CliTest, UnreadableInputNamesThePath) {
   EXPECT_EQ(config.exit_code, 1);
   EXPECT_EQ(config.err, "kv-offload-webhook: --config: " + (dir_ / "empty").string() +
                             ": is a directory, not a file\n");
+}
+
+// Documents without a namespace get --namespace's: a name no API server would take is a flag
+// error, not something written into every such document.
+TEST_F(CliTest, NamespaceFlagMustBeANamespaceName) {
+  const std::vector<std::string> bad = {"", "Team_A", "a.b", std::string(64, 'a')};
+  for (const std::string& value : bad) {
+    CommandResult r =
+        Webhook("inject -f - --namespace='" + value + "'", Write("seed.yaml", Seed()));
+    EXPECT_EQ(r.exit_code, 1) << value;
+    EXPECT_EQ(r.out, "") << value;
+    EXPECT_NE(r.err.find("--namespace=" + value + " is not a namespace name"), std::string::npos)
+        << r.err;
+  }
+  CommandResult ok = Webhook("validate -f - --namespace=team-a", Write("seed.yaml", Seed()));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("LLMInferenceService team-a/qwen3"), std::string::npos) << ok.err;
 }
 
 TEST_F(CliTest, ValidateWithoutInputIsAUsageError) {

@@ -25,6 +25,7 @@
 #include "webhook/log.h"
 #include "webhook/metrics.h"
 #include "webhook/server.h"
+#include "webhook/spec.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -387,6 +388,14 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   opts->default_mode = *mode;
   opts->agent_image = flags.Get("agent-image", kDefaultAgentImage);
   opts->namespace_name = flags.Get("namespace", "default");
+  // A namespace name is a DNS-1123 label; anything else would be written into the documents
+  // that lack one and fail only when applied.
+  if (const std::string& ns = opts->namespace_name;
+      ns.size() > 63 || ns.find('.') != std::string::npos || !IsDns1123Subdomain(ns)) {
+    return Status::InvalidArgument("--namespace=" + ns +
+                                   " is not a namespace name: lowercase letters, digits and '-', "
+                                   "at most 63, starting and ending with a letter or digit");
+  }
   if (std::string config = flags.Get("config"); !config.empty()) {
     if (config[0] == '@') {
       Result<std::string> text = ReadInput(config.substr(1));
