@@ -1,9 +1,12 @@
 // Start-up errors of the real binary: a bad certificate or key, a bad flag value, an unknown
 // flag or a stray argument is one line on stderr naming the flag or file, and exit status 1,
 // before anything listens; never a crash or a silent default.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,6 +137,38 @@ TEST_F(StartupTest, LookupBudgetOutsideWhatTheApiServerWaits) {
     args.push_back(std::string("--lookup-timeout=") + value);
     ExpectOneLineError(args, std::string("--lookup-timeout=") + value);
   }
+}
+
+TEST_F(StartupTest, MetricsOnTheAdmissionPort) {
+  std::vector<std::string> args = Serve("tls.crt", "tls.key");
+  args.push_back("--port=18443");
+  args.push_back("--metrics-port=18443");
+  ExpectOneLineError(args, "--metrics-port=18443 is --port's too");
+}
+
+// A port another process holds: exit 1 with the flag, the address and the reason (after the
+// start-up log lines, which precede the listening).
+TEST_F(StartupTest, PortInUseNamesTheFlag) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string held = std::to_string(ntohs(addr.sin_port));
+  for (const std::string& flag : {std::string("--port="), std::string("--metrics-port=")}) {
+    std::vector<std::string> args = Serve("tls.crt", "tls.key");
+    args.push_back(flag + held);
+    const Outcome run = RunWebhook(args, dir_);
+    ASSERT_TRUE(run.exited) << "crashed or kept running; stderr: " << run.err;
+    EXPECT_EQ(run.code, 1) << run.err;
+    EXPECT_NE(run.err.find(flag + held + ": cannot listen on 127.0.0.1:" + held), std::string::npos)
+        << run.err;
+  }
+  ::close(fd);
 }
 
 TEST_F(StartupTest, UnknownFlag) {

@@ -465,7 +465,10 @@ Status HttpsTransport::Impl::Start() {
   if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return Status::Unavailable("cannot listen on " + where + " (" + ec.message() + ")");
+  if (ec) {
+    return Status::Unavailable("--port=" + std::to_string(options_.port) + ": cannot listen on " +
+                               where + " (" + ec.message() + ")");
+  }
   port_ = acceptor_.local_endpoint(ec).port();
   started_ = true;
   Accept();

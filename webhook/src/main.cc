@@ -256,6 +256,11 @@ int Serve(const Flags& flags) {
     if (!s.ok()) return Fail(s);
   }
   if (!mode.ok()) return Fail(Status::InvalidArgument("--default-mode: " + mode.status().message()));
+  if (*port != 0 && *port == *metrics_port) {
+    return Fail(Status::InvalidArgument("--metrics-port=" + std::to_string(*metrics_port) +
+                                        " is --port's too: give the metrics a port of their own "
+                                        "(or -1: off)"));
+  }
   // The API server waits at most 30 s for a webhook (timeoutSeconds' ceiling); a budget at or
   // past it would never be the one that answers.
   if (lookup->count() <= 0 || *lookup >= std::chrono::seconds(30)) {

@@ -185,7 +185,8 @@ Status Server::Start() {
     metrics_port_ = wanted == 0 ? metrics_http_->bind_to_any_port(options_.bind_address)
                                 : (metrics_http_->bind_to_port(options_.bind_address, wanted) ? wanted : -1);
     if (metrics_port_ <= 0) {
-      return Status::Unavailable("cannot listen on " + options_.bind_address + ":" +
+      return Status::Unavailable("--metrics-port=" + std::to_string(wanted) +
+                                 ": cannot listen on " + options_.bind_address + ":" +
                                  std::to_string(wanted) + " (in use, or not permitted)");
     }
     metrics_thread_ = std::thread([this] { metrics_http_->listen_after_bind(); });
