@@ -124,7 +124,8 @@ TEST_F(StartupTest, BadFlagValue) {
   for (const char* flag :
        {"--shutdown-delay=soon", "--handshake-timeout=forever", "--handshake-timeout=0s",
         "--idle-timeout=0ms", "--request-timeout=0s", "--cert-reload-interval=0s",
-        "--idle-timeout=99999999999999999s", "--cache-ttl=2h", "--request-timeout=5d"}) {
+        "--idle-timeout=99999999999999999s", "--cache-ttl=2h", "--request-timeout=5d",
+        "--agent-image=registry.example/agent :0.1.0"}) {
     std::vector<std::string> args = Serve("tls.crt", "tls.key");
     args.push_back(flag);
     ExpectOneLineError(args, flag);

@@ -207,6 +207,18 @@ Status RaiseFileLimit(int max_connections) {
   return Status::Ok();
 }
 
+// --agent-image is written into every agent-mode pod: one with a blank or a control character
+// would leave them all in InvalidImageName.
+Status CheckAgentImage(const std::string& image) {
+  if (std::any_of(image.begin(), image.end(),
+                  [](unsigned char c) { return c <= ' ' || c == 0x7f; })) {
+    return Status::InvalidArgument("--agent-image=" + image +
+                                   " is not an image reference: it holds a blank or a control "
+                                   "character");
+  }
+  return Status::Ok();
+}
+
 int Serve(const Flags& flags) {
   if (Status s = CheckKnown(flags, {"port", "metrics-port", "bind-address", "tls-cert-file",
                                     "tls-key-file", "client-ca-file", "kubeconfig", "agent-image",
@@ -292,6 +304,7 @@ int Serve(const Flags& flags) {
   if (ao.default_mode == Mode::kAgent && ao.agent_image.empty()) {
     return Fail(Status::InvalidArgument("--default-mode=agent needs a non-empty --agent-image"));
   }
+  if (Status s = CheckAgentImage(ao.agent_image); !s.ok()) return Fail(s);
 
   // API access: --kubeconfig, else in-cluster, else none (annotation specs only).
   Metrics metrics;
@@ -392,6 +405,7 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   if (!mode.ok()) return Status::InvalidArgument("--default-mode: " + mode.status().message());
   opts->default_mode = *mode;
   opts->agent_image = flags.Get("agent-image", kDefaultAgentImage);
+  if (Status s = CheckAgentImage(opts->agent_image); !s.ok()) return s;
   opts->namespace_name = flags.Get("namespace", "default");
   // A namespace name is a DNS-1123 label; anything else would be written into the documents
   // that lack one and fail only when applied.
