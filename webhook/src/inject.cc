@@ -51,7 +51,7 @@ struct Documents {
   }
 };
 
-// One file's documents onto `out`; a parse error names the file when it has a name.
+// One file's documents onto `out->docs`; a parse error names the file when it has a name.
 Status ReadFileDocuments(const ManifestFile& file, Documents* out) {
   const std::string_view input = file.text;
   const std::string where = file.name.empty() ? "" : file.name + ": ";
@@ -76,23 +76,20 @@ Status ReadFileDocuments(const ManifestFile& file, Documents* out) {
     if (!parsed.ok()) return Status::InvalidArgument(where + parsed.status().message());
     for (ojson& d : *parsed) out->docs.push_back(std::move(d));
   }
-  out->prefixes.resize(out->docs.size(), where);
   return Status::Ok();
 }
 
 // Every file's documents in order. Only a single JSON file is written back as JSON: a stream
 // of several files is YAML, which also reads JSON documents.
+// Objects are named by their file only when there are several (a single file's parse errors
+// still name it, unless it is stdin).
 Result<Documents> ReadDocuments(const std::vector<ManifestFile>& files) {
   Documents out;
   for (const ManifestFile& file : files) {
     if (Status s = ReadFileDocuments(file, &out); !s.ok()) return s;
+    out.prefixes.resize(out.docs.size(), files.size() > 1 ? file.name + ": " : "");
   }
-  if (files.size() != 1) {
-    out.is_json = out.json_list = false;
-  } else {
-    // One file: its objects need no name; its parse errors have one when it is not stdin.
-    out.prefixes.assign(out.docs.size(), "");
-  }
+  if (files.size() != 1) out.is_json = out.json_list = false;
   return out;
 }
 
