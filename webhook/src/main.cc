@@ -407,10 +407,9 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   opts->agent_image = flags.Get("agent-image", kDefaultAgentImage);
   if (Status s = CheckAgentImage(opts->agent_image); !s.ok()) return s;
   opts->namespace_name = flags.Get("namespace", "default");
-  // A namespace name is a DNS-1123 label; anything else would be written into the documents
-  // that lack one and fail only when applied.
-  if (const std::string& ns = opts->namespace_name;
-      ns.size() > 63 || ns.find('.') != std::string::npos || !IsDns1123Subdomain(ns)) {
+  // Written into the documents that lack a namespace: a name that is not a DNS-1123 label
+  // would fail only when applied.
+  if (const std::string& ns = opts->namespace_name; !IsDns1123Label(ns)) {
     return Status::InvalidArgument("--namespace=" + ns +
                                    " is not a namespace name: lowercase letters, digits and '-', "
                                    "at most 63, starting and ending with a letter or digit");

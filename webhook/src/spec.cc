@@ -239,6 +239,10 @@ bool IsDns1123Subdomain(const std::string& name) {
   return true;
 }
 
+bool IsDns1123Label(const std::string& name) {
+  return name.size() <= 63 && name.find('.') == std::string::npos && IsDns1123Subdomain(name);
+}
+
 nlohmann::json OffloadSpec::Canonical() const {
   json tiers = json::array();
   for (const Tier& t : secondary) {

@@ -70,6 +70,8 @@ Result<OffloadSpec> ParseSpecText(const std::string& text, const SpecSource& sou
 
 // DNS-1123 subdomain (PVC names): lowercase alphanumerics, '-' and '.', at most 253 characters.
 bool IsDns1123Subdomain(const std::string& name);
+// DNS-1123 label (namespace names): the same without dots, at most 63 characters.
+bool IsDns1123Label(const std::string& name);
 
 }  // namespace kvoffload::webhook
 
