@@ -1,7 +1,13 @@
 // Configuration from the webhook's environment variables and its validation.
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+
+#include <sys/statvfs.h>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +21,10 @@ namespace {
 
 std::string Quote(std::string_view v) { return "\"" + std::string(v) + "\""; }
 
+// The keys of one KVOFFLOAD_TIERS entry. Any other is refused: a misspelt "persistent" read as
+// absent would start the tier empty on every restart, and nothing would say why.
+constexpr const char* kTierKeys[] = {"path", "kind", "capacityBytes", "persistent", "shared"};
+
 Result<uint64_t> ParseBytes(std::string_view name, std::string_view value) {
   uint64_t out = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
@@ -24,6 +34,29 @@ Result<uint64_t> ParseBytes(std::string_view name, std::string_view value) {
                                    "e.g. 10737418240)");
   }
   return out;
+}
+
+// A tier's directory as a name to compare: "/mnt/a/", "/mnt//a" and "/mnt/b/../a" are "/mnt/a".
+std::filesystem::path TierDir(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).lexically_normal();
+  return dir.has_filename() ? dir : dir.parent_path();
+}
+
+// capacityBytes 0 is the webhook's "size unknown" (a pvc.ref it could not read, as in offline
+// inject): the tier takes its file system's size, less the headroom the webhook keeps from a
+// size it knows (docs/design.md) for what du counts besides block files. The total, not the free
+// space: a persistent tier's own blocks are not free at restart, and a capacity that shrank by
+// them would shed them. A volume that holds other data too fills before that; the tier then
+// counts the blocks the full disk refused.
+Result<uint64_t> FileSystemCapacity(const std::string& at, const std::string& path) {
+  struct statvfs fs {};
+  if (::statvfs(path.c_str(), &fs) != 0) {
+    return Status::InvalidArgument(at + ".capacityBytes=0 sizes the tier from its file system, "
+                                   "but " + path + " cannot be read: " + std::strerror(errno) +
+                                   "; mount the tier's volume there or give its size");
+  }
+  const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+  return size - std::min(size / 2, (uint64_t{8} << 20) + size / 64);
 }
 
 }  // namespace
@@ -48,6 +81,15 @@ Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
     const nlohmann::json& t = doc[i];
     const std::string at = "KVOFFLOAD_TIERS[" + std::to_string(i) + "]";
     if (!t.is_object()) return Status::InvalidArgument(at + " must be an object");
+    for (const auto& item : t.items()) {
+      const std::string& key = item.key();
+      if (std::find(std::begin(kTierKeys), std::end(kTierKeys), key) == std::end(kTierKeys)) {
+        std::string known;
+        for (const char* k : kTierKeys) known += std::string(known.empty() ? "" : ", ") + k;
+        return Status::InvalidArgument(at + " has an unknown key " + Quote(key) +
+                                       "; the keys are " + known);
+      }
+    }
     DiskTierConfig tier;
     if (!t.contains("path") || !t["path"].is_string() || t["path"].get<std::string>().empty()) {
       return Status::InvalidArgument(at + ".path must be a non-empty string in " + where);
@@ -66,6 +108,11 @@ Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
                                      where);
     }
     tier.capacity_bytes = t["capacityBytes"].get<uint64_t>();
+    if (tier.capacity_bytes == 0) {
+      Result<uint64_t> size = FileSystemCapacity(at, tier.path);
+      if (!size.ok()) return size.status();
+      tier.capacity_bytes = *size;
+    }
     for (const char* flag : {"persistent", "shared"}) {
       if (t.contains(flag) && !t[flag].is_boolean()) {
         return Status::InvalidArgument(at + "." + flag + " must be true or false");
@@ -136,6 +183,15 @@ Status EngineConfig::Validate() const {
     }
     if (t.capacity_bytes == 0) {
       return Status::InvalidArgument(at + ".capacityBytes must be > 0 (path " + t.path + ")");
+    }
+    // Two tiers in one directory would each spend the same disk's room as if it were theirs
+    // alone, and persistent ones would serve and evict each other's files.
+    for (size_t j = 0; j < i; ++j) {
+      if (TierDir(tiers[j].path) == TierDir(t.path)) {
+        return Status::InvalidArgument(at + ".path=" + Quote(t.path) + " is tier " +
+                                       std::to_string(j) + "'s directory too (" +
+                                       Quote(tiers[j].path) + "); give each tier its own");
+      }
     }
   }
   return Status::Ok();

@@ -1,7 +1,10 @@
 // Configuration from the webhook's environment: defaults, tiers JSON, and errors that name the
 // variable and the value.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 
+#include <cerrno>
+#include <cstring>
 #include <map>
 
 #include "kvoffload/config.h"
@@ -65,6 +68,31 @@ TEST(ConfigTest, PvcRefIsPersistentWhenTheFlagIsMissing) {
   EXPECT_TRUE((*t)[0].persistent);
 }
 
+// capacityBytes 0 is what the webhook writes for a pvc.ref it could not read: the tier takes
+// its file system's size less the webhook's headroom, min(size/2, 8 MiB + size/64).
+TEST(ConfigTest, ZeroCapacityIsTheFileSystemsSizeLessTheHeadroom) {
+  testing::TempDir dir;
+  if (::mount("tmpfs", dir.path().c_str(), "tmpfs", 0, "size=64m") != 0) {
+    GTEST_SKIP() << "cannot mount a 64 MiB tmpfs (needs root): " << std::strerror(errno);
+  }
+  Result<std::vector<DiskTierConfig>> t = ParseTiersJson(
+      R"([{"path":")" + dir.path() + R"(","kind":"pvcRef","capacityBytes":0},
+          {"path":"/mnt/kv-cache-1","kind":"pvcRef","capacityBytes":8192}])");
+  ::umount2(dir.path().c_str(), MNT_DETACH);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)[0].capacity_bytes, uint64_t{64 - 8 - 1} << 20);
+  EXPECT_EQ((*t)[1].capacity_bytes, 8192u);  // a known size is taken as it is
+
+  Result<std::vector<DiskTierConfig>> missing = ParseTiersJson(
+      R"([{"path":"/nonexistent/kv-cache-0","kind":"pvcRef","capacityBytes":0}])");
+  ASSERT_FALSE(missing.ok());
+  for (const char* m : {"KVOFFLOAD_TIERS[0].capacityBytes=0", "/nonexistent/kv-cache-0",
+                        "No such file or directory"}) {
+    EXPECT_NE(missing.status().message().find(m), std::string::npos)
+        << missing.status().message() << " does not mention " << m;
+  }
+}
+
 struct BadCase {
   std::map<std::string, std::string> env;
   std::vector<std::string> must_mention;
@@ -95,6 +123,16 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
       {{{"KVOFFLOAD_CPU_BYTES", "65536"},
         {"KVOFFLOAD_TIERS", R"([{"path":"/x","capacityBytes":0}])"}},
        {"KVOFFLOAD_TIERS[0].capacityBytes"}},
+      // A misspelt flag is not read as absent: the tier would start empty on every restart.
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"},
+        {"KVOFFLOAD_TIERS", R"([{"path":"/x","capacityBytes":4096,"persistant":true}])"}},
+       {"KVOFFLOAD_TIERS[0]", "unknown key \"persistant\"", "persistent"}},
+      // One directory written two ways is still one directory.
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"},
+        {"KVOFFLOAD_TIERS", R"([{"path":"/mnt/a","capacityBytes":4096},
+                                {"path":"/mnt/b","capacityBytes":4096},
+                                {"path":"/mnt/b/../a/","capacityBytes":4096}])"}},
+       {"KVOFFLOAD_TIERS[2].path=\"/mnt/b/../a/\"", "tier 0's directory", "\"/mnt/a\""}},
   };
   for (const BadCase& bc : cases) {
     Result<EngineConfig> c = ConfigFromEnv(Base(), FakeEnv(bc.env));

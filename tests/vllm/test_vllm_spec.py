@@ -44,7 +44,8 @@ from conftest import (GOLDEN, golden_env, golden_kv_transfer_config,
                       golden_kv_transfer_configs, scaled_env, slot_bytes, tier_block_bytes)
 from kvoffload import engine, settings
 from kvoffload.transfer import TransferCore, engine_key
-from kvoffload.vllm import KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines
+from kvoffload.vllm import (KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines,
+                            rank_share)
 
 PAGE = 4096
 TENSORS = 2
@@ -180,6 +181,44 @@ def test_env_errors_name_the_variable():
     with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].kind='nfs'"):
         settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
                            '[{"path":"/x","kind":"nfs","capacityBytes":1}]'})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\]: unknown key 'persistant'; "
+                                         r"the keys are path, kind, capacityBytes, persistent"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
+                           '[{"path":"/x","kind":"pvcRef","capacityBytes":1,"persistant":true}]'})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[1\].path='/mnt/b/../a/': tier 0's "
+                                         r"directory too \('/mnt/a'\)"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
+                           '[{"path":"/mnt/a","kind":"emptyDir","capacityBytes":1},'
+                           '{"path":"/mnt/b/../a/","kind":"emptyDir","capacityBytes":1}]'})
+
+
+def test_unknown_tier_size_is_the_file_systems(tmp_path):
+    """capacityBytes 0 (a pvc.ref the webhook could not read) is the tier's file system's size
+    less the webhook's headroom, min(size/2, 8 MiB + size/64): 55 MiB of a 64 MiB tmpfs. Taken
+    before the ranks split it, so two ranks get 27.5 MiB each, not the whole disk each."""
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(tmp_path)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a 64 MiB tmpfs (needs root)")
+    try:
+        s = settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS": json.dumps(
+            [{"path": str(tmp_path), "kind": "pvcRef", "capacityBytes": 0}])})
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path)], check=True)
+    assert s.tiers[0].capacity_bytes == 55 * 2**20
+    assert rank_share(s, 0, 2).tiers[0].capacity_bytes == 55 * 2**19
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].capacityBytes=0 sizes the tier "
+                                         r"from its file system, but /nonexistent cannot be read"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
+                           '[{"path":"/nonexistent","kind":"pvcRef","capacityBytes":0}]'})
+
+
+def test_tier_flags_default_as_the_agent_defaults_them():
+    """A tier without "persistent" is persistent when it is a pvc.ref, as libkvoffload reads it,
+    so the C API is handed what it would have chosen itself."""
+    s = settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
+                           '[{"path":"/a","kind":"pvcRef","capacityBytes":1},'
+                           '{"path":"/b","kind":"emptyDir","capacityBytes":1}]'})
+    assert [(t.persistent, t.shared) for t in s.tiers] == [(True, False), (False, False)]
 
 
 def test_policies_are_the_loaded_agents():

@@ -61,7 +61,8 @@ KVOFFLOAD_EXPORT Result<EngineConfig> ConfigFromEnv(EngineConfig base, const Env
 // The process environment.
 KVOFFLOAD_EXPORT std::optional<std::string> ProcessEnv(std::string_view name);
 
-// Parses the KVOFFLOAD_TIERS JSON array.
+// Parses the KVOFFLOAD_TIERS JSON array. A capacityBytes of 0 (the webhook's "unknown") is
+// the size of the file system at the tier's path, less the webhook's headroom.
 KVOFFLOAD_EXPORT Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json);
 
 }  // namespace kvoffload

@@ -7,12 +7,16 @@ policies accepted are those the loaded libkvoffload registers (engine.policy_nam
 the engine itself checks against, so a policy added to the agent needs no change here."""
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvoffload import engine
 
 _TIER_KINDS = ("emptyDir", "pvcSpec", "pvcRef")
+# The keys of one tier; any other is refused, as libkvoffload refuses it: a misspelt
+# "persistent" read as absent would start the tier empty on every restart.
+_TIER_KEYS = ("path", "kind", "capacityBytes", "persistent", "shared")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,21 @@ def _int(name: str, value, minimum: int) -> int:
     return n
 
 
+def _file_system_capacity(where: str, path: str) -> int:
+    """capacityBytes 0 is the webhook's "size unknown" (a pvc.ref it could not read, as in
+    offline inject): the tier's file system's size, less the headroom the webhook keeps from a
+    size it knows, as libkvoffload reads it (config.cc says why the total, not the free space).
+    Resolved here, before rank_share splits it among the pod's ranks."""
+    try:
+        fs = os.statvfs(path)
+    except OSError as e:
+        raise ValueError(f"{where}.capacityBytes=0 sizes the tier from its file system, but "
+                         f"{path} cannot be read: {e.strerror}; mount the tier's volume there "
+                         "or give its size") from None
+    size = fs.f_blocks * fs.f_frsize
+    return size - min(size // 2, 8 * 2**20 + size // 64)
+
+
 def parse_tiers(text: str) -> tuple[Tier, ...]:
     try:
         raw = json.loads(text)
@@ -60,22 +79,34 @@ def parse_tiers(text: str) -> tuple[Tier, ...]:
     if not isinstance(raw, list):
         raise ValueError(f"KVOFFLOAD_TIERS={text!r}: want a JSON array of tiers")
     tiers = []
+    dirs = {}
     for i, t in enumerate(raw):
         where = f"KVOFFLOAD_TIERS[{i}]"
         if not isinstance(t, dict):
             raise ValueError(f"{where}={t!r}: want an object")
+        unknown = sorted(set(t) - set(_TIER_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: unknown key {unknown[0]!r}; the keys are "
+                             f"{', '.join(_TIER_KEYS)}")
         path, kind = t.get("path"), t.get("kind")
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError(f"{where}.path={path!r}: want an absolute path")
+        # Two tiers in one directory would spend one disk's room twice (libkvoffload refuses
+        # it too); "/mnt/a/" and "/mnt/b/../a" are "/mnt/a".
+        same = dirs.setdefault(os.path.normpath(path), i)
+        if same != i:
+            raise ValueError(f"{where}.path={path!r}: tier {same}'s directory too "
+                             f"({raw[same]['path']!r}); give each tier its own")
         if kind not in _TIER_KINDS:
             raise ValueError(f"{where}.kind={kind!r}: want one of {', '.join(_TIER_KINDS)}")
         for flag in ("persistent", "shared"):
             if not isinstance(t.get(flag, False), bool):
                 raise ValueError(f"{where}.{flag}={t.get(flag)!r}: want true or false")
+        capacity = _int(f"{where}.capacityBytes", t.get("capacityBytes"), 0)
         tiers.append(Tier(path=path, kind=kind,
-                          capacity_bytes=_int(f"{where}.capacityBytes",
-                                              t.get("capacityBytes"), 1),
-                          persistent=t.get("persistent", False), shared=t.get("shared", False)))
+                          capacity_bytes=capacity or _file_system_capacity(where, path),
+                          persistent=t.get("persistent", kind == "pvcRef"),
+                          shared=t.get("shared", False)))
     return tuple(tiers)
 
 
