@@ -225,9 +225,22 @@ items:
   const ojson& lwt = doc["spec"]["leaderWorkerTemplate"];
   EXPECT_EQ(lwt["workerTemplate"]["spec"]["containers"][0]["env"][0]["value"], "4294967296");
   EXPECT_EQ(lwt["leaderTemplate"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "rwo");
-  // Offline the PVC cannot be checked: a warning, not a denial.
+  // Offline the PVC cannot be checked: a warning, not a denial. In agent mode it also says
+  // what the agent does without the PVC's size (KVOFFLOAD_TIERS' capacityBytes 0) and access
+  // modes; vLLM's own tiers (vllm-native) take neither.
   ASSERT_FALSE(out->warnings.empty());
   EXPECT_NE(out->warnings[0].find("LeaderWorkerSet default/big: PVC rwo was not checked"),
+            std::string::npos)
+      << out->warnings[0];
+  const std::string agent_does = "the agent sizes its tier from the file system mounted there";
+  EXPECT_EQ(out->warnings[0].find(agent_does), std::string::npos) << out->warnings[0];
+  InjectOptions agent;
+  agent.default_mode = Mode::kAgent;
+  agent.agent_image = "kv-offload/offload-agent:test";
+  out = InjectManifests(lws, agent);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_FALSE(out->warnings.empty());
+  EXPECT_NE(out->warnings[0].find(agent_does + " and does not share it across replicas"),
             std::string::npos)
       << out->warnings[0];
 }

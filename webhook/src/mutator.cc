@@ -486,6 +486,16 @@ int64_t TierHeadroomBytes(int64_t size_bytes) {
   return std::min(size_bytes / 2, kFixed + size_bytes / 64);
 }
 
+std::string UncheckedPvcWarning(const std::string& pvc_name, Mode mode) {
+  std::string text = "PVC " + pvc_name + " was not checked (webhook has no API access)";
+  if (mode == Mode::kAgent) {
+    text += ": the agent sizes its tier from the file system mounted there and does not share "
+            "it across replicas; give the webhook the PVC (in inject's input, or API access) to "
+            "use its size and access modes";
+  }
+  return text;
+}
+
 json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvcs) {
   json tiers = json::array();
   for (size_t i = 0; i < spec.secondary.size(); ++i) {
@@ -578,7 +588,7 @@ CheckedMutation CheckMutation(const MutationInput& in) {
     if (t.kind != TierKind::kPvcRef) continue;
     auto it = in.pvcs.find(t.ref_name);
     if (it == in.pvcs.end()) {
-      plan.warnings.push_back("PVC " + t.ref_name + " was not checked (webhook has no API access)");
+      plan.warnings.push_back(UncheckedPvcWarning(t.ref_name, plan.mode));
       continue;
     }
     if (!it->second.exists) {

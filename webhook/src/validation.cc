@@ -46,7 +46,8 @@ void AddWarnings(const Mutation& m, const std::set<std::string>& missing_pvcs,
   for (const std::string& w : m.warnings) {
     std::string text = w;
     for (const std::string& name : missing_pvcs) {
-      if (w == "PVC " + name + " was not checked (webhook has no API access)") {
+      if (w == UncheckedPvcWarning(name, Mode::kAgent) ||
+          w == UncheckedPvcWarning(name, Mode::kVllmNative)) {
         text = "PVC " + name + " not found in namespace " + namespace_name +
                ": its pods are denied until it exists";
       }

@@ -195,6 +195,10 @@ int TargetContainer(const JsonView& pod, std::string* error);
 // one directory per model fingerprint, the ledger. min(size/2, 8 MiB + size/64).
 int64_t TierHeadroomBytes(int64_t size_bytes);
 
+// The warning for a pvc.ref tier whose PVC the webhook was told nothing about (offline, with
+// the PVC not in the input); in agent mode also what the agent does without the PVC's facts.
+std::string UncheckedPvcWarning(const std::string& pvc_name, Mode mode);
+
 // The --kv-transfer-config value for `spec` in `mode` (compact JSON).
 nlohmann::json KvTransferConfig(const OffloadSpec& spec, Mode mode);
 
