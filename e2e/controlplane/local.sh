@@ -99,9 +99,10 @@ cp_up() {
     node_flags=(--enable-aggregator-routing=true --kubelet-preferred-address-types InternalIP
                 --kubelet-client-certificate "${pki}/admin.crt" --kubelet-client-key "${pki}/admin.key")
     # Webhook endpoints for the API server's routing, the CA bundle every pod's service-account
-    # volume projects, and the node's not-ready taint lifted once its kubelet reports Ready.
+    # volume projects, the node's not-ready taint lifted once its kubelet reports Ready, and
+    # claims bound to the PersistentVolumes made for them (case 34).
     controllers+=(endpointslice-controller root-ca-certificate-publisher-controller
-                  node-lifecycle-controller)
+                  node-lifecycle-controller persistentvolume-binder-controller)
   fi
   export CP_API_PORT="${api_port}"
   _cp_start etcd "${CP_STATE}/logs/etcd.log" "${bin}/etcd" --name e2e \
