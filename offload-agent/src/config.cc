@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvoffload/config.h"
+#include "kvoffload/tier_headroom.h"
 #include "device_backends.h"
 #include "disk_io_backends.h"
 #include "eviction_policies.h"
@@ -56,7 +57,7 @@ Result<uint64_t> FileSystemCapacity(const std::string& at, const std::string& pa
                                    "; mount the tier's volume there or give its size");
   }
   const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
-  return size - std::min(size / 2, (uint64_t{8} << 20) + size / 64);
+  return size - TierHeadroomBytes(size);
 }
 
 }  // namespace

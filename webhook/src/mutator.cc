@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "kvoffload/tier_headroom.h"
 #include "webhook/eviction_policies.h"
 #include "webhook/json_util.h"
 #include "webhook/launch.h"
@@ -481,11 +482,6 @@ int TargetContainer(const JsonView& pod, std::string* error) {
   return 0;
 }
 
-int64_t TierHeadroomBytes(int64_t size_bytes) {
-  constexpr int64_t kFixed = int64_t{8} << 20;
-  return std::min(size_bytes / 2, kFixed + size_bytes / 64);
-}
-
 std::string UncheckedPvcWarning(const std::string& pvc_name, Mode mode) {
   std::string text = "PVC " + pvc_name + " was not checked (webhook has no API access)";
   if (mode == Mode::kAgent) {
@@ -510,9 +506,11 @@ json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvc
       }
     }
     // capacityBytes 0 means "unknown": the agent then sizes the tier from the file system.
+    // Sizes are positive (the spec's checked, a PVC's read only when above 0).
+    const auto bytes = static_cast<uint64_t>(size);
     tiers.push_back({{"path", TierMountPath(i)},
                      {"kind", TierKindName(t.kind)},
-                     {"capacityBytes", size - TierHeadroomBytes(size)},
+                     {"capacityBytes", bytes - TierHeadroomBytes(bytes)},
                      {"persistent", t.kind == TierKind::kPvcRef},
                      {"shared", shared}});
   }

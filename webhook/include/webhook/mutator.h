@@ -190,11 +190,6 @@ std::string ConfigHash(const OffloadSpec& spec, Mode mode, const std::string& co
 // first. -1 with `error` set when the annotation names a missing container or there is none.
 int TargetContainer(const JsonView& pod, std::string* error);
 
-// Space kept free in a tier of `size_bytes` for the file system's own use: directory entries
-// (about 44 bytes a block file of at least 4 KiB, so under 1/64 of the size), the format root,
-// one directory per model fingerprint, the ledger. min(size/2, 8 MiB + size/64).
-int64_t TierHeadroomBytes(int64_t size_bytes);
-
 // The warning for a pvc.ref tier whose PVC the webhook was told nothing about (offline, with
 // the PVC not in the input); in agent mode also what the agent does without the PVC's facts.
 std::string UncheckedPvcWarning(const std::string& pvc_name, Mode mode);
@@ -203,7 +198,7 @@ std::string UncheckedPvcWarning(const std::string& pvc_name, Mode mode);
 nlohmann::json KvTransferConfig(const OffloadSpec& spec, Mode mode);
 
 // The KVOFFLOAD_TIERS value: [{"path","kind","capacityBytes","persistent","shared"}].
-// capacityBytes is the tier's size less TierHeadroomBytes: what `du` counts besides block files
+// capacityBytes is the tier's size less TierHeadroomBytes (kvoffload/tier_headroom.h): what `du` counts besides block files
 // (directories, the ledger) must fit under an emptyDir's sizeLimit too.
 nlohmann::json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvcs);
 
