@@ -73,7 +73,9 @@ TEST(ConfigTest, PvcRefIsPersistentWhenTheFlagIsMissing) {
 TEST(ConfigTest, ZeroCapacityIsTheFileSystemsSizeLessTheHeadroom) {
   testing::TempDir dir;
   if (::mount("tmpfs", dir.path().c_str(), "tmpfs", 0, "size=64m") != 0) {
-    GTEST_SKIP() << "cannot mount a 64 MiB tmpfs (needs root): " << std::strerror(errno);
+    GTEST_SKIP() << "cannot mount a 64 MiB tmpfs (needs root; CI runs make test as root, where "
+                    "it runs): "
+                 << std::strerror(errno);
   }
   Result<std::vector<DiskTierConfig>> t = ParseTiersJson(
       R"([{"path":")" + dir.path() + R"(","kind":"pvcRef","capacityBytes":0},

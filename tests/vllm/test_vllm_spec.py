@@ -198,7 +198,8 @@ def test_unknown_tier_size_is_the_file_systems(tmp_path):
     before the ranks split it, so two ranks get 27.5 MiB each, not the whole disk each."""
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(tmp_path)],
                       capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a 64 MiB tmpfs (needs root)")
+        pytest.skip("cannot mount a 64 MiB tmpfs (needs root; CI runs make test as root, "
+                    "where it runs)")
     try:
         s = settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS": json.dumps(
             [{"path": str(tmp_path), "kind": "pvcRef", "capacityBytes": 0}])})
