@@ -36,14 +36,14 @@ bool CpuTier::Protected(const BlockKey& key) {
 }
 
 Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position,
-                                         Victims* deferred) {
+                                         Victims* deferred, bool wait) {
   MutexLock lock(&mu_);
   if (entries_.contains(key)) {
     return Status::AlreadyExists("block " + key.ToHex() + " is already in the cpu tier");
   }
   entries_.emplace(key, Entry{});
   policy_->OnInsertAt(key, position);
-  Result<std::byte*> slot = PlaceLocked(key, lock, deferred);
+  Result<std::byte*> slot = PlaceLocked(key, lock, deferred, wait);
   WakeDemoterIfAsked(lock);
   return slot;
 }
@@ -66,7 +66,7 @@ bool CpuTier::Unevictable(const BlockKey& key) const {
 }
 
 Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
-                                        Victims* deferred) {
+                                        Victims* deferred, bool wait) {
   // Called by the policy inside this locked scope (the analysis cannot see into lambdas).
   auto is_pinned = [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return Unevictable(k); };
   // With no slot free, this insert demotes a victim of its own even while the demoter writes a
@@ -77,8 +77,12 @@ Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
     std::optional<BlockKey> victim = policy_->SelectVictim(is_pinned);
     if (!victim) {
       // Our own deferred victims count as in flight, but only we can demote them.
-      if (evictions_in_flight_ > 0 && (deferred == nullptr || deferred->empty())) {
+      // A waiting caller holds no slot, so the transfers it waits for are not its own.
+      if ((evictions_in_flight_ > 0 && (deferred == nullptr || deferred->empty())) ||
+          (wait && transfers_in_flight_ > 0)) {
+        ++waiting_for_room_;
         cv_.Wait();
+        --waiting_for_room_;
         continue;
       }
       entries_.erase(key);
@@ -96,6 +100,7 @@ Result<std::byte*> CpuTier::PlaceLocked(const BlockKey& key, MutexLock& lock,
   Entry& e = entries_.at(key);
   e.slot = free_.back();
   free_.pop_back();
+  ++transfers_in_flight_;  // until CommitInsert or AbortInsert
   if (free_.size() + demoting_ < demote_batch_) demoter_asked_ = true;
   return SlotPtr(e.slot);
 }
@@ -194,12 +199,21 @@ void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock) {
   cv_.SignalAll();
 }
 
+void CpuTier::NoteRoom() {
+  if (waiting_for_room_ > 0) cv_.SignalAll();
+}
+
 void CpuTier::CommitInsert(const BlockKey& key, bool keep_pinned) {
   MutexLock lock(&mu_);
   Entry& e = entries_.at(key);
   e.state = State::kResident;
-  if (keep_pinned) ++e.pins;
   if (events_) events_->Record(key, kTierCpu, /*removed=*/false);
+  if (keep_pinned) {
+    ++e.pins;  // the insert's transfer goes on as the pin's (transfers_in_flight_ unchanged)
+    return;
+  }
+  --transfers_in_flight_;
+  NoteRoom();
 }
 
 void CpuTier::AbortInsert(const BlockKey& key) {
@@ -208,6 +222,7 @@ void CpuTier::AbortInsert(const BlockKey& key) {
   free_.push_back(it->second.slot);
   entries_.erase(it);
   policy_->OnRemove(key);
+  --transfers_in_flight_;
   cv_.SignalAll();
 }
 
@@ -227,7 +242,7 @@ std::byte* CpuTier::PinLocked(const BlockKey& key, bool* used) {
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
   if (e.state != State::kResident && e.state != State::kEvicting) return nullptr;
-  ++e.pins;
+  if (e.pins++ == 0) ++transfers_in_flight_;
   *used = e.state == State::kResident;
   return SlotPtr(e.slot);
 }
@@ -274,11 +289,15 @@ void CpuTier::Unpin(const BlockKey& key) {
   MutexLock lock(&mu_);
   auto it = entries_.find(key);
   Entry& e = it->second;
-  if (--e.pins == 0 && e.state == State::kZombie) {
+  if (--e.pins > 0) return;
+  --transfers_in_flight_;
+  if (e.state == State::kZombie) {
     free_.push_back(e.slot);
     entries_.erase(it);
     cv_.SignalAll();
+    return;
   }
+  NoteRoom();
 }
 
 void CpuTier::NoteStore(bool refused) {

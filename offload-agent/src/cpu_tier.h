@@ -2,8 +2,9 @@
 // each, so a slot is also a ready O_DIRECT buffer for its block file). Evicted blocks go to a
 // sink (disk tier 0) before their slot is reused.
 // Thread-safe: one mutex guards the index; the sink runs outside it; pinned slots (copies and
-// reads in flight) are never victims and are not reused until unpinned. No call waits for a
-// pin to be released (a job holding pins may be the one asking), which keeps jobs deadlock-free.
+// reads in flight) are never victims and are not reused until unpinned. Only a caller that
+// holds no slot may wait for another's transfers to release one (BeginInsert's `wait`), which
+// keeps jobs deadlock-free: whoever it waits for is copying or reading, never waiting on it.
 // With DemoteAhead, a thread of the tier demotes victims in batches before inserts need their
 // slots; it waits for nothing an insert holds, and no insert waits for it.
 #ifndef KVOFFLOAD_SRC_CPU_TIER_H_
@@ -80,9 +81,15 @@ class CpuTier {
   // with Demote and then takes the slots with Place. A caller with deferred victims never waits
   // here for other demotions (ResourceExhausted instead: demote first, then retry), so they
   // cannot wait on it.
+  //
+  // With `wait` (REQUIRES: the caller holds no slot of this tier: no insert begun and not
+  // committed, no pin), a tier whose every slot is taken by transfers in flight (other inserts'
+  // copies, loads' pins) is waited on until one ends, rather than refused: they end on their
+  // own, and a store refused there loses its blocks. Slots that are only held (HoldSet) are
+  // not waited for: a hold lasts until the caller's scheduler lets go.
   Result<std::byte*> BeginInsert(const BlockKey& key,
                                  uint32_t position = EvictionPolicy::kUnknownPosition,
-                                 Victims* deferred = nullptr);
+                                 Victims* deferred = nullptr, bool wait = false);
   // Demotes the victims together (one call of the sink) and frees their slots.
   void Demote(Victims& victims);
   // A slot for a block that BeginInsert left without one, evicting (now) as needed.
@@ -135,8 +142,10 @@ class CpuTier {
   std::byte* PinLocked(const BlockKey& key, bool* used) REQUIRES(mu_);
   // Gives `key` (being inserted, no slot yet) a free slot, evicting as BeginInsert says. Asks
   // the demoter for a batch when this leaves too few slots free (WakeDemoterIfAsked).
-  Result<std::byte*> PlaceLocked(const BlockKey& key, MutexLock& lock, Victims* deferred)
-      REQUIRES(mu_);
+  Result<std::byte*> PlaceLocked(const BlockKey& key, MutexLock& lock, Victims* deferred,
+                                 bool wait = false) REQUIRES(mu_);
+  // A slot became a possible victim or free: wakes the inserts waiting in PlaceLocked.
+  void NoteRoom() REQUIRES(mu_);
   // Releases mu_ (the caller's scope ends with it released), then wakes the demoter if
   // PlaceLocked asked for it: woken under the lock, it would only sleep again on mu_ until
   // the inserting thread let go.
@@ -162,6 +171,10 @@ class CpuTier {
   std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_ GUARDED_BY(mu_);
   std::vector<size_t> free_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
+  // Slots taken by transfers in flight: inserts with a slot not yet committed or aborted, and
+  // blocks pinned (a copy or read of theirs in flight). What a waiting insert waits for.
+  size_t transfers_in_flight_ GUARDED_BY(mu_) = 0;
+  size_t waiting_for_room_ GUARDED_BY(mu_) = 0;  // inserts asleep on cv_ for a slot
   // DemoteAhead: its batch (0: none), the demoter's share of evictions_in_flight_, whether an
   // insert asked it for a batch, and whether it is to stop.
   size_t demote_batch_ = 0;

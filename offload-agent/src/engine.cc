@@ -445,11 +445,12 @@ class EngineImpl final : public Engine {
       if (Locate(keys[i], /*record=*/false) != kTierMiss) continue;  // already offloaded
       // Callers pass a request's blocks in chain order, so the index is the block's position
       // among those this call stores (the policy's OnInsertAt).
+      // With nothing reserved, the job may wait for other jobs' transfers to free a slot.
       const auto position = static_cast<uint32_t>(i);
-      Result<std::byte*> slot = cpu_->BeginInsert(keys[i], position, &victims);
+      Result<std::byte*> slot = cpu_->BeginInsert(keys[i], position, &victims, taken.empty());
       if (slot.status().code() == StatusCode::kResourceExhausted && !taken.empty()) {
         flush();  // our own reserved slots were the pinned ones, or our victims not demoted
-        slot = cpu_->BeginInsert(keys[i], position, &victims);
+        slot = cpu_->BeginInsert(keys[i], position, &victims, /*wait=*/true);
       }
       if (slot.status().code() == StatusCode::kAlreadyExists) continue;  // another job has it
       if (slot.ok() && *slot == nullptr) {  // its outcome is known once flush places it

@@ -943,6 +943,63 @@ TEST_F(JobConcurrencyTest, AWaiterNeverRunsMoreJobsThanTheWorkers) {
   EXPECT_EQ(out_.data[0], Blocks::Make(0, 1).data[0]);
 }
 
+// Two workers, so that a store runs while a load waits at its disk reads.
+class PinnedSlotContentionTest : public SharedJobTest {
+ protected:
+  void SetUp() override {
+    EngineHooks hooks;
+    hooks.wrap_disk_io = [gate = gate_](size_t, std::unique_ptr<DiskIo> base) {
+      return std::unique_ptr<DiskIo>(std::make_unique<GatedDiskIo>(std::move(base), gate));
+    };
+    EngineConfig c = Config(2, {Tier(dir_.path(), 16)});
+    c.worker_threads = 2;
+    Result<std::unique_ptr<Engine>> e = Engine::Open(c, hooks);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+    ASSERT_TRUE(StoreAndWait(*engine_, Blocks::Make(0, 4)).ok());
+    ASSERT_EQ(engine_->Where(Blocks::Make(0, 4).keys), (std::vector<int>{1, 1, 0, 0}));
+  }
+};
+
+// A store that finds every pinned slot taken by another job's transfers in flight (here a
+// load's promotions, waiting for their disk reads) waits for them instead of refusing its
+// blocks. It used to refuse at once: with a small pinned tier and two jobs at a time, vLLM's
+// store of a whole long prompt was dropped (bench/ttft at 16k tokens, 128 blocks refused).
+TEST_F(PinnedSlotContentionTest, AStoreWaitsForSlotsThatAnotherJobsTransfersHold) {
+  gate_->Close();
+  Blocks promoted = Blocks::Make(0, 2).Empty();  // on disk: promoted into both pinned slots
+  Result<JobId> load = engine_->Load(promoted.keys, promoted.ptrs);
+  ASSERT_TRUE(load.ok()) << load.status().ToString();
+  ASSERT_TRUE(gate_->Reached(std::chrono::seconds(30))) << "the load never read from disk";
+  const Blocks fresh = Blocks::Make(10, 3);
+  Result<JobId> store = engine_->Store(fresh.keys, fresh.ptrs);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::future<Status> stored =
+      std::async(std::launch::async, [&] { return engine_->Wait(*store); });
+  const bool gave_up = stored.wait_for(std::chrono::milliseconds(300)) ==
+                       std::future_status::ready;
+  gate_->Open();
+  EXPECT_FALSE(gave_up) << "the store finished while every slot was the load's";
+  Status s = stored.get();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(engine_->Wait(*load).ok());
+  EXPECT_EQ(promoted.data[0], Blocks::Make(0, 1).data[0]);
+  EXPECT_EQ(engine_->Stats().failed_stores, 0u);
+  ExpectLoadsExactly(*engine_, fresh);
+}
+
+// Holds are not transfers: a store that finds every slot held refuses at once, as before.
+TEST_F(PinnedSlotContentionTest, AStoreRefusesAtOnceWhenEverySlotIsHeld) {
+  const Blocks hot = Blocks::Make(2, 2);  // the two blocks in the pinned tier
+  ASSERT_EQ(engine_->Hold(hot.keys).prefix, 2u);
+  const Blocks fresh = Blocks::Make(10, 1);
+  Status s = StoreAndWait(*engine_, fresh);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(engine_->Stats().failed_stores, 1u);
+  ASSERT_TRUE(engine_->Release(hot.keys).ok());
+  EXPECT_TRUE(StoreAndWait(*engine_, fresh).ok());
+}
+
 TEST(EngineTest, OpenRejectsATierTooSmallForOneBlock) {
   TempDir d0;
   EngineConfig c = Config(2, {Tier(d0.path(), 1)});
