@@ -900,6 +900,32 @@ TEST_F(SharedJobTest, TwoThreadsWaitOnOneJob) {
   }
 }
 
+// Blocks 0 and 1 on disk 0, 2 and 3 in the two pinned slots, `workers` worker threads.
+class GatedTwoSlotTest : public SharedJobTest {
+ protected:
+  void OpenWith(size_t workers) {
+    EngineHooks hooks;
+    hooks.wrap_disk_io = [gate = gate_](size_t, std::unique_ptr<DiskIo> base) {
+      return std::unique_ptr<DiskIo>(std::make_unique<GatedDiskIo>(std::move(base), gate));
+    };
+    EngineConfig c = Config(2, {Tier(dir_.path(), 8)});
+    c.worker_threads = workers;
+    Result<std::unique_ptr<Engine>> e = Engine::Open(c, hooks);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreAndWait(*engine_, Blocks::Make(i, 1)).ok());
+    ASSERT_EQ(engine_->Where(Blocks::Make(0, 4).keys), (std::vector<int>{1, 1, 0, 0}));
+  }
+  // Waits for `job` on another thread while the gate is closed, then opens it: whether the
+  // job finished before the gate opened (300 ms), and its status.
+  std::pair<bool, Status> WaitAcrossTheGate(JobId job) {
+    std::future<Status> waited = std::async(std::launch::async, [&] { return engine_->Wait(job); });
+    const bool early = waited.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready;
+    gate_->Open();
+    return {early, waited.get()};
+  }
+};
+
 // A thread that waits for a job no worker has started runs it itself (sparing two wake-ups),
 // but only in a free run slot: at most worker_threads jobs run at once, waiters included, as
 // the pinned tier is sized for that many jobs' reservations (a third store job beside two
@@ -908,21 +934,9 @@ TEST_F(SharedJobTest, TwoThreadsWaitOnOneJob) {
 // for it instead of running beside it. Whether a waiter runs a job inline when a worker is
 // idle cannot be shown deterministically (the idle worker races for the same job); every
 // StoreAndWait in these tests takes that path.
-class JobConcurrencyTest : public SharedJobTest {
+class JobConcurrencyTest : public GatedTwoSlotTest {
  protected:
-  void SetUp() override {
-    EngineHooks hooks;
-    hooks.wrap_disk_io = [gate = gate_](size_t, std::unique_ptr<DiskIo> base) {
-      return std::unique_ptr<DiskIo>(std::make_unique<GatedDiskIo>(std::move(base), gate));
-    };
-    EngineConfig c = Config(2, {Tier(dir_.path(), 8)});
-    c.worker_threads = 1;
-    Result<std::unique_ptr<Engine>> e = Engine::Open(c, hooks);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e).value();
-    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreAndWait(*engine_, Blocks::Make(i, 1)).ok());
-    ASSERT_EQ(engine_->Where(Blocks::Make(0, 4).keys), (std::vector<int>{1, 1, 0, 0}));
-  }
+  void SetUp() override { OpenWith(1); }
 };
 
 TEST_F(JobConcurrencyTest, AWaiterNeverRunsMoreJobsThanTheWorkers) {
@@ -931,34 +945,18 @@ TEST_F(JobConcurrencyTest, AWaiterNeverRunsMoreJobsThanTheWorkers) {
   Blocks hot = Blocks::Make(3, 1).Empty();  // in the pinned tier: no disk read
   Result<JobId> job = engine_->Load(hot.keys, hot.ptrs);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  std::future<Status> waited =
-      std::async(std::launch::async, [&] { return engine_->Wait(*job); });
-  const bool ran_beside = waited.wait_for(std::chrono::milliseconds(300)) ==
-                          std::future_status::ready;
-  gate_->Open();
+  const auto [ran_beside, waited] = WaitAcrossTheGate(*job);
   EXPECT_FALSE(ran_beside) << "the waiter ran a second job beside the only worker's";
-  EXPECT_TRUE(waited.get().ok());
+  EXPECT_TRUE(waited.ok()) << waited.ToString();
   EXPECT_EQ(hot.data[0], Blocks::Make(3, 1).data[0]);
   EXPECT_TRUE(engine_->Wait(held).ok());
   EXPECT_EQ(out_.data[0], Blocks::Make(0, 1).data[0]);
 }
 
 // Two workers, so that a store runs while a load waits at its disk reads.
-class PinnedSlotContentionTest : public SharedJobTest {
+class PinnedSlotContentionTest : public GatedTwoSlotTest {
  protected:
-  void SetUp() override {
-    EngineHooks hooks;
-    hooks.wrap_disk_io = [gate = gate_](size_t, std::unique_ptr<DiskIo> base) {
-      return std::unique_ptr<DiskIo>(std::make_unique<GatedDiskIo>(std::move(base), gate));
-    };
-    EngineConfig c = Config(2, {Tier(dir_.path(), 16)});
-    c.worker_threads = 2;
-    Result<std::unique_ptr<Engine>> e = Engine::Open(c, hooks);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e).value();
-    ASSERT_TRUE(StoreAndWait(*engine_, Blocks::Make(0, 4)).ok());
-    ASSERT_EQ(engine_->Where(Blocks::Make(0, 4).keys), (std::vector<int>{1, 1, 0, 0}));
-  }
+  void SetUp() override { OpenWith(2); }
 };
 
 // A store that finds every pinned slot taken by another job's transfers in flight (here a
@@ -974,14 +972,9 @@ TEST_F(PinnedSlotContentionTest, AStoreWaitsForSlotsThatAnotherJobsTransfersHold
   const Blocks fresh = Blocks::Make(10, 3);
   Result<JobId> store = engine_->Store(fresh.keys, fresh.ptrs);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  std::future<Status> stored =
-      std::async(std::launch::async, [&] { return engine_->Wait(*store); });
-  const bool gave_up = stored.wait_for(std::chrono::milliseconds(300)) ==
-                       std::future_status::ready;
-  gate_->Open();
+  const auto [gave_up, stored] = WaitAcrossTheGate(*store);
   EXPECT_FALSE(gave_up) << "the store finished while every slot was the load's";
-  Status s = stored.get();
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(stored.ok()) << stored.ToString();
   EXPECT_TRUE(engine_->Wait(*load).ok());
   EXPECT_EQ(promoted.data[0], Blocks::Make(0, 1).data[0]);
   EXPECT_EQ(engine_->Stats().failed_stores, 0u);
