@@ -48,16 +48,28 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position,
   return slot;
 }
 
-Result<std::byte*> CpuTier::Place(const BlockKey& key) {
+Result<std::byte*> CpuTier::Place(const BlockKey& key, std::vector<size_t>* freed) {
   MutexLock lock(&mu_);
+  if (freed != nullptr && !freed->empty()) {
+    free_.push_back(freed->back());  // the free slot PlaceLocked takes, under this same lock
+    freed->pop_back();
+  }
   Result<std::byte*> slot = PlaceLocked(key, lock, nullptr);
   WakeDemoterIfAsked(lock);
   return slot;
 }
 
-void CpuTier::Demote(Victims& victims) {
+void CpuTier::Demote(Victims& victims, std::vector<size_t>* freed) {
   MutexLock lock(&mu_);
-  DemoteLocked(victims, lock);
+  DemoteLocked(victims, lock, freed);
+}
+
+void CpuTier::Free(std::vector<size_t>& freed) {
+  if (freed.empty()) return;
+  MutexLock lock(&mu_);
+  free_.insert(free_.end(), freed.begin(), freed.end());
+  freed.clear();
+  cv_.SignalAll();
 }
 
 bool CpuTier::Unevictable(const BlockKey& key) const {
@@ -167,7 +179,7 @@ CpuTier::Victim CpuTier::Evicting(const BlockKey& key) {
   return Victim{key, v.slot};
 }
 
-void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock) {
+void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock, std::vector<size_t>* freed) {
   if (victims.empty()) return;
   std::vector<BlockKey> keys;
   std::vector<std::byte*> slots;
@@ -189,7 +201,7 @@ void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock) {
     Entry& demoted = entries_.at(key);
     if (demoted.pins == 0) {
       entries_.erase(key);
-      free_.push_back(victims[i].slot);
+      (freed != nullptr ? *freed : free_).push_back(victims[i].slot);
     } else {
       demoted.state = State::kZombie;  // a copy still reads it; Unpin frees the slot
     }

@@ -90,11 +90,16 @@ class CpuTier {
   Result<std::byte*> BeginInsert(const BlockKey& key,
                                  uint32_t position = EvictionPolicy::kUnknownPosition,
                                  Victims* deferred = nullptr, bool wait = false);
-  // Demotes the victims together (one call of the sink) and frees their slots.
-  void Demote(Victims& victims);
-  // A slot for a block that BeginInsert left without one, evicting (now) as needed.
-  // ResourceExhausted when every slot is pinned: the block is then forgotten.
-  Result<std::byte*> Place(const BlockKey& key);
+  // Demotes the victims together (one call of the sink) and frees their slots. With `freed`,
+  // the slots go there instead, kept for the caller's Place: an insert waiting on the tier
+  // would otherwise take them first, and the caller's blocks would find none.
+  void Demote(Victims& victims, std::vector<size_t>* freed = nullptr);
+  // A slot for a block that BeginInsert left without one: one of `freed` (from Demote) while
+  // any is left, else evicting (now) as needed. ResourceExhausted when every slot is pinned:
+  // the block is then forgotten.
+  Result<std::byte*> Place(const BlockKey& key, std::vector<size_t>* freed = nullptr);
+  // Frees the slots of `freed` that no Place took.
+  void Free(std::vector<size_t>& freed);
   // Publishes the block; with keep_pinned the caller holds a pin to release with Unpin.
   void CommitInsert(const BlockKey& key, bool keep_pinned);
   void AbortInsert(const BlockKey& key);
@@ -154,7 +159,8 @@ class CpuTier {
   Victim Evicting(const BlockKey& key) REQUIRES(mu_);
   // Runs the sink with mu_ released, then frees the victims' slots (or leaves them to the last
   // Unpin).
-  void DemoteLocked(Victims& victims, MutexLock& lock) REQUIRES(mu_);
+  void DemoteLocked(Victims& victims, MutexLock& lock, std::vector<size_t>* freed = nullptr)
+      REQUIRES(mu_);
   void DemoterLoop() EXCLUDES(mu_);
 
   const std::unique_ptr<PinnedRegion> pool_;
