@@ -447,8 +447,8 @@ class EngineImpl final : public Engine {
       if (Locate(keys[i], /*record=*/false) != kTierMiss) continue;  // already offloaded
       // Callers pass a request's blocks in chain order, so the index is the block's position
       // among those this call stores (the policy's OnInsertAt).
-      // With nothing reserved, the job may wait for other jobs' transfers to free a slot.
       const auto position = static_cast<uint32_t>(i);
+      // With nothing reserved, the job may wait for other jobs' transfers to free a slot.
       Result<std::byte*> slot = cpu_->BeginInsert(keys[i], position, &victims, taken.empty());
       if (slot.status().code() == StatusCode::kResourceExhausted && !taken.empty()) {
         flush();  // our own reserved slots were the pinned ones, or our victims not demoted

@@ -506,7 +506,7 @@ json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvc
       }
     }
     // capacityBytes 0 means "unknown": the agent then sizes the tier from the file system.
-    // Sizes are positive (the spec's checked, a PVC's read only when above 0).
+    // Never negative (the spec's sizes are checked, a PVC's is read only when above 0).
     const auto bytes = static_cast<uint64_t>(size);
     tiers.push_back({{"path", TierMountPath(i)},
                      {"kind", TierKindName(t.kind)},

@@ -198,8 +198,9 @@ std::string UncheckedPvcWarning(const std::string& pvc_name, Mode mode);
 nlohmann::json KvTransferConfig(const OffloadSpec& spec, Mode mode);
 
 // The KVOFFLOAD_TIERS value: [{"path","kind","capacityBytes","persistent","shared"}].
-// capacityBytes is the tier's size less TierHeadroomBytes (kvoffload/tier_headroom.h): what `du` counts besides block files
-// (directories, the ledger) must fit under an emptyDir's sizeLimit too.
+// capacityBytes is the tier's size less TierHeadroomBytes (kvoffload/tier_headroom.h): what
+// `du` counts besides block files (directories, the ledger) must fit under an emptyDir's
+// sizeLimit too. 0 for a pvc.ref whose PVC was not read: the agent sizes that tier itself.
 nlohmann::json TiersEnv(const OffloadSpec& spec, const std::map<std::string, PvcInfo>& pvcs);
 
 }  // namespace kvoffload::webhook
