@@ -9,6 +9,7 @@ TTFT benchmark (bench/ttft)."""
 import json
 import os
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -66,9 +67,18 @@ def start(argv: list[str], env: dict[str, str], log_path: str) -> subprocess.Pop
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0) can be taken again, as a connection's or a ZMQ socket's own port (vLLM's
+    engine opens several), in the seconds before `vllm serve` binds it (EADDRINUSE in CI)."""
+    low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(10000, low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in 10000-{low - 1} after 200 tries")
 
 
 def stage_agent(dest: pathlib.Path) -> pathlib.Path:
