@@ -194,6 +194,39 @@ def disk_state(row):
     return "full, steps" if row["state"] == "step" else row["state"]
 
 
+def shape_references(rows):
+    """Each row against fio driven in the engine's own client shape in the same run: a
+    reference beside the limit (fio at depth qd), which stays the target's. Runs before
+    2026-12-06 measured no such reference."""
+    shaped = [r for r in rows if "fio_threads_read_gibps" in r or "fio_burst_read_gibps" in r]
+    if not shaped:
+        return []
+    out = []
+    for r in shaped:
+        a = r["agent"]
+        kind = "burst" if r["state"] == "step" else "threads"
+        for what, got, rw in (("store", a["store_gibps"], "write"), ("load", a["load_gibps"], "read")):
+            ref = r[f"fio_{kind}_{rw}_gibps"]
+            shape = ("bursts of `qd`" if kind == "burst" else "`qd` jobs at depth 1")
+            out.append([f"{what} {r['block_size']}", disk_state(r), f"{got:.2f} GiB/s",
+                        f"fio {rw} in {shape} {ref:.2f} GiB/s", f"{got / ref:.3f}"])
+    two = [r for r in shaped if r["block_size"] == "2M"]
+    cmds = list(dict.fromkeys(r[f"fio_{k}_command"] for r in two
+                              for k in ("threads_write", "threads_read", "burst_write", "burst_read")
+                              if f"fio_{k}_command" in r))
+    return ["The same rows against fio driven as the engine's clients drive it, in the same run "
+            "(a reference beside the limit above, not the target's limit): for the *empty* and "
+            "*full* rows `qd` fio jobs that each keep one transfer in flight over their own "
+            "file (a `qd`-th of the pass each), as the bench's `qd` client threads each keep "
+            "one one-block job; for the *full, steps* rows `qd` transfers submitted together "
+            "and all awaited before the next `qd`, as one job of `qd` blocks at a time. Where "
+            "the agent reaches fio in its own shape, what separates it from the limit is the "
+            "shape, which costs fio as much on this machine.", "",
+            table(["figure", "tier", "agent", "fio in the same shape", "ratio"], out), "",
+            "Commands (2 MiB shown):", "",
+            *[f"    {c}" for c in cmds], ""]
+
+
 def disk(d):
     lines = ["## 2. Agent disk tier against fio (O_DIRECT, io_uring, same directory, block size "
              "and queue depth)", ""]
@@ -249,6 +282,7 @@ def disk(d):
               "or closed per block. A slot holds the payload alone (its checksum stays in the "
               "engine's index), so a block moves its size rounded up to 4 KiB, as fio's "
               "transfers do.", ""]
+    lines += shape_references(d["rows"])
     steps = [r for r in d["rows"] if r["state"] == "step"]
     if any(min(r["store_ratio"], r["load_ratio"]) < 0.9 for r in steps):
         burst = "; ".join(
@@ -265,8 +299,6 @@ def disk(d):
                   + "vLLM does not wait for one step's job before it queues the next, so on the "
                   "engine's two workers two jobs can overlap, which this shape does not credit.",
                   ""]
-        lines += [f"    {r['fio_burst_write_command']}" for r in steps
-                  if r["block_size"] == "2M" and "fio_burst_write_command" in r] + [""]
     full_store_missed = [r["block_size"] for r in d["rows"]
                          if r["state"] != "empty" and r["store_ratio"] < 0.9]
     if full_store_missed:
@@ -278,12 +310,12 @@ def disk(d):
                   "by a store that found no pinned slot free and wrote a victim of its own (why "
                   "stores do that: docs/decisions.md), the rest the demoter's batches of `qd`. In "
                   "the *full, steps* row every write followed its predecessor's slot, in batches "
-                  "of `qd` (bursts, above). fio in the first shape, 8 jobs each keeping one 64K "
-                  "write in flight over its own file, ran at 0.63-0.81 of one job at depth 8 in "
-                  "five alternating pairs that day (1.55-2.00 against 2.17-2.66 GiB/s), likely "
-                  "because with one write per thread each completion waits for its thread to wake "
-                  "(at 64K, one every 25-30 us on 2 cores), where one thread at depth 8 reaps and "
-                  "resubmits several at a time.", ""]
+                  "of `qd` (bursts, above). fio in the first shape, `qd` jobs each keeping one write "
+                  "in flight over its own file, is in the table of references above; it ran at "
+                  "0.63-0.81 of one job at depth 8 in five alternating pairs at 64K on 2026-12-04, "
+                  "likely because with one write per thread each completion waits for its thread "
+                  "to wake (at 64K, one every 25-30 us on 2 cores), where one thread at depth 8 "
+                  "reaps and resubmits several at a time.", ""]
     # Loads only: a store's disk write runs on the demoter as often as on its client, so
     # a write's time is not part of a client's time in flight.
     slow = [(r, "load") for r in d["rows"]
@@ -295,10 +327,15 @@ def disk(d):
             disk_us = a["disk_read_us_per_block"]
             flight_us = a["load_us_per_block_in_flight"]
             fio_us = d["qd"] * a["block_bytes"] / (r["fio_read_gibps"] * 2**30) * 1e6
+            burst = r.get("fio_burst_read_gibps")
+            burst_us = (f", {d['qd'] * a['block_bytes'] / (burst * 2**30) * 1e6:.0f} us in bursts"
+                        if burst else "")
             parts.append(f"{what} {r['block_size']} {disk_state(r)}: {disk_us:.0f} us of "
-                         f"{flight_us:.0f} (fio's: {fio_us:.0f} us each)")
+                         f"{flight_us:.0f} (fio's: {fio_us:.0f} us each{burst_us})")
         lines += ["Where a load cell misses, the time per block says where it goes: how long "
-                  "the block's disk read took (with its checksum) against how long its client "
+                  "the block's disk read took (with its checksum; in a steps job, from the "
+                  "submission of the job's reads to the end of the last, as the job's blocks "
+                  "are all read together) against how long its client "
                   "had it in flight, and how long each of fio's reads took at the same depth "
                   "(depth x block size / fio's rate). The rest of the time in flight is the "
                   "engine's own work per block (the index and policy, the copy to the device, "

@@ -205,10 +205,12 @@ int RunDisk(Flags& flags) {
       {"bytes_written_during_load", s.tiers.at(1).bytes_written - written_before_load},
       // Where a load's time goes: a block's wait for its disk read (with its verification),
       // against the time each client had a block in flight. The difference is the engine's
-      // own hand-offs (client, worker, device copy).
+      // own hand-offs (client, worker, device copy). The tier counts a job's reads once, as
+      // the time from their submission to the last one's end, and each of the job's
+      // load_batch blocks waits that long.
       {"disk_read_us_per_block",
-       static_cast<double>(s.tiers.at(1).read_ns - before_load.read_ns) / 1e3 /
-           static_cast<double>(n - cpu_blocks)},
+       static_cast<double>(s.tiers.at(1).read_ns - before_load.read_ns) / 1e3 *
+           static_cast<double>(load_batch) / static_cast<double>(n - cpu_blocks)},
       {"load_us_per_block_in_flight", static_cast<double>(*load_ns) / 1e3 *
                                           static_cast<double>(load_jobs * load_batch) /
                                           static_cast<double>(n - cpu_blocks)},

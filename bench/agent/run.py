@@ -80,19 +80,38 @@ def pass_size(bs):
     return str(total)
 
 
-def fio(rw, bs, overwrite=False, burst=False):
+def fio(rw, bs, overwrite=False, burst=False, threads=False):
     """fio's bandwidth in GiB/s for one sequential pass (pass_size), O_DIRECT, io_uring.
     overwrite: the file is written whole before the timed pass, which then writes over
     allocated blocks, as a full tier does. burst: QD transfers submitted together and all
-    awaited before the next QD, the shape of one engine job of QD blocks at a time."""
+    awaited before the next QD, the shape of one engine job of QD blocks at a time. threads:
+    QD jobs at depth 1, each over its own file of a QD-th of the pass, the shape of the bench's
+    QD client threads with one one-block job each (a reference beside the limit, not the
+    limit: fio at depth QD is that)."""
+    total = size_bytes(pass_size(bs))
     cmd = ["fio", f"--name=kvoffload-{rw}", f"--directory={DISK_DIR}", f"--rw={rw}", f"--bs={bs}",
-           f"--iodepth={QD}", "--direct=1", "--ioengine=io_uring", f"--size={pass_size(bs)}",
+           *([f"--numjobs={QD}", "--iodepth=1", f"--size={total // QD}", "--group_reporting"]
+             if threads else [f"--iodepth={QD}", f"--size={pass_size(bs)}"]),
+           "--direct=1", "--ioengine=io_uring",
            *(["--overwrite=1"] if overwrite else []),
            *([f"--iodepth_batch_submit={QD}", f"--iodepth_batch_complete_min={QD}"] if burst else []),
            "--unlink=1", "--output-format=json"]
     log(" ".join(cmd))
     job = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)["jobs"][0]
     return job["read" if rw == "read" else "write"]["bw_bytes"] / 2**30, " ".join(cmd)
+
+
+def references(state, limit, ref, ref_cmd):
+    """The fio references in a row's own client shape: bursts for "step", threads otherwise."""
+    if state == "step":
+        keys = {"burst_write": "burst_write", "burst_read": "burst_read"}
+    else:
+        keys = {"threads_write": f"threads_write_{limit}", "threads_read": "threads_read"}
+    out = {}
+    for name, key in keys.items():
+        out[f"fio_{name}_gibps"] = ref[key]
+        out[f"fio_{name}_command"] = ref_cmd[key]
+    return out
 
 
 def fs_type(path):
@@ -113,7 +132,11 @@ def disk():
         # "step" is the full tier as vLLM drives it: a step's blocks in one job (QD of them),
         # one job at a time, for stores and for loads.
         agent, cmds, fio_write, fio_read = {}, {}, {"empty": 0.0, "full": 0.0}, 0.0
-        fio_burst = 0.0  # fio writing over a full file in "step" jobs' shape: a reference
+        # References in the engine's client shapes, beside the limits: fio in "step" jobs'
+        # shape (bursts of QD) and in the QD one-block client threads' shape (QD jobs, depth 1).
+        ref = {key: 0.0 for key in ("burst_write", "burst_read", "threads_write_empty",
+                                    "threads_write_full", "threads_read")}
+        ref_cmd = {}
         fio_write_cmd = {}
         shapes = {"empty": ["--state=empty"], "full": ["--state=full"],
                   "step": ["--state=full", f"--store-batch={QD}", "--store-jobs=1",
@@ -134,8 +157,14 @@ def disk():
                 fio_write[state] = max(fio_write[state], w)
             r, fio_read_cmd = fio("read", bs)
             fio_read = max(fio_read, r)
-            b, fio_burst_cmd = fio("write", bs, overwrite=True, burst=True)
-            fio_burst = max(fio_burst, b)
+            for key, rw, shape in (("burst_write", "write", {"overwrite": True, "burst": True}),
+                                   ("burst_read", "read", {"burst": True}),
+                                   ("threads_write_empty", "write", {"threads": True}),
+                                   ("threads_write_full", "write",
+                                    {"overwrite": True, "threads": True}),
+                                   ("threads_read", "read", {"threads": True})):
+                got, ref_cmd[key] = fio(rw, bs, **shape)
+                ref[key] = max(ref[key], got)
         for state in shapes:
             limit = "empty" if state == "empty" else "full"  # "step" writes over a full tier
             a, w = agent[state], fio_write[limit]
@@ -144,8 +173,7 @@ def disk():
                          "fio_write_gibps": w, "fio_read_gibps": fio_read,
                          "fio_write_command": fio_write_cmd[limit],
                          "fio_read_command": fio_read_cmd,
-                         **({"fio_burst_write_gibps": fio_burst,
-                             "fio_burst_write_command": fio_burst_cmd} if state == "step" else {}),
+                         **references(state, limit, ref, ref_cmd),
                          "store_ratio": a["store_gibps"] / w,
                          "load_ratio": a["load_gibps"] / fio_read})
             log(f"disk {bs} {state}: store {a['store_gibps']:.2f} GiB/s vs fio {w:.2f}; "
