@@ -296,7 +296,17 @@ def disk(d):
                   "while its disk is idle. For reference, fio in that shape (`qd` writes "
                   "submitted together, all awaited before the next `qd`): "
                   + (burst + ". " if burst else "")
-                  + "vLLM does not wait for one step's job before it queues the next, so on the "
+                  + "A steps load of small blocks pays one more cost: its `qd` reads are merged "
+                  "into one request and end together, and then each block's checksum is "
+                  "verified, one after another on the job's thread, over memory the disk has "
+                  "just written (12-15 us per 64K block on this machine, timed in a build for the "
+                  "experiment, where the same CRC-32C "
+                  "over 64 MiB of 64K buffers the bench has written itself takes 2-3 us a block: "
+                  "`kvoffload-bench crc --total=64M`, 28 GB/s on 2026-12-06). Measured "
+                  "on 2026-12-06 with a build that skipped the verification and the copies, "
+                  "three alternating runs: a 64K steps job's reads took 224-310 us, as fio's "
+                  "bursts, against 378-469 us with them. "
+                  "vLLM does not wait for one step's job before it queues the next, so on the "
                   "engine's two workers two jobs can overlap, which this shape does not credit.",
                   ""]
     full_store_missed = [r["block_size"] for r in d["rows"]
