@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "server_fixture.h"
 #include "test_pki.h"
 #include "webhook/admission.h"
 #include "webhook/server.h"
@@ -27,20 +28,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-std::string ReviewBody() {
-  json pod = {{"metadata", {{"annotations", {{"kvoffload.io/config", R"({"cpu":"1Gi"})"}}}}},
-              {"spec", {{"containers", {{{"name", "main"}}}}}}};
-  return json{{"apiVersion", "admission.k8s.io/v1"},
-              {"kind", "AdmissionReview"},
-              {"request",
-               {{"uid", "u1"},
-                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-                {"namespace", "team-a"},
-                {"operation", "CREATE"},
-                {"object", pod}}}}
-      .dump();
-}
 
 int TcpConnect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -107,10 +94,7 @@ class HostileConnectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    pki_ = testing::MakePki("hostile");
-    testing::WriteFileAtomic(dir_ / "tls.crt", pki_.cert_pem);
-    testing::WriteFileAtomic(dir_ / "tls.key", pki_.key_pem);
-    testing::WriteFileAtomic(dir_ / "ca.crt", pki_.ca_pem);
+    pki_ = testing::WriteServingPki(dir_, "hostile");
   }
   void TearDown() override {
     if (server_) server_->Shutdown();
@@ -121,12 +105,8 @@ class HostileConnectionTest : public ::testing::Test {
                    std::chrono::milliseconds handshake_timeout = std::chrono::milliseconds(3000),
                    std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(3000)) {
     handler_ = std::make_unique<AdmissionHandler>(AdmissionOptions{}, nullptr);
-    ServerOptions o;
-    o.bind_address = "127.0.0.1";
-    o.port = 0;
+    ServerOptions o = testing::LoopbackServerOptions(dir_);
     o.metrics_port = -1;
-    o.cert_file = (dir_ / "tls.crt").string();
-    o.key_file = (dir_ / "tls.key").string();
     o.shutdown_delay = std::chrono::milliseconds(0);
     o.threads = 4;
     o.max_connections = max_connections;
@@ -147,7 +127,7 @@ class HostileConnectionTest : public ::testing::Test {
     c.set_connection_timeout(5, 0);
     c.set_read_timeout(5, 0);
     c.set_keep_alive(false);
-    httplib::Result r = c.Post("/mutate-pods", ReviewBody(), "application/json");
+    httplib::Result r = c.Post("/mutate-pods", testing::AnnotatedPodReview(), "application/json");
     return r && r->status == 200 && json::parse(r->body)["response"]["allowed"] == true;
   }
 

@@ -8,12 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "server_fixture.h"
 #include "webhook/admission.h"
 
 namespace kvoffload::webhook {
 namespace {
 
 using nlohmann::json;
+using testing::PodReview;
 
 constexpr char kEmptyDirSpec[] =
     R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"5Gi"}}}]})";
@@ -21,18 +23,6 @@ constexpr char kEmptyDirSpec[] =
 json Pod(const std::string& spec_json, json containers = {{{"name", "main"}, {"image", "vllm"}}}) {
   return {{"metadata", {{"name", "vllm-0"}, {"annotations", {{kAnnotationConfig, spec_json}}}}},
           {"spec", {{"containers", std::move(containers)}}}};
-}
-
-std::string Review(const json& pod) {
-  return json{{"apiVersion", "admission.k8s.io/v1"},
-              {"kind", "AdmissionReview"},
-              {"request",
-               {{"uid", "uid-1"},
-                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-                {"namespace", "team-a"},
-                {"operation", "CREATE"},
-                {"object", pod}}}}
-      .dump();
 }
 
 std::string Unbase64(const std::string& in) {
@@ -70,7 +60,7 @@ class HostileInputTest : public ::testing::Test {
   // Expects an injection and returns the pod with the patch applied (throws on a bad patch,
   // as the API server would reject it).
   json Patched(const json& pod) {
-    json r = Handle(Review(pod));
+    json r = Handle(PodReview(pod));
     EXPECT_EQ(r["allowed"], true) << r.dump().substr(0, 500);
     if (!r.contains("patch")) {
       ADD_FAILURE() << "no patch: " << r.dump().substr(0, 500);
@@ -92,9 +82,9 @@ TEST_F(HostileInputTest, QuarterMebibyteValidAnnotationIsInjected) {
 }
 
 TEST_F(HostileInputTest, QuarterMebibyteGarbageAnnotationIsDeniedBriefly) {
-  ExpectDenied(Review(Pod(std::string(256 * 1024, 'x'))), 403, "kvoffload.io/config");
+  ExpectDenied(PodReview(Pod(std::string(256 * 1024, 'x'))), 403, "kvoffload.io/config");
   // A valid spec with a 256 KiB string where a quantity belongs: the message quotes a prefix.
-  ExpectDenied(Review(Pod(R"({"cpu":")" + std::string(256 * 1024, '9') + "Gi\"}")), 403,
+  ExpectDenied(PodReview(Pod(R"({"cpu":")" + std::string(256 * 1024, '9') + "Gi\"}")), 403,
                "cpu");
 }
 
@@ -102,13 +92,13 @@ TEST_F(HostileInputTest, DeeplyNestedJsonIsRefused) {
   // In the body: a bad request (400) that names the limit; the parser does not recurse 100k deep.
   std::string nested = std::string(100000, '[') + std::string(100000, ']');
   json pod = Pod(kEmptyDirSpec);
-  std::string body = Review(pod);
+  std::string body = PodReview(pod);
   body.insert(body.rfind('}'), R"(,"x":)" + nested);
   ExpectDenied(body, 400, "nests deeper than");
   // In the annotation: a denial of the spec, same reason.
-  ExpectDenied(Review(Pod(std::string(100000, '{') + std::string(100000, '}'))), 403,
+  ExpectDenied(PodReview(Pod(std::string(100000, '{') + std::string(100000, '}'))), 403,
                "kvoffload.io/config");
-  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","x":)" + nested + "}")), 403, "nests deeper than");
+  ExpectDenied(PodReview(Pod(R"({"cpu":"1Gi","x":)" + nested + "}")), 403, "nests deeper than");
 }
 
 TEST_F(HostileInputTest, TenThousandEnvEntriesArePatchedCorrectly) {
@@ -138,10 +128,10 @@ TEST_F(HostileInputTest, UnicodeNames) {
   EXPECT_FALSE(patched["spec"]["containers"][0].contains("volumeMounts"));
   // A PVC name is a DNS-1123 subdomain: unicode is denied with the field named.
   ExpectDenied(
-      Review(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv-çache"}}}}]})")),
+      PodReview(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv-çache"}}}}]})")),
       403, "secondary[0].fileSystem.pvc.ref.name");
   // Invalid UTF-8 in the body is a bad request, not a crash or a mangled patch.
-  std::string body = Review(Pod(kEmptyDirSpec));
+  std::string body = PodReview(Pod(kEmptyDirSpec));
   body.replace(body.find("vllm-0"), 6, "\xff\xfe\xfd");
   ExpectDenied(body, 400, "not valid JSON");
 }
@@ -149,13 +139,13 @@ TEST_F(HostileInputTest, UnicodeNames) {
 TEST_F(HostileInputTest, PvcRefPathEscapes) {
   for (const char* path : {"..", "../etc", "kv/../../etc", "kv/..", "a/./../.."}) {
     SCOPED_TRACE(path);
-    ExpectDenied(Review(Pod(std::string(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":")") +
+    ExpectDenied(PodReview(Pod(std::string(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":")") +
                             path + R"("}}}}]})")),
                  403, "'..'");
   }
   for (const char* path : {"/", "/etc/passwd", "//kv"}) {
     SCOPED_TRACE(path);
-    ExpectDenied(Review(Pod(std::string(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":")") +
+    ExpectDenied(PodReview(Pod(std::string(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":")") +
                             path + R"("}}}}]})")),
                  403, "leading '/'");
   }
@@ -166,19 +156,19 @@ TEST_F(HostileInputTest, PvcRefPathEscapes) {
 
 TEST_F(HostileInputTest, NulBytes) {
   // Escaped NUL inside JSON strings: valid JSON, so each field rejects it by name.
-  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"kv\u0000/x"}}}}]})")),
+  ExpectDenied(PodReview(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"kv\u0000/x"}}}}]})")),
                403, "control characters");
-  ExpectDenied(Review(Pod(R"({"cpu":"1Gi\u0000"})")), 403, "cpu");
-  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","evictionPolicy":"lru\u0000"})")), 403,
+  ExpectDenied(PodReview(Pod(R"({"cpu":"1Gi\u0000"})")), 403, "cpu");
+  ExpectDenied(PodReview(Pod(R"({"cpu":"1Gi","evictionPolicy":"lru\u0000"})")), 403,
                "evictionPolicy");
-  ExpectDenied(Review(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv\u0000"}}}}]})")),
+  ExpectDenied(PodReview(Pod(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv\u0000"}}}}]})")),
                403, "pvc.ref.name");
   // A raw NUL byte in the body is not JSON.
-  std::string body = Review(Pod(kEmptyDirSpec));
+  std::string body = PodReview(Pod(kEmptyDirSpec));
   body[body.find("vllm-0")] = '\0';
   ExpectDenied(body, 400, "not valid JSON");
   // An annotation value that is a NUL followed by a valid spec is not a valid spec.
-  ExpectDenied(Review(Pod(std::string(1, '\0') + kEmptyDirSpec)), 403, "kvoffload.io/config");
+  ExpectDenied(PodReview(Pod(std::string(1, '\0') + kEmptyDirSpec)), 403, "kvoffload.io/config");
 }
 
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "exposition.h"
+#include "server_fixture.h"
 #include "test_pki.h"
 #include "webhook/admission.h"
 #include "webhook/cluster_reader.h"
@@ -87,16 +88,8 @@ class MetricsServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    const testing::Pki pki = testing::MakePki("metrics");
-    testing::WriteFileAtomic(dir_ / "tls.crt", pki.cert_pem);
-    testing::WriteFileAtomic(dir_ / "tls.key", pki.key_pem);
-    testing::WriteFileAtomic(dir_ / "ca.crt", pki.ca_pem);
-    ServerOptions o;
-    o.bind_address = "127.0.0.1";
-    o.port = 0;
-    o.metrics_port = 0;
-    o.cert_file = (dir_ / "tls.crt").string();
-    o.key_file = (dir_ / "tls.key").string();
+    testing::WriteServingPki(dir_, "metrics");
+    ServerOptions o = testing::LoopbackServerOptions(dir_);
     o.shutdown_delay = std::chrono::milliseconds(0);
     o.threads = 4;
     Result<std::unique_ptr<Server>> s = Server::Create(o, &handler_, &metrics_);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "exposition.h"
+#include "server_fixture.h"
 #include "test_pki.h"
 #include "webhook/admission.h"
 #include "webhook/caching_reader.h"
@@ -26,28 +27,20 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::AnnotatedPodReview;
+using testing::LoopbackServerOptions;
 using testing::MakePki;
+using testing::PodReview;
 using testing::Pki;
 using testing::TempDir;
 using testing::WriteFileAtomic;
 
-std::string ReviewBody(bool llmisvc = false) {
-  json pod = {{"metadata", {{"annotations", {{"kvoffload.io/config", R"({"cpu":"1Gi"})"}}}}},
-              {"spec", {{"containers", {{{"name", "main"}}}}}}};
-  if (llmisvc) {
-    pod = {{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
-                                     {"app.kubernetes.io/name", "llama"}}}}},
-           {"spec", {{"containers", {{{"name", "main"}}}}}}};
-  }
-  return json{{"apiVersion", "admission.k8s.io/v1"},
-              {"kind", "AdmissionReview"},
-              {"request",
-               {{"uid", "u1"},
-                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-                {"namespace", "team-a"},
-                {"operation", "CREATE"},
-                {"object", pod}}}}
-      .dump();
+// A pod of an LLMInferenceService (KServe's labels), which the handler resolves through the
+// ClusterReader.
+std::string LlmisvcPodReview() {
+  return PodReview({{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                              {"app.kubernetes.io/name", "llama"}}}}},
+                    {"spec", {{"containers", {{{"name", "main"}}}}}}});
 }
 
 // Answers after a delay, so requests are still in flight when the server drains.
@@ -69,10 +62,7 @@ class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    pki_ = MakePki("first");
-    WriteFileAtomic(dir_ / "tls.crt", pki_.cert_pem);
-    WriteFileAtomic(dir_ / "tls.key", pki_.key_pem);
-    WriteFileAtomic(dir_ / "ca.crt", pki_.ca_pem);
+    pki_ = testing::WriteServingPki(dir_, "first");
   }
   void TearDown() override {
     if (server_) server_->Shutdown();
@@ -82,12 +72,7 @@ class ServerTest : public ::testing::Test {
   void StartServer(ClusterReader* reader = nullptr, std::string client_ca = "",
                    AdmissionOptions admission = {}) {
     handler_ = std::make_unique<AdmissionHandler>(std::move(admission), reader);
-    ServerOptions o;
-    o.bind_address = "127.0.0.1";
-    o.port = 0;
-    o.metrics_port = 0;
-    o.cert_file = (dir_ / "tls.crt").string();
-    o.key_file = (dir_ / "tls.key").string();
+    ServerOptions o = LoopbackServerOptions(dir_);
     o.client_ca_file = std::move(client_ca);
     o.cert_poll_interval = std::chrono::milliseconds(20);
     o.shutdown_delay = std::chrono::milliseconds(300);
@@ -122,7 +107,7 @@ TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
   ASSERT_TRUE(health) << httplib::to_string(health.error());
   EXPECT_EQ(health->status, 200);
   EXPECT_EQ(client->Get("/readyz")->status, 200);
-  httplib::Result r = client->Post("/mutate-pods", ReviewBody(), "application/json");
+  httplib::Result r = client->Post("/mutate-pods", AnnotatedPodReview(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   json response = json::parse(r->body)["response"];
@@ -149,13 +134,14 @@ TEST_F(ServerTest, QueryStringsUnknownRoutesAndExpectContinue) {
   StartServer();
   auto client = Client((dir_ / "ca.crt").string());
   // The API server calls the configured path with ?timeout=...
-  httplib::Result r = client->Post("/mutate-pods?timeout=5s", ReviewBody(), "application/json");
+  httplib::Result r =
+      client->Post("/mutate-pods?timeout=5s", AnnotatedPodReview(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(client->Get("/mutate-pods")->status, 404);
-  EXPECT_EQ(client->Post("/nope", ReviewBody(), "application/json")->status, 404);
+  EXPECT_EQ(client->Post("/nope", AnnotatedPodReview(), "application/json")->status, 404);
   // curl sends Expect: 100-continue for bodies over 1 KiB and waits for the interim answer.
-  const std::string body = ReviewBody();
+  const std::string body = AnnotatedPodReview();
   const std::string cmd = "curl -s -o /dev/null -w '%{http_code} %{time_total}' --cacert " +
                           (dir_ / "ca.crt").string() +
                           " -H 'Content-Type: application/json' -H 'Expect: 100-continue'"
@@ -218,7 +204,7 @@ TEST_F(ServerTest, RejectsOversizedAndMistypedBodies) {
       client->Post("/mutate-pods", std::string(8 * 1024 * 1024, 'x'), "application/json");
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);
-  httplib::Result text = client->Post("/mutate-pods", ReviewBody(), "text/plain");
+  httplib::Result text = client->Post("/mutate-pods", AnnotatedPodReview(), "text/plain");
   ASSERT_TRUE(text);
   EXPECT_EQ(text->status, 415);
   httplib::Result garbage = client->Post("/mutate-pods", "\x01\x02{{{", "application/json");
@@ -335,7 +321,7 @@ TEST_F(ServerTest, CertificateRotationFailsNoRequest) {
         // A new connection per request: every request is a fresh handshake.
         auto c = Client((dir_ / "both.crt").string());
         c->set_keep_alive(false);
-        httplib::Result r = c->Post("/mutate-pods", ReviewBody(), "application/json");
+        httplib::Result r = c->Post("/mutate-pods", AnnotatedPodReview(), "application/json");
         (r && r->status == 200 ? ok : failed)++;
       }
     });
@@ -372,7 +358,7 @@ TEST_F(ServerTest, ShutdownDrainsInFlightRequests) {
   for (int i = 0; i < 6; ++i) {
     inflight.push_back(std::async(std::launch::async, [this] {
       auto c = Client((dir_ / "ca.crt").string());
-      httplib::Result r = c->Post("/mutate-pods", ReviewBody(/*llmisvc=*/true), "application/json");
+      httplib::Result r = c->Post("/mutate-pods", LlmisvcPodReview(), "application/json");
       if (!r || r->status != 200) return -1;
       return json::parse(r->body)["response"]["allowed"].get<bool>() ? 1 : 0;
     }));
@@ -432,13 +418,13 @@ TEST_F(ServerTest, AdmissionsWaitingOnTheApiServerDoNotHoldUpOthers) {
     waiting.push_back(std::async(std::launch::async, [this] {
       auto c = Client((dir_ / "ca.crt").string());
       c->set_read_timeout(20, 0);
-      httplib::Result r = c->Post("/mutate-pods", ReviewBody(/*llmisvc=*/true), "application/json");
+      httplib::Result r = c->Post("/mutate-pods", LlmisvcPodReview(), "application/json");
       return r ? r->status : -1;
     }));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them reach the lookup
   // Answered before the gate opens, or not at all: the gate opens only after this returns.
-  httplib::Result r = Client((dir_ / "ca.crt").string())->Post("/mutate-pods", ReviewBody(),
+  httplib::Result r = Client((dir_ / "ca.crt").string())->Post("/mutate-pods", AnnotatedPodReview(),
                                                                "application/json");
   gated.Open();
   ASSERT_TRUE(r) << "waited for the lookups of other admissions";
