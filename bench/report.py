@@ -952,17 +952,15 @@ TTFT_WHY = {
               "measured on a quiet machine, so the two are from different runs). The speed-up "
               "targets do not depend on it (a hit's TTFT is mostly vLLM's own step for the last "
               "token); on a GPU this copy is an H2D transfer (section 6).",
-    "disk": "Why disk loads miss the bandwidth target: a disk hit waits on the disk. Outside "
-            "vLLM a 512-block load read 97 MiB in 130-240 ms wall while the process used 70-90 "
-            "ms of CPU, and the disk tier's read span (reads with their verification) was 60-95% "
-            "of the wall time: 0.4-0.7 GiB/s against fio's 1.2 sequential on the same file "
-            "system. The engine "
-            "reads one file per block, 64 reads in flight, into buffers it allocates when the "
-            "pinned tier (4 blocks here) cannot take the block; these files lie apart on disk "
-            "(section 2's load paragraph: closer to random reads than fio's one file), and the "
-            "disk is shared with the other tenants' builds, so single loads vary 2x from one "
-            "round to the next. Copies start as each read completes, so they hide behind the "
-            "reads.",
+    "disk": "Why disk loads miss the bandwidth target: a disk hit waits on the disk, whose speed "
+            "moves between the fio runs that set the limit and the rounds. The load's shape "
+            "outside vLLM, one job of 124 blocks of 192 KiB read from the emptyDir tier's slot "
+            "file (`kvoffload-bench disk --block-size=192K --qd=8 --total=256M --state=full "
+            "--load-batch=124 --load-jobs=1`, 2026-12-06, two runs), read 1.81-1.90 GiB/s "
+            "where fio at depth 64 read 1.84 on the same file system, and no faster with the "
+            "blocks' verification and copies skipped (1.59-1.80, a build made for the "
+            "experiment): the reads, not the engine's work on them, set its pace. Copies start "
+            "as each read completes, so they hide behind the reads.",
 }
 
 
