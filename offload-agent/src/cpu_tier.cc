@@ -48,28 +48,31 @@ Result<std::byte*> CpuTier::BeginInsert(const BlockKey& key, uint32_t position,
   return slot;
 }
 
-Result<std::byte*> CpuTier::Place(const BlockKey& key, std::vector<size_t>* freed) {
-  MutexLock lock(&mu_);
-  if (freed != nullptr && !freed->empty()) {
-    free_.push_back(freed->back());  // the free slot PlaceLocked takes, under this same lock
-    freed->pop_back();
+std::vector<Result<std::byte*>> CpuTier::DemoteAndPlace(Victims& victims,
+                                                        std::span<const BlockKey> keys,
+                                                        std::span<const size_t> waiting) {
+  std::vector<Result<std::byte*>> slots;
+  slots.reserve(waiting.size());
+  std::vector<size_t> freed;  // the victims' slots: in no free list, so only ours to take
+  {
+    MutexLock lock(&mu_);
+    DemoteLocked(victims, lock, &freed);
   }
-  Result<std::byte*> slot = PlaceLocked(key, lock, nullptr);
-  WakeDemoterIfAsked(lock);
-  return slot;
-}
-
-void CpuTier::Demote(Victims& victims, std::vector<size_t>* freed) {
-  MutexLock lock(&mu_);
-  DemoteLocked(victims, lock, freed);
-}
-
-void CpuTier::Free(std::vector<size_t>& freed) {
-  if (freed.empty()) return;
-  MutexLock lock(&mu_);
-  free_.insert(free_.end(), freed.begin(), freed.end());
-  freed.clear();
-  cv_.SignalAll();
+  for (size_t w : waiting) {
+    MutexLock lock(&mu_);
+    if (!freed.empty()) {
+      free_.push_back(freed.back());  // the free slot PlaceLocked takes, under this same lock
+      freed.pop_back();
+    }
+    slots.push_back(PlaceLocked(keys[w], lock, nullptr));
+    WakeDemoterIfAsked(lock);  // as soon as this block asked, not after the others
+  }
+  if (!freed.empty()) {
+    MutexLock lock(&mu_);
+    free_.insert(free_.end(), freed.begin(), freed.end());
+    cv_.SignalAll();
+  }
+  return slots;
 }
 
 bool CpuTier::Unevictable(const BlockKey& key) const {

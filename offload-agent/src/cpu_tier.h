@@ -35,7 +35,7 @@ class CpuTier {
   // call. Sets taken[i] when a lower tier took block i (false: it is dropped and counted).
   using EvictSink = std::function<void(std::span<const BlockKey> keys,
                                        std::span<std::byte* const> slots, std::span<bool> taken)>;
-  // Victims chosen but not demoted yet (BeginInsert with a list; Demote sends them down).
+  // Victims chosen but not demoted yet (BeginInsert with a list; DemoteAndPlace sends them down).
   struct Victim {
     BlockKey key;
     size_t slot;
@@ -78,7 +78,7 @@ class CpuTier {
   //
   // With `deferred`, a block that needs a victim does not wait for its demotion: the victim is
   // added to the list and the block gets no slot yet (nullptr); the caller sends the list down
-  // with Demote and then takes the slots with Place. A caller with deferred victims never waits
+  // and takes the slots with DemoteAndPlace. A caller with deferred victims never waits
   // here for other demotions (ResourceExhausted instead: demote first, then retry), so they
   // cannot wait on it.
   //
@@ -90,16 +90,14 @@ class CpuTier {
   Result<std::byte*> BeginInsert(const BlockKey& key,
                                  uint32_t position = EvictionPolicy::kUnknownPosition,
                                  Victims* deferred = nullptr, bool wait = false);
-  // Demotes the victims together (one call of the sink) and frees their slots. With `freed`,
-  // the slots go there instead, kept for the caller's Place: an insert waiting on the tier
-  // would otherwise take them first, and the caller's blocks would find none.
-  void Demote(Victims& victims, std::vector<size_t>* freed = nullptr);
-  // A slot for a block that BeginInsert left without one: one of `freed` (from Demote) while
-  // any is left, else evicting (now) as needed. ResourceExhausted when every slot is pinned:
-  // the block is then forgotten.
-  Result<std::byte*> Place(const BlockKey& key, std::vector<size_t>* freed = nullptr);
-  // Frees the slots of `freed` that no Place took.
-  void Free(std::vector<size_t>& freed);
+  // Demotes the victims together (one call of the sink), then gives each block keys[w] of
+  // `waiting` (BeginInsert left them without a slot) one: the victims' own slots first, so that
+  // an insert waiting on the tier cannot take them and leave these blocks with none, then by
+  // evicting (now) as needed. ResourceExhausted for a block when every slot is pinned: it is
+  // then forgotten. Victims' slots left over are freed. One result per entry of `waiting`.
+  std::vector<Result<std::byte*>> DemoteAndPlace(Victims& victims,
+                                                 std::span<const BlockKey> keys,
+                                                 std::span<const size_t> waiting);
   // Publishes the block; with keep_pinned the caller holds a pin to release with Unpin.
   void CommitInsert(const BlockKey& key, bool keep_pinned);
   void AbortInsert(const BlockKey& key);

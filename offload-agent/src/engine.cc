@@ -408,11 +408,11 @@ class EngineImpl final : public Engine {
     // Demotes the victims (their disk writes in flight together), copies the reserved blocks
     // in and publishes them, freeing their pins for eviction: a batch larger than the pinned
     // tier is stored in pieces that fit.
-    std::vector<size_t> freed;    // the victims' slots, kept for the blocks waiting on them
     auto flush = [&] {
-      cpu_->Demote(victims, &freed);
-      for (size_t i : waiting) {
-        Result<std::byte*> slot = cpu_->Place(keys[i], &freed);
+      std::vector<Result<std::byte*>> slots = cpu_->DemoteAndPlace(victims, keys, waiting);
+      for (size_t w = 0; w < waiting.size(); ++w) {
+        const size_t i = waiting[w];
+        const Result<std::byte*>& slot = slots[w];
         cpu_->NoteStore(slot.status().code() == StatusCode::kResourceExhausted);
         if (!slot.ok()) {
           std::erase(taken, i);  // forgotten by the tier
@@ -422,7 +422,6 @@ class EngineImpl final : public Engine {
         GatherOps(ops, *slot, ptrs, i);
       }
       waiting.clear();
-      cpu_->Free(freed);
       if (taken.empty()) return;
       const uint64_t t0 = NowNs();
       Status copied = CopyAndWait(CopyDirection::kDeviceToHost, ops);
@@ -614,12 +613,10 @@ class EngineImpl final : public Engine {
         dst[j] = bounce.back().get();
       }
     };
-    std::vector<size_t> freed;  // as in RunStore: the victims' slots, kept for our blocks
     auto settle = [&] {
-      cpu_->Demote(victims, &freed);
-      for (size_t j : waiting) place(j, cpu_->Place(batch.keys[j], &freed));
+      std::vector<Result<std::byte*>> slots = cpu_->DemoteAndPlace(victims, batch.keys, waiting);
+      for (size_t w = 0; w < waiting.size(); ++w) place(waiting[w], std::move(slots[w]));
       waiting.clear();
-      cpu_->Free(freed);
     };
     for (size_t j = 0; j < idx.size(); ++j) {
       if (!batch.result[j].ok()) continue;  // gone since the lookup
