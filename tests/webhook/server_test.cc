@@ -5,12 +5,15 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
+#include <sched.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -433,6 +436,46 @@ TEST_F(ServerTest, AdmissionsWaitingOnTheApiServerDoNotHoldUpOthers) {
   // Stopped (its workers joined) while the readers it calls still exist: they live on this
   // stack, which TearDown's calls reuse after they are gone.
   server_->Shutdown();
+}
+
+// The threads this process runs now.
+size_t ThreadCount() {
+  return static_cast<size_t>(std::distance(fs::directory_iterator("/proc/self/task"),
+                                           fs::directory_iterator()));
+}
+
+// One I/O thread per core the server may run on, not per core of the machine: in a pod given
+// a cpuset, threads beyond it would only take turns on its cores. Started from a thread
+// allowed one CPU (threads inherit their creator's affinity), the server starts fewer threads
+// by exactly the I/O threads the other cores would have had.
+TEST_F(ServerTest, IoThreadsFollowTheCpusItMayUse) {
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
+  const int cores = CPU_COUNT(&all);
+  if (cores < 2) GTEST_SKIP() << "needs 2 CPUs to tell a cpuset from the machine";
+  size_t before = ThreadCount();
+  StartServer();
+  const size_t unpinned = ThreadCount() - before;
+  server_->Shutdown();
+  server_.reset();
+
+  size_t pinned = 0;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (size_t cpu = 0; cpu < size_t{CPU_SETSIZE}; ++cpu) {
+      if (CPU_ISSET(cpu, &all)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+    before = ThreadCount();
+    StartServer();
+    pinned = ThreadCount() - before;
+  }).join();
+  EXPECT_EQ(unpinned - pinned, static_cast<size_t>(std::min(cores, 4) - 1))
+      << "started " << unpinned << " threads on " << cores << " CPUs, " << pinned << " on one";
 }
 
 TEST_F(ServerTest, ClientCertificatesWhenConfigured) {

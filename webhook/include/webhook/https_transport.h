@@ -47,7 +47,7 @@ struct HttpsTransportOptions {
   std::chrono::milliseconds idle_timeout{120000};     // no request in progress, to a first byte
   std::chrono::milliseconds request_timeout{10000};   // first byte to the body's last, in total
   std::chrono::milliseconds write_timeout{10000};     // the whole response
-  int io_threads = 0;       // 0: one per core (at most 4)
+  int io_threads = 0;       // 0: one per core it may run on (at most 4)
   int worker_threads = 64;  // handlers in flight (waiting on lookups); one per core computes
 };
 
