@@ -2,8 +2,9 @@
 # same run (webhook vs nginx, disk tier vs fio, pinned tier vs memcpy, policy ns/op, hit ratio
 # vs OPT, time to first token on vLLM's CPU engine with hits from each tier vs recompute),
 # writes JSON into $(BENCH_RESULTS) and regenerates bench/RESULTS.md. Not part of `make test`.
-# About 15 minutes on 2 cores (902 s on 2026-12-05; the TTFT section runs in the vLLM
-# virtualenv of hack/vllm-venv.sh). BENCH_TRACE_FILES (colon-separated JSONL traces, such as
+# About 20 minutes on 2 cores (902 s on 2026-12-05; since 2026-12-06 the webhook's half-rate
+# rows are measured on split cores too, about 5 minutes more: that section alone took 935 s;
+# the TTFT section runs in the vLLM virtualenv of hack/vllm-venv.sh). BENCH_TRACE_FILES (colon-separated JSONL traces, such as
 # Mooncake's) adds them to the hit-ratio section and to the command RESULTS.md records.
 # Lengthen with BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS, BENCH_RATE_SECONDS, BENCH_HALF_ROUNDS
 # (webhook), BENCH_DISK_TOTAL, BENCH_DISK_REPS, BENCH_CPU_TOTAL, BENCH_POLICY_OPS,
