@@ -3,7 +3,6 @@
 #include <openssl/err.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "kvoffload/work_queue.h"
+#include "webhook/cpu_budget.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -47,17 +47,9 @@ constexpr std::chrono::milliseconds kLingerTimeout{1000};
 class Connection;
 
 // One per core, at most 4: the I/O threads, and the admissions computing at once (those waiting
-// on the API server do not count). Cores are those this process may run on: a pod given a
-// cpuset (the kubelet's static CPU manager) sees every core of its node in
-// hardware_concurrency(), and threads beyond its cpuset only take turns on it.
-int PerCore() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cores = ::sched_getaffinity(0, sizeof(set), &set) == 0
-                        ? CPU_COUNT(&set)
-                        : static_cast<int>(std::thread::hardware_concurrency());
-  return std::clamp(cores, 1, 4);
-}
+// on the API server do not count). Cores are those the process may use (UsableCpus: its
+// cpuset and its CPU limit), not the node's: threads beyond them only take turns.
+int PerCore() { return std::clamp(UsableCpus(), 1, 4); }
 
 }  // namespace
 
