@@ -75,6 +75,7 @@ class HttpsTransport::Impl {
   void Stop();
   HttpsTransportStats Stats() const;
   int port() const { return port_; }
+  int io_threads() const { return static_cast<int>(io_threads_.size()); }
 
   // Whether responses must close their connection: draining or stopping.
   bool Closing() const { return stopping_.load() || draining_(); }
@@ -569,6 +570,7 @@ std::unique_ptr<HttpsTransport> HttpsTransport::Create(HttpsTransportOptions opt
 }
 
 int HttpsTransport::port() const { return impl_->port(); }
+int HttpsTransport::io_threads() const { return impl_->io_threads(); }
 Status HttpsTransport::Start() { return impl_->Start(); }
 void HttpsTransport::Stop() { impl_->Stop(); }
 HttpsTransportStats HttpsTransport::stats() const { return impl_->Stats(); }

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
+#include "webhook/cpu_budget.h"
 #include "webhook/log.h"
 
 namespace kvoffload::webhook {
@@ -200,6 +201,8 @@ Status Server::Start() {
            {{"port", port_},
             {"metricsPort", metrics_port_},
             {"threads", options_.threads},
+            {"ioThreads", https_->io_threads()},
+            {"usableCpus", UsableCpus()},
             {"maxConnections", options_.max_connections}});
   return Status::Ok();
 }

@@ -73,6 +73,9 @@ class HttpsTransport {
   // Binds (an error names the address) and serves on background threads.
   Status Start();
   int port() const;
+  // The threads serving connections, started by Start(): HttpsTransportOptions::io_threads, or
+  // one per CPU the process can use (UsableCpus), at most 4.
+  int io_threads() const;
   // Stops accepting, closes idle keep-alive connections, lets every request already begun finish
   // (bounded by the deadlines), then stops the threads. Idempotent.
   void Stop();
