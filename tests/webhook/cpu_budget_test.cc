@@ -58,6 +58,16 @@ TEST_F(CgroupCpuLimitTest, CgroupV2AncestorLimitBinds) {
   EXPECT_DOUBLE_EQ(*Limit(), 0.5);
 }
 
+// A level where the cpu controller is not enabled has no cpu.max; the levels above still count.
+TEST_F(CgroupCpuLimitTest, CgroupV2LevelWithoutTheControllerIsWalkedPast) {
+  Write("proc/cgroup", "0::/system.slice/serve.service\n");
+  Write("proc/mountinfo", kV2Mount);
+  Write("sys/fs/cgroup/system.slice/serve.service/cgroup.procs", "1\n");
+  Write("sys/fs/cgroup/system.slice/cpu.max", "200000 100000\n");
+  ASSERT_TRUE(Limit().has_value());
+  EXPECT_DOUBLE_EQ(*Limit(), 2.0);
+}
+
 TEST_F(CgroupCpuLimitTest, CgroupV2WithoutLimit) {
   Write("proc/cgroup", "0::/\n");
   Write("proc/mountinfo", kV2Mount);

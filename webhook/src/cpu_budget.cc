@@ -118,10 +118,11 @@ std::optional<double> CgroupCpuLimit(const fs::path& proc, const fs::path& root)
     const fs::path top = root / h.mount_point.relative_path();
     fs::path dir = (top / fs::path(rel).relative_path()).lexically_normal();
     // Where that directory is not there (or lies outside the mount), the mount's own root is
-    // the closest the process can see of its cgroup.
-    const std::string under = dir.string();
-    if (under.compare(0, top.string().size(), top.string()) != 0 ||
-        ReadFile(dir / (h.v2 ? "cpu.max" : "cpu.cfs_quota_us")) == std::nullopt) {
+    // the closest the process can see of its cgroup. A directory without the limit's file (the
+    // controller not enabled at that level) is walked up from like any other.
+    std::error_code ec;
+    if (dir.string().compare(0, top.string().size(), top.string()) != 0 ||
+        !fs::is_directory(dir, ec)) {
       dir = top;
     }
     // A limit anywhere above counts as well: the smallest wins.
