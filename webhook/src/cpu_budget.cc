@@ -83,7 +83,8 @@ std::optional<double> CgroupCpuLimit(const fs::path& proc, const fs::path& root)
     const std::vector<std::string> names = Split(controllers, ',');
     const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
     if (v2 || std::find(names.begin(), names.end(), "cpu") != names.end()) {
-      hierarchies.push_back({.v2 = v2, .path = line.substr(b + 1), .mount_point = {}, .mount_root = {}});
+      hierarchies.push_back(
+          {.v2 = v2, .path = line.substr(b + 1), .mount_point = {}, .mount_root = {}});
     }
   }
   // mountinfo: "id parent major:minor root mount-point options [optional...] - type source
@@ -97,7 +98,8 @@ std::optional<double> CgroupCpuLimit(const fs::path& proc, const fs::path& root)
     if (fields.size() < 5 || dash == fields.end() || fields.end() - dash < 4) continue;
     const std::string& type = dash[1];
     const std::vector<std::string> options = Split(dash[3], ',');
-    const bool cpu_v1 = type == "cgroup" && std::find(options.begin(), options.end(), "cpu") != options.end();
+    const bool cpu_v1 =
+        type == "cgroup" && std::find(options.begin(), options.end(), "cpu") != options.end();
     for (Hierarchy& h : hierarchies) {
       if (h.mount_point.empty() && (h.v2 ? type == "cgroup2" : cpu_v1)) {
         h.mount_root = fields[3];
@@ -127,7 +129,8 @@ std::optional<double> CgroupCpuLimit(const fs::path& proc, const fs::path& root)
     }
     // A limit anywhere above counts as well: the smallest wins.
     for (fs::path d = dir;; d = d.parent_path()) {
-      if (std::optional<double> l = DirectoryLimit(d, h.v2); l && (!limit || *l < *limit)) limit = l;
+      std::optional<double> l = DirectoryLimit(d, h.v2);
+      if (l && (!limit || *l < *limit)) limit = l;
       if (d == top || !d.has_relative_path() || d.parent_path() == d) break;
     }
   }
