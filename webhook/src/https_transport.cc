@@ -46,11 +46,6 @@ constexpr std::chrono::milliseconds kLingerTimeout{1000};
 
 class Connection;
 
-// One per core, at most 4: the I/O threads, and the admissions computing at once (those waiting
-// on the API server do not count). Cores are those the process may use (UsableCpus: its
-// cpuset and its CPU limit), not the node's: threads beyond them only take turns.
-int PerCore() { return std::clamp(UsableCpus(), 1, 4); }
-
 }  // namespace
 
 class HttpsTransport::Impl {
@@ -76,6 +71,11 @@ class HttpsTransport::Impl {
   HttpsTransportStats Stats() const;
   int port() const { return port_; }
   int io_threads() const { return static_cast<int>(io_threads_.size()); }
+  int usable_cpus() const { return usable_cpus_; }
+  // One per core, at most 4: the I/O threads, and the admissions computing at once (those
+  // waiting on the API server do not count). Cores are those the process may use (UsableCpus:
+  // its cpuset and its CPU limit), not the node's: threads beyond them only take turns.
+  int PerCore() const { return std::clamp(usable_cpus_, 1, 4); }
 
   // Whether responses must close their connection: draining or stopping.
   bool Closing() const { return stopping_.load() || draining_(); }
@@ -85,6 +85,7 @@ class HttpsTransport::Impl {
   SSL_CTX* const ctx_;
   const Handler handler_;
   const Draining draining_;
+  const int usable_cpus_ = UsableCpus();  // read once: before workers_, which is sized by it
   net::io_context io_;
   std::atomic<uint64_t> timed_out_{0};
   uint64_t accepted_ = 0;  // connections accepted, under mu_
@@ -571,6 +572,7 @@ std::unique_ptr<HttpsTransport> HttpsTransport::Create(HttpsTransportOptions opt
 
 int HttpsTransport::port() const { return impl_->port(); }
 int HttpsTransport::io_threads() const { return impl_->io_threads(); }
+int HttpsTransport::usable_cpus() const { return impl_->usable_cpus(); }
 Status HttpsTransport::Start() { return impl_->Start(); }
 void HttpsTransport::Stop() { impl_->Stop(); }
 HttpsTransportStats HttpsTransport::stats() const { return impl_->Stats(); }

@@ -3,7 +3,6 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
-#include "webhook/cpu_budget.h"
 #include "webhook/log.h"
 
 namespace kvoffload::webhook {
@@ -202,7 +201,7 @@ Status Server::Start() {
             {"metricsPort", metrics_port_},
             {"threads", options_.threads},
             {"ioThreads", https_->io_threads()},
-            {"usableCpus", UsableCpus()},
+            {"usableCpus", https_->usable_cpus()},
             {"maxConnections", options_.max_connections}});
   return Status::Ok();
 }

@@ -76,6 +76,8 @@ class HttpsTransport {
   // The threads serving connections, started by Start(): HttpsTransportOptions::io_threads, or
   // one per CPU the process can use (UsableCpus), at most 4.
   int io_threads() const;
+  // What UsableCpus() gave when the transport was made, which the thread counts follow.
+  int usable_cpus() const;
   // Stops accepting, closes idle keep-alive connections, lets every request already begun finish
   // (bounded by the deadlines), then stops the threads. Idempotent.
   void Stop();
