@@ -4,24 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "webhook/read_file.h"
+
 namespace kvoffload::webhook {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::optional<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> parts;
@@ -44,8 +37,8 @@ std::optional<double> DirectoryLimit(const fs::path& dir, bool v2) {
   double quota = 0;
   double period = 0;
   if (v2) {
-    std::optional<std::string> max = ReadFile(dir / "cpu.max");
-    if (!max) return std::nullopt;
+    Result<std::string> max = ReadWholeFile(dir / "cpu.max");
+    if (!max.ok()) return std::nullopt;
     std::istringstream in(*max);
     std::string q;
     if (!(in >> q >> period) || q == "max") return std::nullopt;
@@ -55,9 +48,9 @@ std::optional<double> DirectoryLimit(const fs::path& dir, bool v2) {
       return std::nullopt;
     }
   } else {
-    std::optional<std::string> q = ReadFile(dir / "cpu.cfs_quota_us");
-    std::optional<std::string> p = ReadFile(dir / "cpu.cfs_period_us");
-    if (!q || !p || !(std::istringstream(*q) >> quota) || !(std::istringstream(*p) >> period)) {
+    Result<std::string> q = ReadWholeFile(dir / "cpu.cfs_quota_us");
+    Result<std::string> p = ReadWholeFile(dir / "cpu.cfs_period_us");
+    if (!q.ok() || !p.ok() || !(std::istringstream(*q) >> quota) || !(std::istringstream(*p) >> period)) {
       return std::nullopt;
     }
   }
@@ -68,9 +61,9 @@ std::optional<double> DirectoryLimit(const fs::path& dir, bool v2) {
 }  // namespace
 
 std::optional<double> CgroupCpuLimit(const fs::path& proc, const fs::path& root) {
-  std::optional<std::string> cgroups = ReadFile(proc / "cgroup");
-  std::optional<std::string> mountinfo = ReadFile(proc / "mountinfo");
-  if (!cgroups || !mountinfo) return std::nullopt;
+  Result<std::string> cgroups = ReadWholeFile(proc / "cgroup");
+  Result<std::string> mountinfo = ReadWholeFile(proc / "mountinfo");
+  if (!cgroups.ok() || !mountinfo.ok()) return std::nullopt;
 
   // /proc/<pid>/cgroup: "id:controllers:path"; cgroup v2's line is "0::path". The v1 hierarchy
   // that limits CPU time is the one whose controllers include "cpu".
