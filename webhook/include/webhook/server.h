@@ -58,6 +58,8 @@ class Server {
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
   HttpsTransportStats transport_stats() const { return https_->stats(); }
+  // The threads serving connections (one per CPU the process can use, at most 4).
+  int io_threads() const { return https_->io_threads(); }
   bool ready() const { return ready_.load() && !draining_.load(); }
   // Drains and stops; returns when every in-flight request has been answered. Idempotent.
   void Shutdown();
