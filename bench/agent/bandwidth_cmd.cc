@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "kvoffload/cpu_budget.h"
 #include "kvoffload/engine.h"
 
 namespace kvoffload::bench {
@@ -236,10 +237,10 @@ int RunCpu(Flags& flags) {
   const size_t batch = flags.GetU64("batch", 16);
   const size_t inflight = flags.GetU64("jobs", 2);
   const uint64_t reps = std::max<uint64_t>(flags.GetU64("reps", 5), 1);
-  // The host device copies on min(4, hardware threads) workers plus the waiter, so the ceiling
-  // is memcpy on as many threads as the machine runs at once, up to that pool.
+  // The host device copies on min(4, usable CPUs) workers plus the waiter, so the ceiling is
+  // memcpy on as many threads as the process runs at once, up to that pool.
   const size_t copy_threads = std::max<uint64_t>(
-      flags.GetU64("memcpy-threads", std::clamp(std::thread::hardware_concurrency(), 1u, 4u)), 1);
+      flags.GetU64("memcpy-threads", static_cast<uint64_t>(std::clamp(UsableCpus(), 1, 4))), 1);
   if (!flags.Done("cpu")) return 2;
   const size_t n = std::max<uint64_t>(total / block, batch * inflight);
   EngineConfig config;

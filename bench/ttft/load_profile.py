@@ -361,8 +361,10 @@ def main() -> None:
     proc.wait(120)
     hooked = json.loads(hooks.read_text())
     loads = loads_from(hooked["events"])
-    # The host device's pool: min(4, hardware threads) (DefaultHostCopyThreads).
-    roles = role_of_threads(hooked["threads"]["libkvoffload"], min(4, os.cpu_count()), proc.pid)
+    # The host device's pool: min(4, usable CPUs) (DefaultHostCopyThreads; the bench runs under
+    # no cgroup CPU limit, so the affinity mask is what it uses).
+    roles = role_of_threads(hooked["threads"]["libkvoffload"], min(4, len(os.sched_getaffinity(0))),
+                            proc.pid)
     plain = [ld for ld in loads if ld["seen"] < perf_start and ld["blocks"] == blocks]
     profiled = [ld for ld in loads if ld["submit"] > perf_start and ld["blocks"] == blocks]
     results["timeline"] = {"plain": timeline(plain), "perf": timeline(profiled)}

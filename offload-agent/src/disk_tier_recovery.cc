@@ -144,7 +144,9 @@ void DiskTier::Settle(std::vector<Recovered> files) {
   std::sort(files.begin(), files.end(),
             [](const Recovered& a, const Recovered& b) { return a.ino < b.ino; });
   // Several threads, each over a run of neighbouring inodes: the stats are CPU work when the
-  // inodes are cached and reads (kept in flight together) when they are not.
+  // inodes are cached and reads (kept in flight together) when they are not. Sized by the
+  // node's cores, not by UsableCpus like the copy pools: after a restart the inodes are mostly
+  // not cached, and threads waiting on reads cost no CPU time under a container's limit.
   struct Found {
     uint64_t size = 0;
     int64_t mtime = 0;

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "device_backends.h"
 #include "io_status.h"
+#include "kvoffload/cpu_budget.h"
 #include "kvoffload/mutex.h"
 #include "kvoffload/work_queue.h"
 
@@ -159,7 +159,7 @@ class HostDevice final : public DeviceBackend {
 }  // namespace
 
 size_t DefaultHostCopyThreads() {
-  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+  return std::clamp<size_t>(static_cast<size_t>(UsableCpus()), 1, 4);
 }
 
 std::unique_ptr<DeviceBackend> NewHostDevice(size_t copy_threads) {

@@ -4,12 +4,14 @@
 // tickets dropped without a wait, or a device destroyed with batches queued, still finish their
 // copies.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "device_backends.h"
+#include "kvoffload/cpu_budget.h"
 #include "kvoffload/device.h"
 
 namespace kvoffload {
@@ -169,13 +171,34 @@ INSTANTIATE_TEST_SUITE_P(Threads, HostDeviceTest, ::testing::Values(1, 2, 4),
                            return std::to_string(i.param) + "Workers";
                          });
 
-TEST(HostDeviceDefaultsTest, DefaultPoolIsBetweenOneAndFour) {
-  size_t n = DefaultHostCopyThreads();
-  EXPECT_GE(n, 1u);
-  EXPECT_LE(n, 4u);
+// The default pool is one worker per CPU the process may use, at most 4: in a container given a
+// cpuset or a CPU limit, more would take turns on the same CPUs.
+TEST(HostDeviceDefaultsTest, DefaultPoolFollowsTheUsableCpus) {
+  const size_t n = DefaultHostCopyThreads();
+  EXPECT_EQ(n, std::min<size_t>(static_cast<size_t>(UsableCpus()), 4));
   std::unique_ptr<DeviceBackend> dev = std::move(NewDeviceBackend("host")).value();
   EXPECT_NE(dev->Describe().find(std::to_string(n) + " worker threads"), std::string::npos)
       << dev->Describe();
+
+  // From a thread allowed one CPU (the affinity mask is per thread and read by the caller), one
+  // worker, whatever the machine has.
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (size_t cpu = 0; cpu < size_t{CPU_SETSIZE}; ++cpu) {
+      if (CPU_ISSET(cpu, &all)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+    EXPECT_EQ(DefaultHostCopyThreads(), 1u);
+    std::unique_ptr<DeviceBackend> pinned = std::move(NewDeviceBackend("host")).value();
+    EXPECT_NE(pinned->Describe().find("1 worker threads"), std::string::npos)
+        << pinned->Describe();
+  }).join();
 }
 
 }  // namespace

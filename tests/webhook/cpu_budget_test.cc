@@ -1,5 +1,5 @@
 // The CPU limit read from cgroup trees laid out as the kernel shows them to a container.
-#include "webhook/cpu_budget.h"
+#include "kvoffload/cpu_budget.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>

@@ -23,7 +23,7 @@
 #include "webhook/admission.h"
 #include "webhook/caching_reader.h"
 #include "webhook/cluster_reader.h"
-#include "webhook/cpu_budget.h"
+#include "kvoffload/cpu_budget.h"
 
 namespace kvoffload::webhook {
 namespace {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "kvoffload/work_queue.h"
-#include "webhook/cpu_budget.h"
+#include "kvoffload/cpu_budget.h"
 
 namespace kvoffload::webhook {
 namespace {

@@ -13,7 +13,7 @@
 #include <filesystem>
 
 #include "webhook/json_util.h"
-#include "webhook/read_file.h"
+#include "kvoffload/read_file.h"
 
 namespace kvoffload::webhook {
 namespace {

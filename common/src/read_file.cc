@@ -1,11 +1,11 @@
-#include "webhook/read_file.h"
+#include "kvoffload/read_file.h"
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-namespace kvoffload::webhook {
+namespace kvoffload {
 
 Result<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -15,4 +15,4 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace kvoffload::webhook
+}  // namespace kvoffload

@@ -1,4 +1,4 @@
-#include "webhook/cpu_budget.h"
+#include "kvoffload/cpu_budget.h"
 
 #include <sched.h>
 
@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "webhook/read_file.h"
+#include "kvoffload/read_file.h"
 
-namespace kvoffload::webhook {
+namespace kvoffload {
 namespace {
 
 namespace fs = std::filesystem;
@@ -142,4 +142,4 @@ int UsableCpus() {
   return std::max(cpus, 1);
 }
 
-}  // namespace kvoffload::webhook
+}  // namespace kvoffload
