@@ -4,12 +4,12 @@
 // tickets dropped without a wait, or a device destroyed with batches queued, still finish their
 // copies.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "common/on_one_cpu.h"
 #include "device_backends.h"
 #include "kvoffload/cpu_budget.h"
 #include "kvoffload/device.h"
@@ -182,23 +182,12 @@ TEST(HostDeviceDefaultsTest, DefaultPoolFollowsTheUsableCpus) {
 
   // From a thread allowed one CPU (the affinity mask is per thread and read by the caller), one
   // worker, whatever the machine has.
-  cpu_set_t all;
-  ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
-  std::thread([&] {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (size_t cpu = 0; cpu < size_t{CPU_SETSIZE}; ++cpu) {
-      if (CPU_ISSET(cpu, &all)) {
-        CPU_SET(cpu, &one);
-        break;
-      }
-    }
-    ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+  testing::OnOneCpu([] {
     EXPECT_EQ(DefaultHostCopyThreads(), 1u);
     std::unique_ptr<DeviceBackend> pinned = std::move(NewDeviceBackend("host")).value();
     EXPECT_NE(pinned->Describe().find("1 worker threads"), std::string::npos)
         << pinned->Describe();
-  }).join();
+  });
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
-#include <sched.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -17,13 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/on_one_cpu.h"
 #include "exposition.h"
+#include "kvoffload/cpu_budget.h"
 #include "server_fixture.h"
 #include "test_pki.h"
 #include "webhook/admission.h"
 #include "webhook/caching_reader.h"
 #include "webhook/cluster_reader.h"
-#include "kvoffload/cpu_budget.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -444,8 +444,6 @@ TEST_F(ServerTest, AdmissionsWaitingOnTheApiServerDoNotHoldUpOthers) {
 // starts one. (Counted through the server, not in /proc/self/task: threads made once per
 // process on first use, such as ThreadSanitizer's, made that count differ by one.)
 TEST_F(ServerTest, IoThreadsFollowTheCpusItMayUse) {
-  cpu_set_t all;
-  ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
   const int cores = UsableCpus();  // the affinity mask, or less under a cgroup CPU limit
   if (cores < 2) {
     // As the agent's capability checks: skipped on a 1-CPU machine, a failure on CI (CI=true).
@@ -459,19 +457,10 @@ TEST_F(ServerTest, IoThreadsFollowTheCpusItMayUse) {
   server_->Shutdown();
   server_.reset();
 
-  std::thread([&] {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (size_t cpu = 0; cpu < size_t{CPU_SETSIZE}; ++cpu) {
-      if (CPU_ISSET(cpu, &all)) {
-        CPU_SET(cpu, &one);
-        break;
-      }
-    }
-    ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+  kvoffload::testing::OnOneCpu([&] {
     StartServer();
     EXPECT_EQ(server_->io_threads(), 1) << "allowed one CPU";
-  }).join();
+  });
 }
 
 TEST_F(ServerTest, ClientCertificatesWhenConfigured) {
