@@ -7,7 +7,8 @@
 # finds and loads every block still held and compares its bytes. It stays up for several of the
 # kubelet's volume measurements: the agent keeps each tier under its capacity, so the kubelet,
 # which evicts a pod whose emptyDir passes its sizeLimit (case 31), leaves it alone. The pod ends
-# Succeeded.
+# Succeeded. Its main container has limits.cpu 1, and the agent's host device (no GPU here) copies
+# on one worker thread, as the cgroup runc made allows, not one per core of the node.
 #
 # Tier sizes (E2E_AGENT_TIER_SIZES, default "16Mi 24Mi"): the kubelet's measurement counts the
 # tier's folders too, not only the block files. With capacityBytes equal to the sizeLimit, 16Mi
@@ -35,7 +36,8 @@ spec:
             size: "${size1}"
 YAML
 linger=25
-create_pod "${ns}" "$(standin_pod agent standin agent "${linger}")" >/dev/null
+create_pod "${ns}" "$(standin_pod agent standin agent "${linger}" \
+  | jq '.spec.containers[0].resources.limits.cpu = "1"')" >/dev/null
 pod="$(get_pod "${ns}" agent)"
 assert_injected_once "${pod}" 2
 assert_eq "kvoffload-agent-install" "$(jqv "${pod}" '.spec.initContainers[0].name')" "agent install init container"
@@ -58,6 +60,9 @@ for t in 0 1 2; do
   (($(jq --arg t "${t}" '.perTier[$t]' <<<"${result}") > 0)) || fail "no block found in tier ${t}: ${result}"
 done
 assert_eq 0 "$(jq .corrupt <<<"${result}")" "blocks that loaded different bytes"
+engine="$(jqv "${result}" .engine)"
+[[ "${engine}" == *"copies on 1 worker threads"* ]] \
+  || fail "the host device's copy pool under limits.cpu 1 is not one thread: ${engine}"
 # The flag: exactly what the stored pod carries reached the stand-in `vllm` through KServe's
 # script (none when the webhook left it to a warning).
 main="$(container "${pod}" main)"
