@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "io_status.h"
@@ -20,6 +21,20 @@ namespace {
 
 // A registered buffer (iovec) may not exceed 1 GiB.
 constexpr size_t kMaxFixedBuffer = size_t{1} << 30;
+
+// IORING_REGISTER_CLONE_BUFFERS (Linux 6.12) and its argument, from the kernel's UAPI: Debian
+// 12's liburing (2.3) predates io_uring_clone_buffers, so the call goes through
+// io_uring_register() with the opcode and layout the kernel defines. All zero but src_fd clones
+// every buffer of the source ring.
+constexpr unsigned kRegisterCloneBuffers = 30;
+struct CloneBuffersArg {
+  uint32_t src_fd = 0;
+  uint32_t flags = 0;
+  uint32_t src_off = 0;
+  uint32_t dst_off = 0;
+  uint32_t nr = 0;
+  uint32_t pad[3] = {};
+};
 
 class Ring {
  public:
@@ -34,11 +49,28 @@ class Ring {
     return Status::Ok();
   }
 
-  // Registration can fail (RLIMIT_MEMLOCK on older kernels); the ring then uses plain ops.
+  // Registration can fail (RLIMIT_MEMLOCK without CAP_IPC_LOCK); the ring then uses plain ops.
   bool RegisterBuffers(const std::vector<iovec>& iovs) {
     if (iovs.empty()) return false;
     fixed_ = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size())) == 0;
     return fixed_;
+  }
+
+  // Shares `src`'s registered buffers: the kernel takes a reference to src's pinned pages and
+  // their page array, where a registration of its own pins the pool again, keeps another page
+  // array (16 bytes per 4 KiB page) and charges the pool to RLIMIT_MEMLOCK once more. False on
+  // kernels before 6.12 (EINVAL), which the caller then registers on each ring.
+  bool CloneBuffersFrom(const Ring& src) {
+    CloneBuffersArg arg;
+    arg.src_fd = static_cast<uint32_t>(src.ring_.ring_fd);
+    fixed_ = io_uring_register(static_cast<unsigned>(ring_.ring_fd), kRegisterCloneBuffers, &arg,
+                               1) == 0;
+    return fixed_;
+  }
+
+  void UnregisterBuffers() {
+    if (fixed_) io_uring_unregister_buffers(&ring_);
+    fixed_ = false;
   }
 
   // Sends a no-op through the ring: proves the kernel really serves it (seccomp may not).
@@ -195,7 +227,10 @@ class UringIo final : public DiskIo {
   std::string_view name() const override { return "uring"; }
   std::string Describe() const override {
     return "uring: " + std::to_string(rings_.size()) + " rings x " + std::to_string(depth_) +
-           " entries, " + (fixed_ ? "fixed buffers registered" : "no fixed buffers");
+           " entries, " +
+           (!fixed_ ? "no fixed buffers"
+            : shared_ || rings_.size() == 1 ? "fixed buffers registered once"
+                                            : "fixed buffers registered on each ring");
   }
 
   Status Init(const DiskIoOptions& options) {
@@ -204,15 +239,27 @@ class UringIo final : public DiskIo {
       iovs_.push_back(iovec{options.registered_base + off,
                             std::min(kMaxFixedBuffer, options.registered_len - off)});
     }
-    fixed_ = !iovs_.empty();
     for (size_t i = 0; i < std::max<size_t>(1, options.parallelism); ++i) {
       auto ring = std::make_unique<Ring>();
       if (Status s = ring->Init(depth_); !s.ok()) return s;
       if (Status s = ring->Nop(); !s.ok()) return s;
-      fixed_ = ring->RegisterBuffers(iovs_) && fixed_;
       rings_.push_back(std::move(ring));
     }
-    if (!fixed_) iovs_.clear();
+    // The first ring registers the pool and the others share its registration; where the
+    // kernel cannot share, each registers its own. Fixed buffers are used only when every ring
+    // has them: a ring that registered while another could not lets its pages go again.
+    fixed_ = rings_[0]->RegisterBuffers(iovs_);
+    shared_ = fixed_ && rings_.size() > 1;
+    for (size_t i = 1; i < rings_.size() && fixed_; ++i) {
+      if (rings_[i]->CloneBuffersFrom(*rings_[0])) continue;
+      shared_ = false;
+      fixed_ = rings_[i]->RegisterBuffers(iovs_);
+    }
+    if (!fixed_) {
+      for (auto& ring : rings_) ring->UnregisterBuffers();
+      iovs_.clear();
+      shared_ = false;
+    }
     return Status::Ok();
   }
 
@@ -237,6 +284,7 @@ class UringIo final : public DiskIo {
 
   unsigned depth_ = 64;
   bool fixed_ = false;
+  bool shared_ = false;  // the rings after the first share its registration
   std::vector<iovec> iovs_;
   std::vector<std::unique_ptr<Ring>> rings_;
   std::atomic<size_t> next_{0};

@@ -1,11 +1,20 @@
 // Both disk I/O backends: batched aligned transfers with O_DIRECT on ext4, buffered on tmpfs
-// (which refuses O_DIRECT), and a read past the end reported, never OK.
+// (which refuses O_DIRECT), and a read past the end reported, never OK; the uring backend's
+// rings sharing one registration of the pool.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "kvoffload/disk_io.h"
@@ -140,6 +149,115 @@ TEST_P(DiskIoTest, ExecuteEachReportsEveryOpOnceWithItsFinalStatus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DiskIoTest, ::testing::Values("psync", "uring"));
+
+// The describe line of a uring backend of `rings` rings with `pool` registered, made in a child
+// process without CAP_IPC_LOCK and with RLIMIT_MEMLOCK at `memlock` bytes (as in a container:
+// runc drops CAP_IPC_LOCK and the runtime's limit applies); round trips through the rings, in a
+// file under `dir`, are checked there too. "" with the reason in `error` when the child failed
+// ("set-up: ..." when it could not be set up so).
+std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t pool_len,
+                                 size_t rings, size_t memlock, std::string* error) {
+  int out[2];
+  if (::pipe(out) != 0) {
+    *error = std::string("pipe: ") + std::strerror(errno);
+    return "";
+  }
+  std::fflush(nullptr);  // or the child's exit writes what the parent had buffered a second time
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(out[0]);
+    auto finish = [&](int code, const std::string& text) {
+      if (::write(out[1], text.data(), text.size()) < 0) code = 9;
+      ::_exit(code);
+    };
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct caps[2]{};
+    if (::syscall(SYS_capget, &header, caps) != 0) finish(2, "capget failed");
+    caps[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    if (::syscall(SYS_capset, &header, caps) != 0) finish(2, "capset failed");
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_max < memlock) {
+      finish(2, "RLIMIT_MEMLOCK's hard limit is below " + std::to_string(memlock));
+    }
+    limit.rlim_cur = limit.rlim_max = memlock;
+    if (::setrlimit(RLIMIT_MEMLOCK, &limit) != 0) finish(2, "setrlimit failed");
+    DiskIoOptions o;
+    o.registered_base = pool;
+    o.registered_len = pool_len;
+    o.parallelism = rings;
+    Result<std::unique_ptr<DiskIo>> io = NewDiskIo("uring", o);
+    if (!io.ok()) finish(3, io.status().ToString());
+    // Several threads at once, so that every ring serves some of the round trips (a caller takes
+    // the first idle ring); each thread's pages are its own part of the pool.
+    const std::string path = dir + "/data";
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_DIRECT, 0644);
+    if (fd < 0) finish(3, "open " + path + ": " + std::strerror(errno));
+    const size_t per_thread = pool_len / (2 * rings);
+    std::atomic<bool> wrong{false};
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < rings; ++t) {
+      threads.emplace_back([&, t] {
+        std::byte* src = pool + 2 * t * per_thread;
+        std::byte* dst = src + per_thread;
+        for (size_t round = 0; round < 200 && !wrong; ++round) {
+          for (size_t i = 0; i < per_thread; ++i) src[i] = static_cast<std::byte>(i * 7 + t + round);
+          IoOp w{IoOp::Kind::kWrite, fd, src, per_thread, t * per_thread, 0, {}};
+          (*io)->Execute(std::span(&w, 1));
+          IoOp r{IoOp::Kind::kRead, fd, dst, per_thread, t * per_thread, 0, {}};
+          (*io)->Execute(std::span(&r, 1));
+          if (!w.status.ok() || !r.status.ok() || std::memcmp(src, dst, per_thread) != 0) {
+            wrong = true;
+          }
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    ::close(fd);
+    if (wrong) finish(4, "a round trip failed or read other bytes");
+    finish(0, (*io)->Describe());
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[512];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  if (code == 0) return text;
+  *error = (code == 2 ? "set-up: " : "child exit " + std::to_string(code) + ": ") + text;
+  return "";
+}
+
+// The rings of a uring backend share one registration of the pool (Linux 6.12's buffer
+// cloning), so it is pinned and charged to RLIMIT_MEMLOCK once, not once per ring: with a limit
+// that one registration of the pool fits and two do not, every ring still has fixed buffers.
+// (Registered on each ring, the second ring's registration failed and none had them.)
+TEST(UringRegistrationTest, RingsShareOneRegistrationOfThePool) {
+  KVO_REQUIRE_CAPABILITY("the uring disk I/O backend", testing::MissingDiskIo("uring"));
+  testing::TempDir dir;
+  KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(dir.path()));
+  constexpr size_t kPool = size_t{1} << 20;
+  Aligned pool(kPool);
+  utsname uts{};
+  ASSERT_EQ(::uname(&uts), 0);
+  int major = 0;
+  int minor = 0;
+  ASSERT_EQ(std::sscanf(uts.release, "%d.%d", &major, &minor), 2) << uts.release;
+  KVO_REQUIRE_CAPABILITY("io_uring buffer cloning (Linux 6.12 or later)",
+                         major > 6 || (major == 6 && minor >= 12)
+                             ? ""
+                             : std::string("kernel ") + uts.release);
+  std::string error;
+  const std::string described =
+      DescribeUnderMemlock(dir.path(), pool.p, kPool, 4, kPool * 3 / 2, &error);
+  if (described.empty() && error.rfind("set-up: ", 0) == 0) {
+    KVO_REQUIRE_CAPABILITY("a child without CAP_IPC_LOCK under a 1.5 MiB memlock limit", error);
+  }
+  ASSERT_FALSE(described.empty()) << error;
+  EXPECT_NE(described.find("4 rings"), std::string::npos) << described;
+  EXPECT_NE(described.find("fixed buffers registered once"), std::string::npos) << described;
+}
 
 TEST(DiskIoFactoryTest, AutoPicksUringWhereTheKernelHasIt) {
   const bool uring_works = NewDiskIo("uring", DiskIoOptions{}).ok();
