@@ -77,14 +77,19 @@ class EngineImpl final : public Engine {
                                      std::move(policy).value(), &holds_, events_.get());
     cpu_->SetLog(log_);
 
+    // Every tier's backend registers the same pool: the later ones share the first one's
+    // registration (pinned and charged to RLIMIT_MEMLOCK once), which lives in disks_[0].
+    int registration = -1;
     for (size_t i = 0; i < config_.tiers.size(); ++i) {
       DiskIoOptions io_options;
       io_options.registered_base = pool_base;
       io_options.registered_len = slots * slot_bytes;
       io_options.parallelism = config_.io_parallelism;
+      io_options.share_registration_of = registration;
       Result<std::unique_ptr<DiskIo>> io = NewDiskIo(config_.disk_io, io_options);
       if (!io.ok()) return io.status();
       std::unique_ptr<DiskIo> backend = std::move(io).value();
+      if (i == 0) registration = backend->RegistrationFd();
       if (hooks.wrap_disk_io) backend = hooks.wrap_disk_io(i, std::move(backend));
       DiskTierOptions options{"disk" + std::to_string(i), config_.tiers[i], config_.block_bytes,
                               fingerprint_,    config_.eviction_policy,

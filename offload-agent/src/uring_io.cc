@@ -56,17 +56,19 @@ class Ring {
     return fixed_;
   }
 
-  // Shares `src`'s registered buffers: the kernel takes a reference to src's pinned pages and
-  // their page array, where a registration of its own pins the pool again, keeps another page
-  // array (16 bytes per 4 KiB page) and charges the pool to RLIMIT_MEMLOCK once more. False on
-  // kernels before 6.12 (EINVAL), which the caller then registers on each ring.
-  bool CloneBuffersFrom(const Ring& src) {
+  // Shares the registered buffers of the ring `src_fd`: the kernel takes a reference to its
+  // pinned pages and their page array, where a registration of its own pins the pool again,
+  // keeps another page array (16 bytes per 4 KiB page) and charges the pool to RLIMIT_MEMLOCK
+  // once more. False on kernels before 6.12 (EINVAL), which the caller then registers instead.
+  bool CloneBuffersFrom(int src_fd) {
     CloneBuffersArg arg;
-    arg.src_fd = static_cast<uint32_t>(src.ring_.ring_fd);
+    arg.src_fd = static_cast<uint32_t>(src_fd);
     fixed_ = io_uring_register(static_cast<unsigned>(ring_.ring_fd), kRegisterCloneBuffers, &arg,
                                1) == 0;
     return fixed_;
   }
+
+  int fd() const { return ring_.ring_fd; }
 
   void UnregisterBuffers() {
     if (fixed_) io_uring_unregister_buffers(&ring_);
@@ -228,9 +230,10 @@ class UringIo final : public DiskIo {
   std::string Describe() const override {
     return "uring: " + std::to_string(rings_.size()) + " rings x " + std::to_string(depth_) +
            " entries, " +
-           (!fixed_ ? "no fixed buffers"
-            : shared_ || rings_.size() == 1 ? "fixed buffers registered once"
-                                            : "fixed buffers registered on each ring");
+           (!fixed_    ? "no fixed buffers"
+            : borrowed_ ? "fixed buffers shared with an earlier tier's registration"
+            : shared_   ? "fixed buffers registered once"
+                        : "fixed buffers registered on each ring");
   }
 
   Status Init(const DiskIoOptions& options) {
@@ -245,23 +248,28 @@ class UringIo final : public DiskIo {
       if (Status s = ring->Nop(); !s.ok()) return s;
       rings_.push_back(std::move(ring));
     }
-    // The first ring registers the pool and the others share its registration; where the
-    // kernel cannot share, each registers its own. Fixed buffers are used only when every ring
-    // has them: a ring that registered while another could not lets its pages go again.
-    fixed_ = rings_[0]->RegisterBuffers(iovs_);
-    shared_ = fixed_ && rings_.size() > 1;
+    // The first ring shares the registration of another backend over the same memory (an
+    // earlier disk tier's) or registers the pool, and the others share the first ring's; where
+    // the kernel cannot share, each registers its own. Fixed buffers are used only when every
+    // ring has them: a ring that registered while another could not lets its pages go again.
+    borrowed_ = !iovs_.empty() && options.share_registration_of >= 0 &&
+                rings_[0]->CloneBuffersFrom(options.share_registration_of);
+    fixed_ = borrowed_ || rings_[0]->RegisterBuffers(iovs_);
+    shared_ = fixed_;
     for (size_t i = 1; i < rings_.size() && fixed_; ++i) {
-      if (rings_[i]->CloneBuffersFrom(*rings_[0])) continue;
+      if (rings_[i]->CloneBuffersFrom(rings_[0]->fd())) continue;
       shared_ = false;
       fixed_ = rings_[i]->RegisterBuffers(iovs_);
     }
     if (!fixed_) {
       for (auto& ring : rings_) ring->UnregisterBuffers();
       iovs_.clear();
-      shared_ = false;
+      shared_ = borrowed_ = false;
     }
     return Status::Ok();
   }
+
+  int RegistrationFd() const override { return fixed_ && shared_ ? rings_[0]->fd() : -1; }
 
   void Execute(std::span<IoOp> ops) override { RunOnARing(ops, nullptr); }
   void ExecuteEach(std::span<IoOp> ops, const OpDone& done) override { RunOnARing(ops, &done); }
@@ -284,7 +292,8 @@ class UringIo final : public DiskIo {
 
   unsigned depth_ = 64;
   bool fixed_ = false;
-  bool shared_ = false;  // the rings after the first share its registration
+  bool shared_ = false;    // every ring shares the first ring's registration
+  bool borrowed_ = false;  // and the first ring shares share_registration_of's
   std::vector<iovec> iovs_;
   std::vector<std::unique_ptr<Ring>> rings_;
   std::atomic<size_t> next_{0};

@@ -6,12 +6,10 @@
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -150,10 +148,11 @@ TEST_P(DiskIoTest, ExecuteEachReportsEveryOpOnceWithItsFinalStatus) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, DiskIoTest, ::testing::Values("psync", "uring"));
 
-// The describe line of a uring backend of `rings` rings with `pool` registered, made in a child
-// process without CAP_IPC_LOCK and with RLIMIT_MEMLOCK at `memlock` bytes (as in a container:
-// runc drops CAP_IPC_LOCK and the runtime's limit applies); round trips through the rings, in a
-// file under `dir`, are checked there too. "" with the reason in `error` when the child failed
+// The describe lines of two uring backends of `rings` rings over `pool`, the second sharing the
+// first's registration as an engine's second disk tier does, made in a child process without
+// CAP_IPC_LOCK and with RLIMIT_MEMLOCK at `memlock` bytes (as in a container: runc drops
+// CAP_IPC_LOCK and the runtime's limit applies); round trips through their rings, in a file
+// under `dir`, are checked there too. "" with the reason in `error` when the child failed
 // ("set-up: ..." when it could not be set up so).
 std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t pool_len,
                                  size_t rings, size_t memlock, std::string* error) {
@@ -181,30 +180,37 @@ std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t
     }
     limit.rlim_cur = limit.rlim_max = memlock;
     if (::setrlimit(RLIMIT_MEMLOCK, &limit) != 0) finish(2, "setrlimit failed");
-    DiskIoOptions o;
-    o.registered_base = pool;
-    o.registered_len = pool_len;
-    o.parallelism = rings;
-    Result<std::unique_ptr<DiskIo>> io = NewDiskIo("uring", o);
-    if (!io.ok()) finish(3, io.status().ToString());
-    // Several threads at once, so that every ring serves some of the round trips (a caller takes
-    // the first idle ring); each thread's pages are its own part of the pool.
+    std::unique_ptr<DiskIo> io[2];
+    for (size_t b = 0; b < 2; ++b) {
+      DiskIoOptions o;
+      o.registered_base = pool;
+      o.registered_len = pool_len;
+      o.parallelism = rings;
+      o.share_registration_of = b == 0 ? -1 : io[0]->RegistrationFd();
+      Result<std::unique_ptr<DiskIo>> made = NewDiskIo("uring", o);
+      if (!made.ok()) finish(3, made.status().ToString());
+      io[b] = std::move(made).value();
+    }
+    // Several threads on each backend at once, so that every ring serves some of the round
+    // trips (a caller takes the first idle ring); each thread's pages are its own.
     const std::string path = dir + "/data";
     const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_DIRECT, 0644);
     if (fd < 0) finish(3, "open " + path + ": " + std::strerror(errno));
-    const size_t per_thread = pool_len / (2 * rings);
+    const size_t threads_count = 2 * rings;
+    const size_t per_thread = pool_len / (2 * threads_count);
     std::atomic<bool> wrong{false};
     std::vector<std::thread> threads;
-    for (size_t t = 0; t < rings; ++t) {
+    for (size_t t = 0; t < threads_count; ++t) {
       threads.emplace_back([&, t] {
+        DiskIo& backend = *io[t % 2];
         std::byte* src = pool + 2 * t * per_thread;
         std::byte* dst = src + per_thread;
-        for (size_t round = 0; round < 200 && !wrong; ++round) {
+        for (size_t round = 0; round < 100 && !wrong; ++round) {
           for (size_t i = 0; i < per_thread; ++i) src[i] = static_cast<std::byte>(i * 7 + t + round);
           IoOp w{IoOp::Kind::kWrite, fd, src, per_thread, t * per_thread, 0, {}};
-          (*io)->Execute(std::span(&w, 1));
+          backend.Execute(std::span(&w, 1));
           IoOp r{IoOp::Kind::kRead, fd, dst, per_thread, t * per_thread, 0, {}};
-          (*io)->Execute(std::span(&r, 1));
+          backend.Execute(std::span(&r, 1));
           if (!w.status.ok() || !r.status.ok() || std::memcmp(src, dst, per_thread) != 0) {
             wrong = true;
           }
@@ -214,7 +220,7 @@ std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t
     for (std::thread& th : threads) th.join();
     ::close(fd);
     if (wrong) finish(4, "a round trip failed or read other bytes");
-    finish(0, (*io)->Describe());
+    finish(0, io[0]->Describe() + "\n" + io[1]->Describe());
   }
   ::close(out[1]);
   std::string text;
@@ -229,25 +235,18 @@ std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t
   return "";
 }
 
-// The rings of a uring backend share one registration of the pool (Linux 6.12's buffer
-// cloning), so it is pinned and charged to RLIMIT_MEMLOCK once, not once per ring: with a limit
-// that one registration of the pool fits and two do not, every ring still has fixed buffers.
+// A uring backend's rings share one registration of the pool (Linux 6.12's buffer cloning), and
+// a second backend over the same pool (an engine's next disk tier) shares that one too, so the
+// pool is pinned and charged to RLIMIT_MEMLOCK once, not once per ring and tier: with a limit
+// that one registration fits and two do not, every ring of both still has fixed buffers.
 // (Registered on each ring, the second ring's registration failed and none had them.)
-TEST(UringRegistrationTest, RingsShareOneRegistrationOfThePool) {
+TEST(UringRegistrationTest, RingsAndTiersShareOneRegistrationOfThePool) {
   KVO_REQUIRE_CAPABILITY("the uring disk I/O backend", testing::MissingDiskIo("uring"));
   testing::TempDir dir;
   KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(dir.path()));
   constexpr size_t kPool = size_t{1} << 20;
   Aligned pool(kPool);
-  utsname uts{};
-  ASSERT_EQ(::uname(&uts), 0);
-  int major = 0;
-  int minor = 0;
-  ASSERT_EQ(std::sscanf(uts.release, "%d.%d", &major, &minor), 2) << uts.release;
-  KVO_REQUIRE_CAPABILITY("io_uring buffer cloning (Linux 6.12 or later)",
-                         major > 6 || (major == 6 && minor >= 12)
-                             ? ""
-                             : std::string("kernel ") + uts.release);
+  KVO_REQUIRE_CAPABILITY("io_uring buffer cloning", testing::MissingBufferCloning());
   std::string error;
   const std::string described =
       DescribeUnderMemlock(dir.path(), pool.p, kPool, 4, kPool * 3 / 2, &error);
@@ -255,8 +254,15 @@ TEST(UringRegistrationTest, RingsShareOneRegistrationOfThePool) {
     KVO_REQUIRE_CAPABILITY("a child without CAP_IPC_LOCK under a 1.5 MiB memlock limit", error);
   }
   ASSERT_FALSE(described.empty()) << error;
-  EXPECT_NE(described.find("4 rings"), std::string::npos) << described;
-  EXPECT_NE(described.find("fixed buffers registered once"), std::string::npos) << described;
+  const size_t line = described.find('\n');
+  ASSERT_NE(line, std::string::npos) << described;
+  const std::string first = described.substr(0, line);
+  const std::string second = described.substr(line + 1);
+  EXPECT_NE(first.find("4 rings"), std::string::npos) << first;
+  EXPECT_NE(first.find("fixed buffers registered once"), std::string::npos) << first;
+  EXPECT_NE(second.find("fixed buffers shared with an earlier tier's registration"),
+            std::string::npos)
+      << second;
 }
 
 TEST(DiskIoFactoryTest, AutoPicksUringWhereTheKernelHasIt) {

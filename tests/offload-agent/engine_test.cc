@@ -1038,6 +1038,30 @@ TEST(EngineTest, UringTierRegistersThePinnedPoolAsFixedBuffers) {
   ExpectLoadsExactly(*e, b);  // reads into pinned slots (fixed) and into private buffers
 }
 
+// A second uring tier shares the first one's registration of the pinned pool (pinned and
+// charged to RLIMIT_MEMLOCK once per engine), and blocks still cascade through both tiers and
+// load back whole, read into pinned slots through either tier's rings.
+TEST(EngineTest, UringTiersShareOneRegistrationOfThePinnedPool) {
+  TempDir d0, d1;
+  KVO_REQUIRE_CAPABILITY("io_uring", testing::MissingDiskIo("uring"));
+  KVO_REQUIRE_CAPABILITY("O_DIRECT", testing::MissingODirect(d0.path()));
+  KVO_REQUIRE_CAPABILITY("io_uring buffer cloning", testing::MissingBufferCloning());
+  EngineConfig c = Config(2, {Tier(d0.path(), 4), Tier(d1.path(), 8)});
+  c.disk_io = "uring";
+  auto e = Open(c);
+  const std::string d = e->Describe();
+  const size_t disk1 = d.find("disk1 ");
+  ASSERT_NE(disk1, std::string::npos) << d;
+  EXPECT_NE(d.substr(0, disk1).find("fixed buffers registered once"), std::string::npos) << d;
+  EXPECT_NE(d.find("fixed buffers shared with an earlier tier's registration", disk1),
+            std::string::npos)
+      << d;
+  Blocks b = Blocks::Make(0, 12);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  EXPECT_GT(e->Stats().tiers[2].blocks, 0u) << "nothing reached the second disk tier";
+  ExpectLoadsExactly(*e, b);
+}
+
 // Records what the engine tells the pinned tier's policy; orders keys as LRU does. The
 // factory is a plain function pointer, so the log is a global of this test.
 std::vector<std::string>& PolicyLog() {

@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -71,6 +73,19 @@ inline std::string MissingODirect(const std::string& dir) {
 inline std::string MissingDiskIo(const std::string& name) {
   Result<std::unique_ptr<DiskIo>> io = NewDiskIo(name, DiskIoOptions{});
   return io.ok() ? "" : io.status().ToString();
+}
+
+// "" when the kernel can share io_uring buffer registrations between rings
+// (IORING_REGISTER_CLONE_BUFFERS, Linux 6.12), else why not.
+inline std::string MissingBufferCloning() {
+  utsname uts{};
+  int major = 0;
+  int minor = 0;
+  if (::uname(&uts) != 0 || std::sscanf(uts.release, "%d.%d", &major, &minor) != 2) {
+    return "cannot read the kernel's release";
+  }
+  if (major > 6 || (major == 6 && minor >= 12)) return "";
+  return std::string("kernel ") + uts.release + " is older than 6.12";
 }
 
 // A fresh directory removed with everything in it at the end of the scope.

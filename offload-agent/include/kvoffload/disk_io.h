@@ -38,6 +38,9 @@ struct DiskIoOptions {
   // psync worker threads; uring rings (each ring serves one caller at a time).
   size_t parallelism = 4;
   size_t queue_depth = 64;
+  // uring: the RegistrationFd() of another backend with the same registered memory, whose
+  // registration this one shares instead of registering it again (-1: none).
+  int share_registration_of = -1;
 };
 
 class KVOFFLOAD_EXPORT DiskIo {
@@ -55,6 +58,9 @@ class KVOFFLOAD_EXPORT DiskIo {
   // The default (for decorators) runs Execute, then reports the ops in order.
   using OpDone = std::function<void(size_t index)>;
   virtual void ExecuteEach(std::span<IoOp> ops, const OpDone& done);
+  // A descriptor that DiskIoOptions::share_registration_of can name while this backend lives:
+  // uring's ring holding the registered memory; -1 where there is none (psync, no fixed buffers).
+  virtual int RegistrationFd() const { return -1; }
 };
 
 // "uring", "psync" or "auto" (uring when the kernel and liburing allow it, else psync).
