@@ -50,7 +50,8 @@ std::optional<double> DirectoryLimit(const fs::path& dir, bool v2) {
   } else {
     Result<std::string> q = ReadWholeFile(dir / "cpu.cfs_quota_us");
     Result<std::string> p = ReadWholeFile(dir / "cpu.cfs_period_us");
-    if (!q.ok() || !p.ok() || !(std::istringstream(*q) >> quota) || !(std::istringstream(*p) >> period)) {
+    if (!q.ok() || !p.ok() || !(std::istringstream(*q) >> quota) ||
+        !(std::istringstream(*p) >> period)) {
       return std::nullopt;
     }
   }

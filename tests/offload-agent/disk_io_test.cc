@@ -206,7 +206,9 @@ std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t
         std::byte* src = pool + 2 * t * per_thread;
         std::byte* dst = src + per_thread;
         for (size_t round = 0; round < 100 && !wrong; ++round) {
-          for (size_t i = 0; i < per_thread; ++i) src[i] = static_cast<std::byte>(i * 7 + t + round);
+          for (size_t i = 0; i < per_thread; ++i) {
+            src[i] = static_cast<std::byte>(i * 7 + t + round);
+          }
           IoOp w{IoOp::Kind::kWrite, fd, src, per_thread, t * per_thread, 0, {}};
           backend.Execute(std::span(&w, 1));
           IoOp r{IoOp::Kind::kRead, fd, dst, per_thread, t * per_thread, 0, {}};
@@ -225,7 +227,9 @@ std::string DescribeUnderMemlock(const std::string& dir, std::byte* pool, size_t
   ::close(out[1]);
   std::string text;
   char buf[512];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) {
+    text.append(buf, static_cast<size_t>(n));
+  }
   ::close(out[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
