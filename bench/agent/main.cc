@@ -93,7 +93,8 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
           --system-prompts --conversations --documents --zipf --scan-every --scan-blocks
   disk    store/load bandwidth through the engine (host device) on one disk tier
           --dir (not tmpfs) --block-size --qd --total --disk-io=auto|uring|psync
-          --state=empty|full (full: every timed store evicts) --load-batch --load-jobs
+          --state=empty|full|mixed (full: every timed store evicts; mixed: stores that
+          evict and loads at once) --load-batch --load-jobs
           --store-batch --store-jobs --demote-batch (default --qd; 0: no demoter)
   cpu     store+load bandwidth of the pinned tier (host device) against memcpy
           --block-size --total --batch --jobs --reps

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""`kvoffload-bench disk` in each tier state on a small pass: the bench measures what its
+report says it does. Empty: nothing is evicted from disk. Full: every timed store evicts.
+Mixed: every load is served from disk while the stores evict, and as many of each as asked.
+The figures themselves are `make bench`'s; here only the shape of the run is checked.
+
+usage: disk_states_test.py KVOFFLOAD_BENCH SCRATCH_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+BENCH, SCRATCH = sys.argv[1], sys.argv[2]
+QD = 4
+BLOCKS = 128  # the smallest pass the mixed state runs at QD 4 (32 x QD)
+
+
+def disk(*flags, blocks=BLOCKS):
+    out = subprocess.run([BENCH, "disk", f"--dir={SCRATCH}", "--block-size=64K", f"--qd={QD}",
+                          f"--total={blocks * 64}K", *flags],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    return out
+
+
+class DiskStatesTest(unittest.TestCase):
+    def setUp(self):
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+        os.makedirs(SCRATCH)
+
+    def run_state(self, *flags, blocks=BLOCKS):
+        out = disk(*flags, blocks=blocks)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = json.loads(out.stdout)
+        self.assertEqual(got["blocks"], blocks)
+        for key in ("failed_loads", "failed_stores", "io_errors"):
+            self.assertEqual(got[key], 0, key)
+        return got
+
+    def test_empty_tier_evicts_nothing(self):
+        got = self.run_state("--state=empty")
+        self.assertEqual(got["disk_evictions_during_store"], 0)
+        # The untimed warm loads and the timed ones read every block once, all from disk.
+        self.assertEqual(got["disk_bytes_read"], BLOCKS * 64 * 1024)
+
+    def test_full_tier_evicts_on_every_store(self):
+        # A pass of 1024 blocks: the pinned tier's 4 x QD is a 64th of it, so a tier sized by
+        # the pinned slot (payload and trailer) instead of the disk slot (payload), a 16th
+        # larger, would have room left after the fill, and its first 48 timed stores would
+        # evict nothing.
+        blocks = 1024
+        got = self.run_state("--state=full", blocks=blocks)
+        # Every timed store pushes one block down, and the tier holds exactly one pass, so each
+        # of them evicts one from disk: all but the demoter's last batches, which may still be
+        # on their way when the stores end (up to 2 x QD).
+        self.assertGreaterEqual(got["disk_evictions_during_store"], blocks - 2 * QD)
+        # Counted by the disk slot's size: all the blocks that reached the disk but the few
+        # still pinned when the stores end (by the pinned slot's size, 16 of every 17).
+        self.assertGreaterEqual(got["disk_blocks_written"], blocks - 4 * QD)
+        self.assertLessEqual(got["disk_blocks_written"], blocks + 4 * QD)
+
+    def test_mixed_loads_come_from_disk_while_stores_evict(self):
+        got = self.run_state("--state=mixed")
+        self.assertEqual(got["stores"], BLOCKS)
+        self.assertEqual(got["loads"], BLOCKS)
+        # Each load reads a block stored a quarter of a tier earlier: on disk, not pinned.
+        self.assertEqual(got["disk_blocks_read"], BLOCKS)
+        self.assertGreaterEqual(got["disk_blocks_written"], BLOCKS - 4 * QD)
+        self.assertGreaterEqual(got["disk_evictions"], BLOCKS - 4 * QD)
+
+    def test_mixed_refuses_job_shapes_it_does_not_run(self):
+        out = disk("--state=mixed", "--load-batch=8")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--load-batch", out.stderr)
+        self.assertIn("--state=mixed", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
