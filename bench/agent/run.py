@@ -80,6 +80,13 @@ def pass_size(bs):
     return str(total)
 
 
+def run_fio(cmd):
+    """Runs fio (--output-format=json); returns its one job's (or group's) results."""
+    log(" ".join(cmd))
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out)["jobs"][0]
+
+
 def fio(rw, bs, overwrite=False, burst=False, threads=False):
     """fio's bandwidth in GiB/s for one sequential pass (pass_size), O_DIRECT, io_uring.
     overwrite: the file is written whole before the timed pass, which then writes over
@@ -96,15 +103,34 @@ def fio(rw, bs, overwrite=False, burst=False, threads=False):
            *(["--overwrite=1"] if overwrite else []),
            *([f"--iodepth_batch_submit={QD}", f"--iodepth_batch_complete_min={QD}"] if burst else []),
            "--unlink=1", "--output-format=json"]
-    log(" ".join(cmd))
-    job = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)["jobs"][0]
+    job = run_fio(cmd)
     return job["read" if rw == "read" else "write"]["bw_bytes"] / 2**30, " ".join(cmd)
+
+
+def fio_mixed(bs, threads=False):
+    """fio's read and write bandwidth in GiB/s with reads and writes together, half each
+    (--rw=rw), over a file of a pass that it wrote whole first, moving two passes in all
+    (wrapping around the file): the limit of the bench's "mixed" state, which stores a pass
+    (each store evicting) while it loads another. threads: QD jobs at depth 1 over their own
+    files, as in fio()."""
+    total = size_bytes(pass_size(bs))
+    size = total // QD if threads else total
+    cmd = ["fio", "--name=kvoffload-rw", f"--directory={DISK_DIR}", "--rw=rw", "--rwmixread=50",
+           f"--bs={bs}",
+           *([f"--numjobs={QD}", "--iodepth=1", "--group_reporting"] if threads
+             else [f"--iodepth={QD}"]),
+           f"--size={size}", f"--io_size={2 * size}", "--direct=1", "--ioengine=io_uring",
+           "--overwrite=1", "--unlink=1", "--output-format=json"]
+    job = run_fio(cmd)
+    return job["read"]["bw_bytes"] / 2**30, job["write"]["bw_bytes"] / 2**30, " ".join(cmd)
 
 
 def references(state, limit, ref, ref_cmd):
     """The fio references in a row's own client shape: bursts for "step", threads otherwise."""
     if state == "step":
         keys = {"burst_write": "burst_write", "burst_read": "burst_read"}
+    elif state == "mixed":
+        keys = {"threads_write": "threads_mixed_write", "threads_read": "threads_mixed_read"}
     else:
         keys = {"threads_write": f"threads_write_{limit}", "threads_read": "threads_read"}
     out = {}
@@ -135,12 +161,17 @@ def disk():
         # References in the engine's client shapes, beside the limits: fio in "step" jobs'
         # shape (bursts of QD) and in the QD one-block client threads' shape (QD jobs, depth 1).
         ref = {key: 0.0 for key in ("burst_write", "burst_read", "threads_write_empty",
-                                    "threads_write_full", "threads_read")}
+                                    "threads_write_full", "threads_read", "threads_mixed_read",
+                                    "threads_mixed_write")}
+        # "mixed": stores (each evicting) and loads at once; its limits are fio's reads and
+        # writes at once (fio_mixed).
+        mixed = {"read": 0.0, "write": 0.0}
         ref_cmd = {}
         fio_write_cmd = {}
         shapes = {"empty": ["--state=empty"], "full": ["--state=full"],
                   "step": ["--state=full", f"--store-batch={QD}", "--store-jobs=1",
-                           f"--load-batch={QD}", "--load-jobs=1"]}
+                           f"--load-batch={QD}", "--load-jobs=1"],
+                  "mixed": ["--state=mixed"]}
         for _ in range(DISK_REPS):
             for state, flags in shapes.items():
                 got, cmds[state] = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}",
@@ -157,6 +188,12 @@ def disk():
                 fio_write[state] = max(fio_write[state], w)
             r, fio_read_cmd = fio("read", bs)
             fio_read = max(fio_read, r)
+            r, w, fio_mixed_cmd = fio_mixed(bs)
+            mixed = {"read": max(mixed["read"], r), "write": max(mixed["write"], w)}
+            r, w, ref_cmd["threads_mixed_read"] = fio_mixed(bs, threads=True)
+            ref_cmd["threads_mixed_write"] = ref_cmd["threads_mixed_read"]
+            ref["threads_mixed_read"] = max(ref["threads_mixed_read"], r)
+            ref["threads_mixed_write"] = max(ref["threads_mixed_write"], w)
             for key, rw, shape in (("burst_write", "write", {"overwrite": True, "burst": True}),
                                    ("burst_read", "read", {"burst": True}),
                                    ("threads_write_empty", "write", {"threads": True}),
@@ -167,17 +204,21 @@ def disk():
                 ref[key] = max(ref[key], got)
         for state in shapes:
             limit = "empty" if state == "empty" else "full"  # "step" writes over a full tier
-            a, w = agent[state], fio_write[limit]
+            a = agent[state]
+            if state == "mixed":
+                w, r, w_cmd, r_cmd = mixed["write"], mixed["read"], fio_mixed_cmd, fio_mixed_cmd
+            else:
+                w, r = fio_write[limit], fio_read
+                w_cmd, r_cmd = fio_write_cmd[limit], fio_read_cmd
             rows.append({"block_size": bs, "state": state, "total": pass_size(bs),
                          "agent": a, "command": cmds[state],
-                         "fio_write_gibps": w, "fio_read_gibps": fio_read,
-                         "fio_write_command": fio_write_cmd[limit],
-                         "fio_read_command": fio_read_cmd,
+                         "fio_write_gibps": w, "fio_read_gibps": r,
+                         "fio_write_command": w_cmd, "fio_read_command": r_cmd,
                          **references(state, limit, ref, ref_cmd),
                          "store_ratio": a["store_gibps"] / w,
-                         "load_ratio": a["load_gibps"] / fio_read})
+                         "load_ratio": a["load_gibps"] / r})
             log(f"disk {bs} {state}: store {a['store_gibps']:.2f} GiB/s vs fio {w:.2f}; "
-                f"load {a['load_gibps']:.2f} vs fio {fio_read:.2f}")
+                f"load {a['load_gibps']:.2f} vs fio {r:.2f}")
     shutil.rmtree(DISK_DIR, ignore_errors=True)
     # When, and how busy the machine was: the shared disk's figures move with its neighbours.
     return {"dir": DISK_DIR, "fstype": fstype, "qd": QD, "total": DISK_TOTAL, "rows": rows,
