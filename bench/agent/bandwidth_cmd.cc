@@ -155,6 +155,11 @@ double GiBps(uint64_t bytes, uint64_t ns) {
   return static_cast<double>(bytes) / static_cast<double>(ns) * 1e9 / static_cast<double>(1ULL << 30);
 }
 
+// Microseconds per block of `ns` spent on `blocks` blocks (0 blocks counts as 1).
+double UsPerBlock(uint64_t ns, uint64_t blocks) {
+  return static_cast<double>(ns) / 1e3 / static_cast<double>(std::max<uint64_t>(blocks, 1));
+}
+
 int Fail(const char* cmd, const Status& s) {
   std::cerr << "kvoffload-bench " << cmd << ": " << s.ToString() << "\n";
   return 1;
@@ -255,9 +260,6 @@ int RunDisk(Flags& flags) {
     const TierStats after = (*engine)->Stats().tiers.at(1);
     const uint64_t written = (after.bytes_written - before.bytes_written) / DiskBytes(block);
     const uint64_t read = (after.bytes_read - before.bytes_read) / DiskBytes(block);
-    const auto per_block_us = [](uint64_t ns, uint64_t blocks) {
-      return static_cast<double>(ns) / 1e3 / static_cast<double>(std::max<uint64_t>(blocks, 1));
-    };
     out.update({
         // What reached the disk, each way, while stores and loads ran together.
         {"store_gibps", GiBps(written * block, t->wall_ns)},
@@ -265,10 +267,10 @@ int RunDisk(Flags& flags) {
         {"stores", t->blocks[1]},
         {"loads", t->blocks[0]},
         {"disk_evictions", after.evictions - before.evictions},
-        {"disk_write_us_per_block", per_block_us(after.write_ns - before.write_ns, written)},
-        {"disk_read_us_per_block", per_block_us(after.read_ns - before.read_ns, read)},
-        {"store_us_per_block_in_flight", per_block_us(t->flight_ns[1], t->blocks[1])},
-        {"load_us_per_block_in_flight", per_block_us(t->flight_ns[0], t->blocks[0])},
+        {"disk_write_us_per_block", UsPerBlock(after.write_ns - before.write_ns, written)},
+        {"disk_read_us_per_block", UsPerBlock(after.read_ns - before.read_ns, read)},
+        {"store_us_per_block_in_flight", UsPerBlock(t->flight_ns[1], t->blocks[1])},
+        {"load_us_per_block_in_flight", UsPerBlock(t->flight_ns[0], t->blocks[0])},
         {"disk_blocks_written", written},
         {"disk_blocks_read", read},
     });
@@ -312,8 +314,7 @@ int RunDisk(Flags& flags) {
                                             static_cast<double>(n - cpu_blocks)},
         {"store_us_per_block_in_flight",
          static_cast<double>(store_ns) / 1e3 * static_cast<double>(qd) / static_cast<double>(n)},
-        {"disk_write_us_per_block", static_cast<double>(after.write_ns - before.write_ns) / 1e3 /
-                                        static_cast<double>(std::max<uint64_t>(on_disk, 1))},
+        {"disk_write_us_per_block", UsPerBlock(after.write_ns - before.write_ns, on_disk)},
         {"disk_blocks_written", on_disk},
         {"disk_bytes_written", end.bytes_written},
         {"disk_bytes_read", end.bytes_read},

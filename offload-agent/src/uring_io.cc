@@ -269,7 +269,7 @@ class UringIo final : public DiskIo {
     return Status::Ok();
   }
 
-  int RegistrationFd() const override { return fixed_ && shared_ ? rings_[0]->fd() : -1; }
+  int RegistrationFd() const override { return shared_ ? rings_[0]->fd() : -1; }
 
   void Execute(std::span<IoOp> ops) override { RunOnARing(ops, nullptr); }
   void ExecuteEach(std::span<IoOp> ops, const OpDone& done) override { RunOnARing(ops, &done); }
@@ -292,7 +292,7 @@ class UringIo final : public DiskIo {
 
   unsigned depth_ = 64;
   bool fixed_ = false;
-  bool shared_ = false;    // every ring shares the first ring's registration
+  bool shared_ = false;    // every ring shares the first ring's registration (so fixed_)
   bool borrowed_ = false;  // and the first ring shares share_registration_of's
   std::vector<iovec> iovs_;
   std::vector<std::unique_ptr<Ring>> rings_;
