@@ -352,8 +352,17 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
 Status DiskTier::Reserve(Room* room) {
   for (;;) {
     if (!spares_.empty()) {
-      room->spare = std::move(spares_.back());
+      std::string spare = std::move(spares_.back());
       spares_.pop_back();
+      // A spare's bytes are still counted, so writing over it keeps the count where it is.
+      // Above the capacity (a persistent tier reopened smaller while its blocks were held, so
+      // that the start-up could not shed them) it goes instead, and with it its bytes, until a
+      // write fits again.
+      if (ledger_->used() > ledger_->capacity()) {
+        ledger_->Free(file_bytes_, [&spare] { return ::unlink(spare.c_str()) == 0; });
+        continue;
+      }
+      room->spare = std::move(spare);
       return Status::Ok();
     }
     // Recovered blocks are counted at the size this format writes, so a write that fits goes

@@ -195,10 +195,12 @@ class DiskTierTest : public ::testing::Test {
  protected:
   std::unique_ptr<DiskTier> Open(size_t blocks, bool named_temp_files = false,
                                  std::shared_ptr<testing::FaultPlan> faults = nullptr,
-                                 bool persistent = false, bool shared = false) {
+                                 bool persistent = false, bool shared = false,
+                                 const HoldSet* holds = nullptr) {
     DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks, persistent, shared), kBlock,
                       testing::TestModel().Digest(), "lru"};
     o.named_temp_files = named_temp_files;
+    o.holds = holds;
     std::unique_ptr<DiskIo> io = std::move(NewDiskIo("psync", DiskIoOptions{})).value();
     if (faults) io = std::make_unique<testing::FaultyDiskIo>(std::move(io), faults);
     auto t = DiskTier::Open(o, std::move(io));
@@ -378,6 +380,42 @@ TEST_F(DiskTierTest, PrivateTierReopenedAfterACrashRemovesItsTempFiles) {
   EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot);
   std::vector<Status> results;
   EXPECT_EQ(PinAndRead(*t, {Key(1), Key(2), Key(3), Key(4)}, results).size(), 4u);
+}
+
+// A persistent tier reopened with a smaller capacity sheds blocks down to it once the recovered
+// files are checked. Blocks held then (a lookup's holds, taken as soon as the tier serves) cannot
+// be shed; the writes after their release shed them, rather than each writing over one victim's
+// file and keeping the tier over its capacity for as long as the engine runs.
+TEST_F(DiskTierTest, ReopenedSmallerWhileHeldShedsDownToItsCapacityOnTheNextWrites) {
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared" : "private");
+    {
+      auto t = Open(8, false, nullptr, /*persistent=*/true, shared);
+      for (uint64_t k = 1; k <= 8; ++k) ASSERT_TRUE(Put(*t, k).ok());
+    }
+    HoldSet holds;
+    for (uint64_t k = 1; k <= 8; ++k) holds.Add(Key(k));
+    auto t = Open(3, false, nullptr, /*persistent=*/true, shared, &holds);
+    // A write needs a victim, and victims are chosen once the recovered files are checked:
+    // this one returns after the check, refused, as every block is held.
+    EXPECT_EQ(Put(*t, 9).code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(t->Stats().used_bytes, 8 * kSlot);
+    for (uint64_t k = 1; k <= 8; ++k) holds.Remove(Key(k));
+    ASSERT_TRUE(Put(*t, 10).ok());
+    EXPECT_EQ(t->Stats().used_bytes, 3 * kSlot);
+    EXPECT_EQ(t->Stats().blocks, 3u);
+    ASSERT_TRUE(Put(*t, 11).ok());
+    EXPECT_EQ(t->Stats().used_bytes, 3 * kSlot);
+    EXPECT_EQ(testing::BytesUnder(dir_.path()), 3 * kSlot) << "the files on disk agree";
+    EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "no spare file kept";
+    std::vector<Status> results;
+    EXPECT_EQ(PinAndRead(*t, {Key(10), Key(11)}, results).size(), 2u);
+    size_t kept = 0;
+    for (uint64_t k = 1; k <= 11; ++k) if (t->Contains(Key(k))) ++kept;
+    EXPECT_EQ(kept, 3u);
+    t.reset();
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
 }
 
 // The same steady state in a slot file: the new blocks go into the victims' slots, and the file
