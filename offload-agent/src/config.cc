@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +43,29 @@ Result<uint64_t> ParseBytes(std::string_view name, std::string_view value) {
 std::filesystem::path TierDir(const std::string& path) {
   std::filesystem::path dir = std::filesystem::path(path).lexically_normal();
   return dir.has_filename() ? dir : dir.parent_path();
+}
+
+// Where a tier's directory is on the file system: the device and inode of its deepest directory
+// that exists, and the names below that one that do not exist yet. Two tiers whose paths differ
+// can still name one directory, through a symbolic link or two mounts of one volume (two subPath
+// mounts of one claim's directory), which comparing the names cannot see.
+struct DirIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string rest;
+  bool operator==(const DirIdentity&) const = default;
+};
+
+std::optional<DirIdentity> IdentifyDir(const std::string& path) {
+  std::filesystem::path dir = TierDir(path);
+  std::string rest;
+  for (;;) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) return DirIdentity{st.st_dev, st.st_ino, rest};
+    if (!dir.has_relative_path()) return std::nullopt;
+    rest = dir.filename().string() + (rest.empty() ? "" : "/" + rest);
+    dir = dir.parent_path();
+  }
 }
 
 // capacityBytes 0 is the webhook's "size unknown" (a pvc.ref it could not read, as in offline
@@ -186,13 +211,18 @@ Status EngineConfig::Validate() const {
       return Status::InvalidArgument(at + ".capacityBytes must be > 0 (path " + t.path + ")");
     }
     // Two tiers in one directory would each spend the same disk's room as if it were theirs
-    // alone, and persistent ones would serve and evict each other's files.
+    // alone, persistent ones would serve and evict each other's files, and a tier that starts
+    // empty would remove the other's blocks as it opens.
     for (size_t j = 0; j < i; ++j) {
-      if (TierDir(tiers[j].path) == TierDir(t.path)) {
-        return Status::InvalidArgument(at + ".path=" + Quote(t.path) + " is tier " +
-                                       std::to_string(j) + "'s directory too (" +
-                                       Quote(tiers[j].path) + "); give each tier its own");
+      const bool same_name = TierDir(tiers[j].path) == TierDir(t.path);
+      if (!same_name) {
+        const std::optional<DirIdentity> a = IdentifyDir(tiers[j].path);
+        if (!a || a != IdentifyDir(t.path)) continue;
       }
+      return Status::InvalidArgument(
+          at + ".path=" + Quote(t.path) + " is tier " + std::to_string(j) + "'s directory too (" +
+          Quote(tiers[j].path) + (same_name ? "" : ", through a link or a second mount") +
+          "); give each tier its own");
     }
   }
   return Status::Ok();

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "kvoffload/config.h"
@@ -142,6 +143,33 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
           << "\"" << c.status().message() << "\" does not mention " << m;
     }
   }
+}
+
+// Names that differ can still be one directory: a symbolic link, or two mounts of one volume
+// (a claim's directory mounted for two tiers). Below a directory that exists, the names still to
+// be created (a rank's directory) are compared too.
+TEST(ConfigTest, OneDirectoryUnderTwoNamesIsRefused) {
+  testing::TempDir dir;
+  const std::string real = dir.path() + "/real", link = dir.path() + "/link";
+  ASSERT_TRUE(std::filesystem::create_directory(real));
+  std::filesystem::create_directory_symlink(real, link);
+  auto tiers = [](const std::string& a, const std::string& b) {
+    EngineConfig c = Base();
+    c.tiers = {testing::Tier(a, 1), testing::Tier(b, 1)};
+    return c.Validate();
+  };
+  for (const std::string& sub : {std::string(), std::string("/rank0")}) {
+    const Status s = tiers(real + sub, link + sub);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << sub;
+    EXPECT_NE(s.message().find("KVOFFLOAD_TIERS[1].path=\"" + link + sub + "\" is tier 0's "
+                               "directory too (\"" + real + sub + "\", through a link or a "
+                               "second mount)"),
+              std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(tiers(real + "/rank0", link + "/rank1").ok());
+  EXPECT_TRUE(tiers(real + "/a/rank0", real + "/b/rank0").ok());
+  EXPECT_TRUE(tiers(real, dir.path()).ok());
 }
 
 TEST(ConfigTest, CallerFieldsAreValidated) {

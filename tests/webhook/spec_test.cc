@@ -92,7 +92,30 @@ INSTANTIATE_TEST_SUITE_P(
                   "unknown field"},
         ErrorCase{R"({"cpu":"1Gi","secondary":{"fileSystem":{}}})", "kvCacheOffloading.secondary",
                   "must be a list of tiers"},
+        ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"a"}}}},{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"a"}}}}]})",
+                  "kvCacheOffloading.secondary[1].fileSystem.pvc.ref.path",
+                  "\"a\" of claim kv is kvCacheOffloading.secondary[0]'s directory too; two "
+                  "tiers cannot share one: give each its own path (e.g. \"kv-cache-0/\" and "
+                  "\"kv-cache-1/\")"},
+        // One directory, spelt another way, after a tier of another kind.
+        ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"./a//b/"}}}},{"fileSystem":{"emptyDir":{"size":"1Gi"}}},{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"a/b"}}}}]})",
+                  "kvCacheOffloading.secondary[2].fileSystem.pvc.ref.path",
+                  "is kvCacheOffloading.secondary[0]'s directory too"},
+        ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv"}}}},{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"."}}}}]})",
+                  "kvCacheOffloading.secondary[1].fileSystem.pvc.ref.path",
+                  "is kvCacheOffloading.secondary[0]'s directory too"},
         ErrorCase{R"("10Gi")", "kvCacheOffloading", "must be an object"}));
+
+// Tiers of one claim in directories of their own, or of two claims at one path, are fine.
+TEST(SpecTest, TiersOfOneClaimInTheirOwnDirectoriesAreValid) {
+  SpecParse parsed = ParseSpec(json::parse(R"({"cpu": "1Gi", "secondary": [
+      {"fileSystem": {"pvc": {"ref": {"name": "kv", "path": "a"}}}},
+      {"fileSystem": {"pvc": {"ref": {"name": "kv", "path": "a/b"}}}},
+      {"fileSystem": {"pvc": {"ref": {"name": "other", "path": "a"}}}},
+      {"fileSystem": {"pvc": {"ref": {"name": "kv"}}}}]})"));
+  EXPECT_TRUE(parsed.errors.empty()) << FormatSpecErrors(parsed.errors, SpecSource::PodAnnotation());
+  EXPECT_EQ(parsed.spec.secondary.size(), 4u);
+}
 
 TEST(SpecTest, ValidSpecIsNormalised) {
   SpecParse parsed = ParseSpec(json::parse(R"({

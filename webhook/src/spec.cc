@@ -203,6 +203,23 @@ class Validator {
   std::vector<FieldError>* errors_;
 };
 
+// A valid subPath as the directory it names: "kv", "kv/", "./kv" and "kv//" are one.
+std::string NormalSubPath(const std::string& path) {
+  std::string out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string_view segment(path.data() + start, end - start);
+    if (!segment.empty() && segment != ".") {
+      if (!out.empty()) out += '/';
+      out += segment;
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 SpecSource SpecSource::PodAnnotation() {
@@ -296,9 +313,30 @@ SpecParse ParseSpec(const nlohmann::json& spec) {
     if (!secondary.is_array()) {
       v.Error(root + ".secondary", "must be a list of tiers, got " + Quoted(secondary));
     } else {
+      std::vector<std::string> paths;  // of the tiers parsed so far, in out.spec.secondary
       for (size_t i = 0; i < secondary.size(); ++i) {
-        v.Tier(secondary[i], root + ".secondary[" + std::to_string(i) + "]",
-               &out.spec.secondary);
+        const std::string path = root + ".secondary[" + std::to_string(i) + "]";
+        const size_t before = out.spec.secondary.size();
+        v.Tier(secondary[i], path, &out.spec.secondary);
+        if (out.spec.secondary.size() == before) continue;
+        paths.push_back(path);
+        const Tier& t = out.spec.secondary.back();
+        if (t.kind != TierKind::kPvcRef) continue;
+        // Two tiers in one directory of one claim would each count the other's files against
+        // its own capacity and evict the other's blocks as their own.
+        for (size_t j = 0; j + 1 < out.spec.secondary.size(); ++j) {
+          const Tier& other = out.spec.secondary[j];
+          if (other.kind != TierKind::kPvcRef || other.ref_name != t.ref_name ||
+              NormalSubPath(other.ref_path) != NormalSubPath(t.ref_path)) {
+            continue;
+          }
+          v.Error(path + ".fileSystem.pvc.ref.path",
+                  Quoted(json(t.ref_path)) + " of claim " + t.ref_name + " is " + paths[j] +
+                      "'s directory too; two tiers cannot share one: give each its own path "
+                      "(e.g. \"kv-cache-" + std::to_string(j) + "/\" and \"kv-cache-" +
+                      std::to_string(i) + "/\")");
+          break;
+        }
       }
     }
   }
