@@ -45,7 +45,7 @@ from conftest import (GOLDEN, golden_env, golden_kv_transfer_config,
 from kvoffload import engine, settings
 from kvoffload.transfer import TransferCore, engine_key
 from kvoffload.vllm import (KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines,
-                            rank_share)
+                            rank_share, resolve_settings)
 
 PAGE = 4096
 TENSORS = 2
@@ -190,6 +190,56 @@ def test_env_errors_name_the_variable():
         settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS":
                            '[{"path":"/mnt/a","kind":"emptyDir","capacityBytes":1},'
                            '{"path":"/mnt/b/../a/","kind":"emptyDir","capacityBytes":1}]'})
+
+
+def test_sizes_are_plain_digits_within_64_bits():
+    """A size is read as libkvoffload's own parser reads it, and one past 64 bits is refused,
+    not handed to the C API to wrap around (2^64 + 65536 was a 64 KiB tier)."""
+    for text in ("+65536", " 65536 ", "65_536", "\u0666\u0665\u0665\u0663\u0666", "", "-"):
+        with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES=.*: want an integer"):
+            settings.from_env({"KVOFFLOAD_CPU_BYTES": text})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES='-5': must be at least 1"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "-5"})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES='18446744073709617152': more "
+                                         r"than 2\^64-1 bytes"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": str(2**64 + 65536)})
+    assert settings.from_env({"KVOFFLOAD_CPU_BYTES": str(2**64 - 1)}).cpu_bytes == 2**64 - 1
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].capacityBytes=18446744073709551616"
+                                         r": more than 2\^64-1 bytes"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "1", "KVOFFLOAD_TIERS": json.dumps(
+            [{"path": "/x", "kind": "emptyDir", "capacityBytes": 2**64}])})
+
+
+def test_extra_config_settings_take_json_values_and_name_their_keys():
+    """Without KVOFFLOAD_* (no webhook), the extra config sets the engine: kvoffload_tiers as
+    --kv-transfer-config's JSON carries it (a list) or as a string of JSON; errors name the key
+    the value came by; a misspelt key of ours, or vLLM's own tier key, is refused rather than
+    read as no disk tier."""
+    tiers = [{"path": "/x", "kind": "emptyDir", "capacityBytes": 8192}]
+    for value in (tiers, json.dumps(tiers)):
+        s = resolve_settings({"cpu_bytes_to_use": 65536, "kvoffload_tiers": value}, env={})
+        assert s.cpu_bytes == 65536
+        assert s.tiers == (settings.Tier("/x", "emptyDir", 8192, False, False),)
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.cpu_bytes_to_use="
+                                         r"'1000000000.0': want an integer"):
+        resolve_settings({"cpu_bytes_to_use": 1e9}, env={})
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.eviction_policy='fifo'"):
+        resolve_settings({"cpu_bytes_to_use": 65536, "eviction_policy": "fifo"}, env={})
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.kvoffload_tiers\[0\].kind"):
+        resolve_settings({"cpu_bytes_to_use": 65536,
+                          "kvoffload_tiers": [{**tiers[0], "kind": "nfs"}]}, env={})
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.kvoffload_tier: unknown "
+                                         r"key; the keys of KVOffloadAgentSpec's own are "
+                                         r"kvoffload_tiers"):
+        resolve_settings({"cpu_bytes_to_use": 65536, "kvoffload_tier": tiers}, env={})
+    vllm_tiers = [{"type": "fs", "root_dir": "/x"}]
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.secondary_tiers is the key "
+                                         r"of vLLM's TieringOffloadingSpec"):
+        resolve_settings({"cpu_bytes_to_use": 65536, "secondary_tiers": vllm_tiers}, env={})
+    # The webhook's env wins over the extra config, whatever the latter holds.
+    s = resolve_settings({"cpu_bytes_to_use": 1e9, "secondary_tiers": vllm_tiers},
+                         env={"KVOFFLOAD_CPU_BYTES": "4096", "KVOFFLOAD_TIERS": json.dumps(tiers)})
+    assert (s.cpu_bytes, len(s.tiers)) == (4096, 1)
 
 
 def test_unknown_tier_size_is_the_file_systems(tmp_path):
@@ -557,6 +607,20 @@ def test_write_back_seconds_must_be_a_duration(tmp_path, monkeypatch):
         offloading_config({**agent_extra(), "write_back_seconds": "soon"}))
     with pytest.raises(ValueError, match="write_back_seconds='soon' is not a number"):
         spec.get_worker(kv_caches())
+
+
+def test_a_tier_whose_volume_is_not_mounted_is_refused(tmp_path, monkeypatch):
+    """A tier directory that does not exist is a volume not mounted there: refused at start,
+    naming it, rather than created in the container's own file system, where a persistent
+    tier would lose its blocks at every restart."""
+    env = scaled_env(tmp_path, monkeypatch, PAGE * TENSORS, persistent_only=True)
+    missing = json.loads(env["KVOFFLOAD_TIERS"])[0]["path"]
+    os.rmdir(missing)
+    spec = OffloadingSpecFactory.create_spec(offloading_config(agent_extra()))
+    with pytest.raises(ValueError, match=f"disk tier 0's directory {missing} does not exist: "
+                                         "mount the tier's volume there"):
+        spec.get_worker(kv_caches())
+    assert not os.path.exists(missing)
 
 
 def test_cache_groups_over_different_tensors_are_refused(tmp_path, monkeypatch):

@@ -43,16 +43,25 @@ class Settings:
                            for t in self.tiers])
 
 
+# The engine's sizes are 64-bit: a larger value would reach it wrapped around (ctypes does not
+# check), a tier of a few bytes where terabytes were meant.
+_MAX_BYTES = 2**64 - 1
+
+
 def _int(name: str, value, minimum: int) -> int:
-    # bool is an int in Python; a JSON true is not a size.
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    # bool is an int in Python; a JSON true is not a size. Text is plain ASCII digits, as
+    # libkvoffload's own parser reads it: int() would also take "+1", " 1 ", "1_000" and other
+    # scripts' digits, which the same variable given to the C API refuses.
+    n = value
+    if isinstance(value, str):
+        text = value[1:] if value.startswith("-") else value
+        n = int(value) if text.isascii() and text.isdigit() else None
+    if isinstance(n, bool) or not isinstance(n, int):
         raise ValueError(f"{name}={value!r}: want an integer number of bytes")
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r}: want an integer number of bytes") from None
     if n < minimum:
         raise ValueError(f"{name}={value!r}: must be at least {minimum}")
+    if n > _MAX_BYTES:
+        raise ValueError(f"{name}={value!r}: more than 2^64-1 bytes")
     return n
 
 
@@ -71,17 +80,17 @@ def _file_system_capacity(where: str, path: str) -> int:
     return size - min(size // 2, 8 * 2**20 + size // 64)
 
 
-def parse_tiers(text: str) -> tuple[Tier, ...]:
+def parse_tiers(text: str, name: str = "KVOFFLOAD_TIERS") -> tuple[Tier, ...]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"KVOFFLOAD_TIERS={text!r}: not JSON ({e})") from None
+        raise ValueError(f"{name}={text!r}: not JSON ({e})") from None
     if not isinstance(raw, list):
-        raise ValueError(f"KVOFFLOAD_TIERS={text!r}: want a JSON array of tiers")
+        raise ValueError(f"{name}={text!r}: want a JSON array of tiers")
     tiers = []
     dirs = {}
     for i, t in enumerate(raw):
-        where = f"KVOFFLOAD_TIERS[{i}]"
+        where = f"{name}[{i}]"
         if not isinstance(t, dict):
             raise ValueError(f"{where}={t!r}: want an object")
         unknown = sorted(set(t) - set(_TIER_KEYS))
@@ -110,8 +119,12 @@ def parse_tiers(text: str) -> tuple[Tier, ...]:
     return tuple(tiers)
 
 
-def from_env(env: Mapping[str, str]) -> Settings:
-    """Reads the contract from `env` (os.environ in vLLM). Errors name the variable and value."""
+def from_env(env: Mapping[str, str], names: Mapping[str, str] | None = None) -> Settings:
+    """Reads the contract from `env` (os.environ in vLLM). Errors name the variable and value,
+    or the name in `names` where a variable's value came from elsewhere (the extra config)."""
+    def name(var: str) -> str:
+        return (names or {}).get(var, var)
+
     cpu = env.get("KVOFFLOAD_CPU_BYTES")
     if cpu is None:
         raise ValueError("KVOFFLOAD_CPU_BYTES is not set; the webhook sets it in agent mode "
@@ -119,8 +132,8 @@ def from_env(env: Mapping[str, str]) -> Settings:
     policy = env.get("KVOFFLOAD_EVICTION_POLICY") or "lru"
     policies = engine.policy_names()
     if policy not in policies:
-        raise ValueError(f"KVOFFLOAD_EVICTION_POLICY={policy!r}: want one of "
+        raise ValueError(f"{name('KVOFFLOAD_EVICTION_POLICY')}={policy!r}: want one of "
                          f"{', '.join(policies)} (the policies of {engine.library_path()})")
     tiers_text = env.get("KVOFFLOAD_TIERS")
-    return Settings(cpu_bytes=_int("KVOFFLOAD_CPU_BYTES", cpu, 1), eviction_policy=policy,
-                    tiers=parse_tiers(tiers_text) if tiers_text else ())
+    return Settings(cpu_bytes=_int(name("KVOFFLOAD_CPU_BYTES"), cpu, 1), eviction_policy=policy,
+                    tiers=parse_tiers(tiers_text, name("KVOFFLOAD_TIERS")) if tiers_text else ())

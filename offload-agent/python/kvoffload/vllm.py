@@ -17,6 +17,7 @@ lookup until its load is done."""
 
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import re
@@ -121,17 +122,37 @@ class KVOffloadLoadStoreSpec(LoadStoreSpec):
         return f"KVOffloadLoadStoreSpec({len(self.keys)} keys, generation {self.generation})"
 
 
+# The extra config's keys that stand for a KVOFFLOAD_* variable.
+_EXTRA_SETTINGS = {"KVOFFLOAD_CPU_BYTES": "cpu_bytes_to_use",
+                   "KVOFFLOAD_EVICTION_POLICY": "eviction_policy",
+                   "KVOFFLOAD_TIERS": "kvoffload_tiers"}
+
+
 def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
     """KVOFFLOAD_* (set by the webhook) win; without them the connector's extra config
-    (cpu_bytes_to_use, eviction_policy, kvoffload_tiers) configures a hand-written setup."""
-    merged = dict(env)
-    if "KVOFFLOAD_CPU_BYTES" not in merged and "cpu_bytes_to_use" in extra_config:
-        merged["KVOFFLOAD_CPU_BYTES"] = str(extra_config["cpu_bytes_to_use"])
-    if "KVOFFLOAD_EVICTION_POLICY" not in merged and "eviction_policy" in extra_config:
-        merged["KVOFFLOAD_EVICTION_POLICY"] = str(extra_config["eviction_policy"])
-    if "KVOFFLOAD_TIERS" not in merged and "kvoffload_tiers" in extra_config:
-        merged["KVOFFLOAD_TIERS"] = str(extra_config["kvoffload_tiers"])
-    return settings_mod.from_env(merged)
+    (cpu_bytes_to_use, eviction_policy, kvoffload_tiers) configures a hand-written setup.
+    A value from the extra config may be JSON of any type (kvoffload_tiers a list, as
+    --kv-transfer-config carries it, or that list as a string), and its errors name its key."""
+    # The extra config also carries vLLM's keys and the spec's others (write_back_seconds, ...),
+    # so only keys of ours are checked: a misspelt one read as absent would run without tiers.
+    ours = {key for key in _EXTRA_SETTINGS.values() if key.startswith("kvoffload_")}
+    unknown = sorted(k for k in extra_config if k.startswith("kvoffload_") and k not in ours)
+    if unknown:
+        raise ValueError(f"kv_connector_extra_config.{unknown[0]}: unknown key; the keys of "
+                         f"KVOffloadAgentSpec's own are {', '.join(sorted(ours))}")
+    merged, names = dict(env), {}
+    for var, key in _EXTRA_SETTINGS.items():
+        if var in merged or key not in extra_config:
+            continue
+        value = extra_config[key]
+        merged[var] = value if isinstance(value, str) else json.dumps(value)
+        names[var] = f"kv_connector_extra_config.{key}"
+    if "KVOFFLOAD_TIERS" not in merged and "secondary_tiers" in extra_config:
+        raise ValueError("kv_connector_extra_config.secondary_tiers is the key of vLLM's "
+                         "TieringOffloadingSpec; KVOffloadAgentSpec reads its disk tiers from "
+                         "KVOFFLOAD_TIERS or kv_connector_extra_config.kvoffload_tiers (a JSON "
+                         "array of {path, kind, capacityBytes, persistent, shared})")
+    return settings_mod.from_env(merged, names)
 
 
 def rank_share(settings: settings_mod.Settings, rank: int, world_size: int,
@@ -694,6 +715,16 @@ class KVOffloadAgentSpec(OffloadingSpec):
                     "vllm-native mode (annotation kvoffload.io/mode: vllm-native)")
             write_back_s = self._write_back_s()
             p = self.config.parallel
+            # A tier's directory is its volume's mount (the webhook mounts /mnt/kv-cache-<i>);
+            # libkvoffload creates what is missing below it (a rank's directory). Missing
+            # itself, the volume is not mounted there, and the tier would fill the container's
+            # own file system, and a persistent one would lose its blocks at every restart.
+            for i, t in enumerate(self.settings.tiers):
+                if not os.path.isdir(t.path):
+                    raise ValueError(
+                        f"KVOffloadAgentSpec: disk tier {i}'s directory {t.path} does not exist: "
+                        "mount the tier's volume there (the webhook mounts tier i at "
+                        "/mnt/kv-cache-<i>)")
             engine, engines = pod_engines(p, get_current_vllm_config_or_none())
             s = rank_share(self.settings, p.rank, p.world_size, engine, engines)
             # Here, not in __init__: only the worker's engine uses it, and the weights' digest
