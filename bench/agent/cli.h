@@ -23,9 +23,11 @@ class Flags {
   // Returns false (with `error` set) on a malformed argument list.
   bool Parse(int argc, char** argv, std::string* error);
   std::string GetString(const std::string& name, const std::string& def);
+  // The Get* of numbers throw std::invalid_argument, naming the flag, on a value they cannot
+  // read whole.
   uint64_t GetU64(const std::string& name, uint64_t def);
   double GetDouble(const std::string& name, double def);
-  // Sizes accept K/M/G suffixes (binary).
+  // Sizes above 0, with an optional K/M/G/T suffix (binary).
   uint64_t GetBytes(const std::string& name, uint64_t def);
   // False (and a message on stderr) when a flag was given that no Get* read.
   bool Done(std::string_view command) const;

@@ -1,7 +1,11 @@
 // kvoffload-bench entry point: flag parsing, progress lines and subcommand dispatch.
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "cli.h"
 
@@ -34,9 +38,26 @@ std::string Flags::GetString(const std::string& name, const std::string& def) {
   return it == values_.end() ? def : it->second;
 }
 
+namespace {
+
+// Whole decimal digits only, within 64 bits: std::stoull would take "-1" (wrapping it to
+// 2^64-1), " 1" and the "1" of "1.5", and read a value the caller did not mean.
+bool ParseU64(std::string_view text, uint64_t* out) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
 uint64_t Flags::GetU64(const std::string& name, uint64_t def) {
   const std::string v = GetString(name, "");
-  return v.empty() ? def : std::stoull(v);
+  uint64_t n = 0;
+  if (v.empty()) return def;
+  if (!ParseU64(v, &n)) {
+    throw std::invalid_argument("--" + name + "=" + v + ": want a whole number");
+  }
+  return n;
 }
 
 double Flags::GetDouble(const std::string& name, double def) {
@@ -45,17 +66,25 @@ double Flags::GetDouble(const std::string& name, double def) {
 }
 
 uint64_t Flags::GetBytes(const std::string& name, uint64_t def) {
-  std::string v = GetString(name, "");
+  const std::string v = GetString(name, "");
   if (v.empty()) return def;
-  uint64_t mult = 1;
+  std::string_view digits = v;
+  unsigned shift = 0;
   switch (v.back()) {
-    case 'K': case 'k': mult = 1ULL << 10; break;
-    case 'M': case 'm': mult = 1ULL << 20; break;
-    case 'G': case 'g': mult = 1ULL << 30; break;
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    case 'T': case 't': shift = 40; break;
     default: break;
   }
-  if (mult != 1) v.pop_back();
-  return std::stoull(v) * mult;
+  if (shift != 0) digits.remove_suffix(1);
+  uint64_t n = 0;
+  if (!ParseU64(digits, &n) || n == 0 || n > (UINT64_MAX >> shift)) {
+    throw std::invalid_argument("--" + name + "=" + v +
+                                ": want a whole number of bytes above 0, with an optional K, M, "
+                                "G or T suffix (binary: 64K is 65536)");
+  }
+  return n << shift;
 }
 
 bool Flags::Done(std::string_view command) const {
@@ -146,7 +175,7 @@ int main(int argc, char** argv) {
   }
   try {
     return run(flags);
-  } catch (const std::exception& e) {  // std::stoull on a bad number
+  } catch (const std::exception& e) {  // a flag's value that is not a number
     std::cerr << "kvoffload-bench " << cmd << ": " << e.what() << "\n";
     return 2;
   }

@@ -2,7 +2,8 @@
 """`kvoffload-bench disk` in each tier state on a small pass: the bench measures what its
 report says it does. Empty: nothing is evicted from disk. Full: every timed store evicts.
 Mixed: every load is served from disk while the stores evict, and as many of each as asked.
-The figures themselves are `make bench`'s; here only the shape of the run is checked.
+The figures themselves are `make bench`'s; here only the shape of the run is checked. Also
+the numbers its flags take, which every subcommand reads the same way.
 
 usage: disk_states_test.py KVOFFLOAD_BENCH SCRATCH_DIR
 """
@@ -75,6 +76,26 @@ class DiskStatesTest(unittest.TestCase):
         self.assertEqual(out.returncode, 2)
         self.assertIn("--load-batch", out.stderr)
         self.assertIn("--state=mixed", out.stderr)
+
+
+class FlagsTest(unittest.TestCase):
+    """A size or count the bench cannot read whole is refused naming the flag (exit 2), never
+    read as another number: "2Mi" was 2 bytes, "1.5M" 1 MiB, "-1M" 2^64 - 1 MiB, and a block
+    size of 0 divided by zero."""
+
+    def test_bad_numbers_name_the_flag(self):
+        for cmd, flag, value in (("cpu", "block-size", "0"), ("cpu", "total", "2Mi"),
+                                 ("cpu", "total", "1.5M"), ("cpu", "total", "-1M"),
+                                 ("disk", "total", "99999999999T"), ("cpu", "reps", "-1"),
+                                 ("cpu", "reps", "3x")):
+            with self.subTest(cmd=cmd, flag=flag, value=value):
+                args = [BENCH, cmd, f"--{flag}={value}"] + ([f"--dir={SCRATCH}"] if cmd == "disk"
+                                                            else [])
+                out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, timeout=60)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn(f"--{flag}={value}: want a whole number", out.stderr)
+                self.assertEqual(out.stdout, "")
 
 
 if __name__ == "__main__":
