@@ -221,6 +221,35 @@ TEST_F(CliTest, NamespaceFlagMustBeANamespaceName) {
   EXPECT_NE(ok.err.find("LLMInferenceService team-a/qwen3"), std::string::npos) << ok.err;
 }
 
+// Every -f is read, as kubectl reads several: only the last one was, so `validate -f bad -f
+// good` passed. Any other flag given twice, and an empty --config, are refused.
+TEST_F(CliTest, EveryFileFlagIsReadAndOtherFlagsOnce) {
+  const fs::path bad = Write("bad.yaml", Broken()), good = Write("good.yaml", Seed());
+  CommandResult both = Webhook("validate -f '" + bad.string() + "' -f '" + good.string() + "'");
+  EXPECT_EQ(both.exit_code, 1) << both.err;
+  EXPECT_EQ(both.out, "2 object(s) with a kvCacheOffloading spec checked, 1 invalid\n");
+  EXPECT_NE(both.err.find("Error: " + bad.string() + ": LLMInferenceService default/qwen3"),
+            std::string::npos)
+      << both.err;
+  CommandResult injected = Webhook("inject -f '" + good.string() + "' --filename='" +
+                                   good.string() + "'");
+  EXPECT_EQ(injected.exit_code, 0) << injected.err;
+  size_t copies = 0;
+  for (size_t at = 0; (at = injected.out.find("kind: LLMInferenceService", at)) != std::string::npos;
+       ++at) {
+    ++copies;
+  }
+  EXPECT_EQ(copies, 2u) << injected.out;
+
+  CommandResult twice = Webhook("validate -f '" + good.string() + "' --namespace=a --namespace=b");
+  EXPECT_EQ(twice.exit_code, 1);
+  EXPECT_EQ(twice.err, "kv-offload-webhook: flag --namespace given twice (a and b); give it once\n");
+  CommandResult empty = Webhook("inject -f '" + good.string() + "' --config=");
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_NE(empty.err.find("--config is empty"), std::string::npos) << empty.err;
+  EXPECT_EQ(empty.out, "");
+}
+
 TEST_F(CliTest, ValidateWithoutInputIsAUsageError) {
   CommandResult r = Webhook("validate");
   EXPECT_NE(r.exit_code, 0);

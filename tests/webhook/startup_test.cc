@@ -84,6 +84,18 @@ class StartupTest : public ::testing::Test {
     return {"serve", "--bind-address=127.0.0.1", "--port=0", "--metrics-port=-1",
             "--tls-cert-file=" + File(cert), "--tls-key-file=" + File(key)};
   }
+  // `flag` ("--name=value") in place of the same flag in `args`, or added: a flag given twice
+  // is an error of its own.
+  static void Set(std::vector<std::string>& args, const std::string& flag) {
+    const std::string name = flag.substr(0, flag.find('=') + 1);
+    for (std::string& arg : args) {
+      if (arg.rfind(name, 0) == 0) {
+        arg = flag;
+        return;
+      }
+    }
+    args.push_back(flag);
+  }
   // One line naming `what`, exit 1.
   void ExpectOneLineError(const std::vector<std::string>& args, const std::string& what) {
     const Outcome run = RunWebhook(args, dir_);
@@ -142,9 +154,40 @@ TEST_F(StartupTest, LookupBudgetOutsideWhatTheApiServerWaits) {
 
 TEST_F(StartupTest, MetricsOnTheAdmissionPort) {
   std::vector<std::string> args = Serve("tls.crt", "tls.key");
-  args.push_back("--port=18443");
-  args.push_back("--metrics-port=18443");
+  Set(args, "--port=18443");
+  Set(args, "--metrics-port=18443");
   ExpectOneLineError(args, "--metrics-port=18443 is --port's too");
+}
+
+// Each was found from outside the tests: a client CA that cannot be read was reported as a
+// file without certificates, after the serving certificate's "loaded" line; a bind address
+// that is no IP address came after the start-up lines; a duration without a unit was said to
+// be out of a range that holds it.
+TEST_F(StartupTest, MoreBadFilesAndValuesAreOneLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--client-ca-file=" + File("absent.crt"),
+       "--client-ca-file=" + File("absent.crt") + ": cannot read: No such file or directory"},
+      {"--client-ca-file=" + File("garbage.pem"),
+       "--client-ca-file=" + File("garbage.pem") + ": no PEM CA certificate in it"},
+      {"--lookup-timeout=0", "--lookup-timeout=0 has no unit: write it like 500ms, 5s or 1m"},
+  };
+  for (const auto& [flag, message] : cases) {
+    std::vector<std::string> args = Serve("tls.crt", "tls.key");
+    args.push_back(flag);
+    ExpectOneLineError(args, message);
+  }
+  for (const char* address : {"999.1.1.1", "localhost", ""}) {
+    std::vector<std::string> args = Serve("tls.crt", "tls.key");
+    Set(args, std::string("--bind-address=") + address);
+    ExpectOneLineError(args, std::string("--bind-address=") + address + " is not an IP address");
+  }
+}
+
+// A flag given twice was read as its last value (--port=18443 --port=18444 served on 18444).
+TEST_F(StartupTest, FlagGivenTwiceIsRefused) {
+  std::vector<std::string> args = Serve("tls.crt", "tls.key");
+  args.push_back("--port=18444");
+  ExpectOneLineError(args, "flag --port given twice (0 and 18444); give it once");
 }
 
 // A port another process holds: exit 1 with the flag, the address and the reason (after the
@@ -162,7 +205,7 @@ TEST_F(StartupTest, PortInUseNamesTheFlag) {
   const std::string held = std::to_string(ntohs(addr.sin_port));
   for (const std::string& flag : {std::string("--port="), std::string("--metrics-port=")}) {
     std::vector<std::string> args = Serve("tls.crt", "tls.key");
-    args.push_back(flag + held);
+    Set(args, flag + held);
     const Outcome run = RunWebhook(args, dir_);
     ASSERT_TRUE(run.exited) << "crashed or kept running; stderr: " << run.err;
     EXPECT_EQ(run.code, 1) << run.err;

@@ -1,5 +1,7 @@
 // kv-offload-webhook: `serve` (default) runs the admission webhook; `inject` mutates manifests
 // offline; `validate` checks manifests offline. Flags are --name=value or --name value.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -71,7 +73,8 @@ serve flags:
 
 inject and validate flags:
   -f, --filename=FILE|DIR|-   input (YAML or JSON, several documents allowed); a directory:
-                              its *.yaml, *.yml and *.json files, read as one input
+                              its *.yaml, *.yml and *.json files; -f again for more, all
+                              read as one input
   --namespace=default         namespace for documents without one
   --config=JSON|@FILE         spec to use when the input carries none
   --default-mode, --agent-image   as for serve
@@ -79,6 +82,7 @@ inject and validate flags:
 
 struct Flags {
   std::map<std::string, std::string> values;
+  std::vector<std::string> filenames;  // every -f, in order, as kubectl takes several
   std::vector<std::string> positional;
   std::string Get(const std::string& name, const std::string& fallback = "") const {
     auto it = values.find(name);
@@ -97,14 +101,23 @@ Result<Flags> ParseFlags(int argc, char** argv, int start) {
     }
     arg = arg.substr(2);
     const size_t eq = arg.find('=');
+    std::string name = arg.substr(0, eq), value;
     if (eq != std::string::npos) {
-      flags.values[arg.substr(0, eq)] = arg.substr(eq + 1);
+      value = arg.substr(eq + 1);
     } else if (arg == "help") {
-      flags.values["help"] = "true";
+      value = "true";
     } else if (i + 1 < argc) {
-      flags.values[arg] = argv[++i];
+      value = argv[++i];
     } else {
       return Status::InvalidArgument("flag --" + arg + " needs a value");
+    }
+    if (name == "filename") flags.filenames.push_back(value);
+    // Any other flag given twice is a mistake either way it is read (the last one silently
+    // winning served --port=18443 --port=18444 on 18444).
+    auto [it, added] = flags.values.emplace(name, value);
+    if (!added && name != "filename") {
+      return Status::InvalidArgument("flag --" + name + " given twice (" + it->second + " and " +
+                                     value + "); give it once");
     }
   }
   return flags;
@@ -150,6 +163,10 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const s
   if (n >= 0 && unit_ms > 0 && n <= max.count() / unit_ms) {
     const std::chrono::milliseconds d(n * unit_ms);
     if (d >= min) return d;
+  }
+  if (n >= 0 && unit.empty()) {
+    return Status::InvalidArgument("--" + flag + "=" + text + " has no unit: write it like " +
+                                   "500ms, 5s or 1m");
   }
   return Status::InvalidArgument("--" + flag + "=" + text + " must be a duration from " +
                                  ShowDuration(min) + " to " + ShowDuration(max) +
@@ -291,6 +308,15 @@ int Serve(const Flags& flags) {
   so.shutdown_delay = *delay;
   so.cert_poll_interval = *poll;
   so.bind_address = flags.Get("bind-address", "0.0.0.0");
+  // Checked here, before the start-up lines, as every other flag is (a scoped IPv6 address,
+  // "fe80::1%eth0", is left to the listener, which reads it).
+  if (in6_addr a6{}; so.bind_address.find('%') == std::string::npos &&
+                     ::inet_pton(AF_INET, so.bind_address.c_str(), &a6) != 1 &&
+                     ::inet_pton(AF_INET6, so.bind_address.c_str(), &a6) != 1) {
+    return Fail(Status::InvalidArgument("--bind-address=" + so.bind_address +
+                                        " is not an IP address (0.0.0.0 for every IPv4 "
+                                        "address, :: for every address)"));
+  }
   so.cert_file = flags.Get("tls-cert-file");
   so.key_file = flags.Get("tls-key-file");
   so.client_ca_file = flags.Get("client-ca-file");
@@ -366,7 +392,7 @@ Result<std::string> ReadInput(const std::string& name) {
   return ss.str();
 }
 
-// -f's inputs: a file, stdin ("-"), or as kubectl reads a directory, its *.yaml, *.yml and
+// One -f's inputs: a file, stdin ("-"), or as kubectl reads a directory, its *.yaml, *.yml and
 // *.json files in name order (not its subdirectories).
 Result<std::vector<ManifestFile>> ReadManifests(const std::string& name) {
   std::error_code ec;
@@ -399,6 +425,23 @@ Result<std::vector<ManifestFile>> ReadManifests(const std::string& name) {
   return files;
 }
 
+// Every -f's inputs, in the order given, read as one input, as kubectl reads several -f.
+Result<std::vector<ManifestFile>> ReadAllManifests(const Flags& flags, const char* command) {
+  if (flags.filenames.empty()) {
+    return Status::InvalidArgument(std::string(command) +
+                                   " needs -f FILE or DIR (or -f - for stdin)");
+  }
+  std::vector<ManifestFile> all;
+  for (const std::string& name : flags.filenames) {
+    if (name.empty()) return Status::InvalidArgument("-f is empty: give a file, a directory or -");
+    Result<std::vector<ManifestFile>> files = ReadManifests(name);
+    if (!files.ok()) return files.status();
+    all.insert(all.end(), std::make_move_iterator(files->begin()),
+               std::make_move_iterator(files->end()));
+  }
+  return all;
+}
+
 // The options `inject` and `validate` share (all but the input file).
 Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   Result<Mode> mode = ParseMode(flags.Get("default-mode", "agent"));
@@ -414,7 +457,12 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
                                    " is not a namespace name: lowercase letters, digits and '-', "
                                    "at most 63, starting and ending with a letter or digit");
   }
-  if (std::string config = flags.Get("config"); !config.empty()) {
+  if (flags.values.contains("config")) {
+    std::string config = flags.Get("config");
+    if (config.empty()) {
+      return Status::InvalidArgument("--config is empty: give a spec as JSON or @FILE, or "
+                                     "leave the flag out");
+    }
     if (config[0] == '@') {
       Result<std::string> text = ReadInput(config.substr(1));
       if (!text.ok()) return Status::InvalidArgument("--config: " + text.status().message());
@@ -444,11 +492,9 @@ int Inject(const Flags& flags) {
     return Fail(s);
   }
   if (Status s = CheckNoPositional(flags, "inject"); !s.ok()) return Fail(s);
-  const std::string file = flags.Get("filename");
-  if (file.empty()) return Fail(Status::InvalidArgument("inject needs -f FILE or DIR (or -f - for stdin)"));
   InjectOptions opts;
   if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
-  Result<std::vector<ManifestFile>> input = ReadManifests(file);
+  Result<std::vector<ManifestFile>> input = ReadAllManifests(flags, "inject");
   if (!input.ok()) return Fail(input.status());
   Result<InjectResult> out = InjectManifests(*input, opts);
   if (!out.ok()) {
@@ -467,12 +513,10 @@ int Validate(const Flags& flags) {
       !s.ok()) {
     return Fail(s);
   }
-  const std::string file = flags.Get("filename");
   if (Status s = CheckNoPositional(flags, "validate"); !s.ok()) return Fail(s);
-  if (file.empty()) return Fail(Status::InvalidArgument("validate needs -f FILE or DIR (or -f - for stdin)"));
   InjectOptions opts;
   if (Status s = ReadOfflineOptions(flags, &opts); !s.ok()) return Fail(s);
-  Result<std::vector<ManifestFile>> input = ReadManifests(file);
+  Result<std::vector<ManifestFile>> input = ReadAllManifests(flags, "validate");
   if (!input.ok()) return Fail(input.status());
   Result<std::vector<ObjectReport>> reports = ValidateManifests(*input, opts);
   if (!reports.ok()) {

@@ -3,6 +3,10 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "webhook/log.h"
 
 namespace kvoffload::webhook {
@@ -34,16 +38,6 @@ Server::~Server() { Shutdown(); }
 Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionHandler* handler,
                                                Metrics* metrics) {
   std::unique_ptr<Server> s(new Server(std::move(options), handler, metrics));
-  Result<std::unique_ptr<CertReloader>> certs = CertReloader::Create(
-      s->options_.cert_file, s->options_.key_file, [metrics](bool ok, const std::string& detail) {
-        metrics->RecordCertReload(ok);
-        LogEvent(ok ? spdlog::level::info : spdlog::level::warn,
-                 ok ? "serving certificate loaded" : "serving certificate not reloaded",
-                 {{"detail", detail}});
-      });
-  if (!certs.ok()) return certs.status();
-  s->certs_ = std::move(*certs);
-
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_server_method()),
                                                          &SSL_CTX_free);
   if (!ctx) return Status::FailedPrecondition("TLS setup failed: SSL_CTX_new");
@@ -69,11 +63,28 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
     return Status::FailedPrecondition("TLS setup failed: cipher list rejected");
   }
   if (const std::string& ca = s->options_.client_ca_file; !ca.empty()) {
+    // OpenSSL reports a file it cannot open as one without certificates: say which it is.
+    if (std::FILE* f = std::fopen(ca.c_str(), "r"); f != nullptr) {
+      std::fclose(f);
+    } else {
+      return Status::InvalidArgument("--client-ca-file=" + ca + ": cannot read: " +
+                                     std::strerror(errno));
+    }
     if (SSL_CTX_load_verify_locations(ctx.get(), ca.c_str(), nullptr) != 1) {
       return Status::InvalidArgument("--client-ca-file=" + ca + ": no PEM CA certificate in it");
     }
     SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
+  // After the other files' checks: a bad one is then the only line, not one after "loaded".
+  Result<std::unique_ptr<CertReloader>> certs = CertReloader::Create(
+      s->options_.cert_file, s->options_.key_file, [metrics](bool ok, const std::string& detail) {
+        metrics->RecordCertReload(ok);
+        LogEvent(ok ? spdlog::level::info : spdlog::level::warn,
+                 ok ? "serving certificate loaded" : "serving certificate not reloaded",
+                 {{"detail", detail}});
+      });
+  if (!certs.ok()) return certs.status();
+  s->certs_ = std::move(*certs);
   s->certs_->Install(ctx.get());
 
   HttpsTransportOptions t;
