@@ -201,6 +201,98 @@ TEST(InjectTest, JsonInJsonOut) {
   EXPECT_EQ(doc["spec"]["containers"][0]["env"][0]["value"], "1073741824");
 }
 
+// Merge keys as kubectl's YAML reader applies them: the mapping's own keys win wherever they
+// stand, then the first merged mapping that has a key. Read as a field named "<<", the limits
+// and env of `base` were lost: validate passed a pod the webhook denies, and inject dropped them.
+TEST(InjectTest, MergeKeysAreAppliedAsKubectlAppliesThem) {
+  const std::vector<ojson> docs = Docs(R"(base: &base {image: vllm, env: [{name: A, value: "1"}]}
+extra: &extra {image: other, tty: true}
+pod:
+  <<: [*base, *extra]
+  name: main
+  image: mine
+quoted: {"<<": *base}
+)");
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0]["pod"], ojson::parse(R"({"env": [{"name": "A", "value": "1"}],
+      "tty": true, "name": "main", "image": "mine"})"))
+      << docs[0]["pod"].dump();
+  // A quoted "<<" is a key like any other.
+  EXPECT_TRUE(docs[0]["quoted"].contains("<<"));
+  Result<std::vector<ojson>> bad = ParseYamlDocuments("a: {<<: 3}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a merge key (<<) must name a mapping"), std::string::npos)
+      << bad.status().message();
+
+  const char* pod = R"(x-base: &base
+  image: vllm
+  resources: {limits: {memory: 8Gi}}
+apiVersion: v1
+kind: Pod
+metadata: {name: m1, annotations: {kvoffload.io/config: '{"cpu":"100Gi"}'}}
+spec:
+  containers:
+  - <<: *base
+    name: main
+)";
+  Result<InjectResult> out = InjectManifests(pod, InjectOptions{});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("does not fit in container \"main\"'s memory limit 8Gi"),
+            std::string::npos)
+      << out.status().message();
+}
+
+// A few hundred bytes of aliases of aliases ("billion laughs") took 2.7 GB and 18 s to expand,
+// and at nine levels aborted: refused once the expansion passes what any manifest holds.
+TEST(InjectTest, ExcessiveAliasingIsRefused) {
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    const char prev = static_cast<char>(c - 1);
+    bomb += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 10; ++i) bomb += std::string(i ? ", *" : "*") + prev;
+    bomb += "]\n";
+  }
+  Result<std::vector<ojson>> docs = ParseYamlDocuments(bomb);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("excessive aliasing"), std::string::npos)
+      << docs.status().message();
+  // Aliases a manifest uses are fine.
+  EXPECT_EQ(Docs("a: &a {k: v}\nb: *a\nc: *a\n")[0]["c"]["k"], "v");
+}
+
+// NEL, LS and PS are line breaks to YAML 1.1 (kubectl's reader): written raw in a plain scalar
+// the output did not read back. They are written escaped; other text stays as it is.
+TEST(InjectTest, UnicodeLineBreaksAreWrittenEscaped) {
+  const ojson doc = {{"a", "x\u2028y"}, {"b", "x\u0085y"}, {"c", "x\u2029y"}, {"d", "caf\u00e9"}};
+  const std::string yaml = EmitYaml(doc);
+  EXPECT_NE(yaml.find(R"(a: "x\u2028y")"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find(R"(b: "x\x85y")"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find(R"(c: "x\u2029y")"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("d: caf\u00e9"), std::string::npos) << yaml;
+  EXPECT_EQ(Docs(yaml)[0], doc);
+}
+
+// A typed list as the API serves it (PodList, DeploymentList) is read as kubectl reads it: its
+// items, which carry no kind or apiVersion, take the list's. It was skipped: validate said "0
+// checked" of a PodList whose pod was invalid.
+TEST(InjectTest, TypedListsAreReadAsTheirItems) {
+  const char* list = R"({"apiVersion": "v1", "kind": "PodList", "items": [
+      {"metadata": {"name": "p", "annotations": {"kvoffload.io/config": "{\"cpu\":\"1Gi\"}"}},
+       "spec": {"containers": [{"name": "main", "image": "vllm"}]}}]})";
+  Result<InjectResult> out = InjectManifests(list, InjectOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const ojson item = ojson::parse(out->output)["items"][0];
+  EXPECT_EQ(item["kind"], "Pod");
+  EXPECT_EQ(item["apiVersion"], "v1");
+  EXPECT_EQ(item["spec"]["containers"][0]["env"][0]["name"], "KVOFFLOAD_CPU_BYTES") << item.dump();
+  std::string bad = list;
+  bad.replace(bad.find("1Gi"), 3, "-1");
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(bad, InjectOptions{});
+  ASSERT_TRUE(reports.ok()) << reports.status().message();
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_FALSE((*reports)[0].errors.empty());
+}
+
 TEST(InjectTest, LeaderWorkerSetBothTemplatesAndListKind) {
   const char* lws = R"(apiVersion: v1
 kind: List

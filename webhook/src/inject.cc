@@ -33,15 +33,27 @@ struct Documents {
   std::vector<std::string> prefixes;  // per document: "FILE: " when read from several files
   bool is_json = false;
   bool json_list = false;  // a JSON array of objects
-  // Every object, `kind: List` documents (kubectl get -o yaml) flattened into their items,
-  // with `prefixes` set to each one's.
+  // Every object, list documents flattened into their items, with `prefixes` set to each
+  // one's. As kubectl reads them: any kind ending in "List" with items (`kind: List` from
+  // kubectl get -o yaml, a PodList or DeploymentList as the API serves it), and an item without
+  // kind and apiVersion (the API server leaves them out of a typed list's items) takes the
+  // list's apiVersion and its kind less "List".
   std::vector<ojson*> Objects(std::vector<std::string>* object_prefixes) {
     std::vector<ojson*> objects;
     for (size_t i = 0; i < docs.size(); ++i) {
       ojson& d = docs[i];
-      if (d.is_object() && StringOr(d, "kind", "") == "List" && d.contains("items") &&
-          d["items"].is_array()) {
-        for (ojson& item : d["items"]) objects.push_back(&item);
+      const std::string kind = d.is_object() ? StringOr(d, "kind", "") : "";
+      if (kind.ends_with("List") && d.contains("items") && d["items"].is_array()) {
+        for (ojson& item : d["items"]) {
+          if (item.is_object() && !item.contains("kind") && !item.contains("apiVersion") &&
+              kind != "List") {
+            ojson typed = {{"apiVersion", StringOr(d, "apiVersion", "")},
+                           {"kind", kind.substr(0, kind.size() - 4)}};
+            for (auto& [key, value] : item.items()) typed[key] = std::move(value);
+            item = std::move(typed);
+          }
+          objects.push_back(&item);
+        }
       } else {
         objects.push_back(&d);
       }

@@ -3,8 +3,12 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "webhook/inject.h"
 #include "webhook/json_util.h"
@@ -56,9 +60,28 @@ Status CheckDocumentsEnd(const std::string& text) {
 
 bool IsNull(const std::string& s) { return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL"; }
 
-Result<ojson> Convert(const YAML::Node& node, int depth) {
+// A merge key (`<<: *base`, YAML 1.1's, which kubectl's YAML reader applies): a plain `<<`,
+// or one tagged !!merge.
+bool IsMergeKey(const YAML::Node& key) {
+  return key.IsScalar() && key.Scalar() == "<<" &&
+         (key.Tag() == "?" || key.Tag() == "tag:yaml.org,2002:merge");
+}
+
+// How many nodes a document may expand to. yaml-cpp shares an aliased node; converting copies
+// it at every alias, so a few hundred bytes of aliases of aliases would become gigabytes (a
+// "billion laughs"). Each node of a document without aliases takes at least a byte of it.
+struct NodeBudget {
+  size_t left;
+  bool Take() { return left > 0 && left-- > 0; }
+};
+
+Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
   if (depth > kMaxJsonDepth) {
     return Status::InvalidArgument("document nests deeper than " + std::to_string(kMaxJsonDepth));
+  }
+  if (!budget.Take()) {
+    return Status::InvalidArgument("input is not valid YAML: its aliases expand to more nodes "
+                                   "than any manifest has (excessive aliasing)");
   }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
@@ -67,18 +90,45 @@ Result<ojson> Convert(const YAML::Node& node, int depth) {
     case YAML::NodeType::Sequence: {
       ojson arr = ojson::array();
       for (const YAML::Node& item : node) {
-        Result<ojson> v = Convert(item, depth + 1);
+        Result<ojson> v = Convert(item, depth + 1, budget);
         if (!v.ok()) return v;
         arr.push_back(std::move(*v));
       }
       return arr;
     }
     case YAML::NodeType::Map: {
+      // The map's own keys win over merged ones wherever they stand, and of the merged maps
+      // the first that has a key gives it; merged keys take the place of their `<<`.
+      std::set<std::string> own;
+      for (const auto& kv : node) {
+        if (!IsMergeKey(kv.first)) own.insert(kv.first.as<std::string>());
+      }
       ojson obj = ojson::object();
       for (const auto& kv : node) {
-        Result<ojson> v = Convert(kv.second, depth + 1);
-        if (!v.ok()) return v;
-        obj[kv.first.as<std::string>()] = std::move(*v);
+        if (!IsMergeKey(kv.first)) {
+          Result<ojson> v = Convert(kv.second, depth + 1, budget);
+          if (!v.ok()) return v;
+          obj[kv.first.as<std::string>()] = std::move(*v);
+          continue;
+        }
+        std::vector<YAML::Node> sources;
+        if (kv.second.IsMap()) sources.push_back(kv.second);
+        for (size_t i = 0; kv.second.IsSequence() && i < kv.second.size(); ++i) {
+          sources.push_back(kv.second[i]);
+        }
+        if (sources.empty() || !std::all_of(sources.begin(), sources.end(),
+                                            [](const YAML::Node& n) { return n.IsMap(); })) {
+          return Status::InvalidArgument("input is not valid YAML: a merge key (<<) must name "
+                                         "a mapping or a list of mappings (line " +
+                                         std::to_string(kv.first.Mark().line + 1) + ")");
+        }
+        for (const YAML::Node& source : sources) {
+          Result<ojson> merged = Convert(source, depth + 1, budget);
+          if (!merged.ok()) return merged;
+          for (auto& [key, value] : merged->items()) {
+            if (!own.contains(key) && !obj.contains(key)) obj[key] = std::move(value);
+          }
+        }
       }
       return obj;
     }
@@ -117,14 +167,31 @@ bool NeedsQuotes(const std::string& s) {
          std::regex_match(s, kFloat);
 }
 
+// NEL, LS and PS are line breaks to YAML 1.1 (and so to kubectl's YAML reader), which
+// yaml-cpp writes into a plain scalar as they are: the output would not read back. Written
+// escaped in double quotes instead.
+bool HasUnicodeBreak(const std::string& s) {
+  return s.find("\xC2\x85") != std::string::npos || s.find("\xE2\x80\xA8") != std::string::npos ||
+         s.find("\xE2\x80\xA9") != std::string::npos;
+}
+
+void EmitString(YAML::Emitter& out, const std::string& s) {
+  if (HasUnicodeBreak(s)) {
+    out << YAML::DoubleQuoted << YAML::EscapeNonAscii;
+  } else if (NeedsQuotes(s)) {
+    out << YAML::DoubleQuoted;
+  }
+  out << s;
+}
+
 void Emit(YAML::Emitter& out, const ojson& v) {
   switch (v.type()) {
     case ojson::value_t::object:
       out << YAML::BeginMap;
       for (const auto& [key, value] : v.items()) {
         out << YAML::Key;
-        if (NeedsQuotes(key)) out << YAML::DoubleQuoted;
-        out << key << YAML::Value;
+        EmitString(out, key);
+        out << YAML::Value;
         Emit(out, value);
       }
       out << YAML::EndMap;
@@ -135,9 +202,7 @@ void Emit(YAML::Emitter& out, const ojson& v) {
       out << YAML::EndSeq;
       return;
     case ojson::value_t::string: {
-      const std::string& s = v.get_ref<const std::string&>();
-      if (NeedsQuotes(s)) out << YAML::DoubleQuoted;
-      out << s;
+      EmitString(out, v.get_ref<const std::string&>());
       return;
     }
     case ojson::value_t::boolean:
@@ -174,9 +239,11 @@ Result<std::vector<ojson>> ParseYamlDocuments(std::string_view text) {
     const std::string copy(text);
     if (Status s = CheckDocumentsEnd(copy); !s.ok()) return s;
     std::vector<ojson> docs;
+    // A million nodes of aliases over what the text itself holds.
+    NodeBudget budget{copy.size() + 1'000'000};
     for (const YAML::Node& node : YAML::LoadAll(copy)) {
       if (node.IsNull()) continue;  // empty documents between separators
-      Result<ojson> doc = Convert(node, 0);
+      Result<ojson> doc = Convert(node, 0, budget);
       if (!doc.ok()) return doc.status();
       docs.push_back(std::move(*doc));
     }
