@@ -121,6 +121,51 @@ TEST(MutateTest, AgentModeWithoutImageAndTooSmallEphemeralLimit) {
       << m.denials[1];
 }
 
+// What the pod has under our names or at our paths. As KServe renders a tier (our volume, at
+// our path, of the tier's kind, "/" at the end or not) it is kept; anything else was kept as
+// well and went wrong later: a second mount at one path (which the API server refuses), a tier
+// directory with no volume behind it, a hostPath where an emptyDir was asked for.
+TEST(MutateTest, MountsAndVolumesUnderOurNamesMustBeOurs) {
+  json rendered = Pod(EmptyDirSpec("5Gi"));
+  rendered["spec"]["volumes"] = {{{"name", "kv-cache-secondary-0"}, {"emptyDir", {{"sizeLimit", "5Gi"}}}}};
+  rendered["spec"]["containers"][0]["volumeMounts"] = {
+      {{"name", "kv-cache-secondary-0"}, {"mountPath", "/mnt/kv-cache-0/"}}};
+  Mutation kept = Mutate(Input(rendered));
+  EXPECT_TRUE(kept.allowed) << kept.denial;
+  for (const json& op : json::parse(kept.patch)) {
+    EXPECT_FALSE(op.dump().find("kv-cache-secondary-0") != std::string::npos) << op.dump();
+  }
+
+  json clash = Pod(EmptyDirSpec("5Gi"));
+  clash["metadata"]["annotations"][kAnnotationMode] = "agent";
+  clash["spec"]["volumes"] = {{{"name", "kv-cache-secondary-0"}, {"hostPath", {{"path", "/data"}}}},
+                              {{"name", "models"}, {"emptyDir", json::object()}}};
+  clash["spec"]["containers"][0]["volumeMounts"] = {
+      {{"name", "kv-cache-secondary-0"}, {"mountPath", "/data"}},
+      {{"name", "models"}, {"mountPath", "/opt/kvoffload/"}}};
+  MutationInput in = Input(clash);
+  in.options.agent_image = "kv-offload/offload-agent:test";
+  Mutation m = Mutate(in);
+  ASSERT_FALSE(m.allowed);
+  ASSERT_EQ(m.denials.size(), 3u) << m.denial;
+  EXPECT_EQ(m.denials[0].rfind("container \"main\" mounts volume \"kv-cache-secondary-0\" at "
+                               "/data, but that name is disk tier 0's, mounted at /mnt/kv-cache-0:"
+                               " rename the volume, or mount it at /mnt/kv-cache-0",
+                               0),
+            0u)
+      << m.denials[0];
+  EXPECT_EQ(m.denials[1].rfind("container \"main\" mounts volume \"models\" at /opt/kvoffload/, "
+                               "where the agent's library is mounted; mount it elsewhere",
+                               0),
+            0u)
+      << m.denials[1];
+  EXPECT_EQ(m.denials[2].rfind("volume \"kv-cache-secondary-0\" is already in the pod, but not as "
+                               "disk tier 0 (emptyDir) would have it: rename the pod's volume",
+                               0),
+            0u)
+      << m.denials[2];
+}
+
 TEST(MutateTest, CheckedPlanBuildsThePatch) {
   json pod = Pod(EmptyDirSpec("5Gi"));
   const MutationInput in = Input(pod);

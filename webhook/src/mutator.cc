@@ -542,6 +542,72 @@ json KvTransferConfig(const OffloadSpec& spec, Mode mode) {
   return config;
 }
 
+// A mount path as the kubelet reads it: "/mnt/kv-cache-0/" is "/mnt/kv-cache-0".
+std::string_view WithoutTrailingSlashes(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return path;
+}
+
+// What the pod already has under the names and at the paths of our volumes and mounts. KServe
+// renders the tiers as we do (our volume, at our path, of the tier's kind), and those are kept;
+// anything else would go wrong later, and is refused here: another volume at one of our paths
+// (the API server refuses two mounts at one path, or the tier writes into the user's volume),
+// our volume mounted elsewhere (the tier's directory would be no mount at all), or a volume of
+// our name that is not the tier's (a hostPath where an emptyDir was asked for).
+void CheckRenderedMounts(const MutationInput& in, const MutationPlan& plan,
+                         const JsonView& container, const std::string& from,
+                         std::vector<std::string>* denials) {
+  const JsonView mounts = container["volumeMounts"];
+  const std::vector<std::string_view> names = mounts.StringMembers("name");
+  const std::vector<std::string_view> paths = mounts.StringMembers("mountPath");
+  const std::string c = "container \"" + plan.container_name + "\" ";
+  auto check = [&](const std::string& volume, const std::string& path, const std::string& what) {
+    bool ours_there = false;
+    for (size_t k = 0; k < names.size(); ++k) {
+      const bool at_path = WithoutTrailingSlashes(paths[k]) == path;
+      ours_there = ours_there || (at_path && names[k] == volume);
+      if (at_path && names[k] != volume) {
+        denials->push_back(c + "mounts volume \"" + std::string(names[k]) + "\" at " +
+                           std::string(paths[k]) + ", where " + what + " is mounted; mount it " +
+                           "elsewhere" + from);
+      }
+    }
+    for (size_t k = 0; k < names.size() && !ours_there; ++k) {
+      if (names[k] == volume) {
+        denials->push_back(c + "mounts volume \"" + volume + "\" at " + std::string(paths[k]) +
+                           ", but that name is " + what + "'s, mounted at " + path +
+                           ": rename the volume, or mount it at " + path + from);
+        break;
+      }
+    }
+  };
+  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+    check(TierVolumeName(i), TierMountPath(i), "disk tier " + std::to_string(i));
+  }
+  if (plan.mode == Mode::kAgent) check(kAgentVolume, kAgentMountPath, "the agent's library");
+
+  const JsonView volumes = in.pod["spec"]["volumes"];
+  const std::vector<std::string_view> volume_names = volumes.StringMembers("name");
+  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
+    const Tier& t = in.spec.secondary[i];
+    const auto at = std::find(volume_names.begin(), volume_names.end(), TierVolumeName(i));
+    if (at == volume_names.end()) continue;
+    const JsonView v = volumes.At(static_cast<size_t>(at - volume_names.begin()));
+    const char* want = t.kind == TierKind::kEmptyDir  ? "emptyDir"
+                       : t.kind == TierKind::kPvcSpec ? "ephemeral"
+                                                      : "persistentVolumeClaim";
+    const bool same = v.Contains(want) &&
+                      (t.kind != TierKind::kPvcRef ||
+                       StringAt(v[want], "claimName") == t.ref_name);
+    if (!same) {
+      denials->push_back("volume \"" + TierVolumeName(i) + "\" is already in the pod, but not " +
+                         "as disk tier " + std::to_string(i) + " (" + TierKindName(t.kind) +
+                         (t.kind == TierKind::kPvcRef ? " of claim " + t.ref_name : "") +
+                         ") would have it: rename the pod's volume" + from);
+    }
+  }
+}
+
 CheckedMutation CheckMutation(const MutationInput& in) {
   CheckedMutation out;
   MutationPlan& plan = out.plan;
@@ -642,6 +708,8 @@ CheckedMutation CheckMutation(const MutationInput& in) {
       return out;
     }
   }
+
+  CheckRenderedMounts(in, plan, container, from, &denials);
 
   // Tier volumes the pod lacks are added; the emptyDir ones among them raise the container's
   // ephemeral-storage request, which must stay within its limit.
