@@ -82,6 +82,12 @@ TEST_F(AdmissionTest, InjectsAndEchoesUid) {
 TEST_F(AdmissionTest, BadRequestsGetErrorAnswers) {
   HttpAnswer wrong_type = handler_.Handle("text/plain", "{}");
   EXPECT_EQ(wrong_type.status, 415);
+  EXPECT_EQ(handler_.Handle("application/jsonx", "{}").status, 415);
+  EXPECT_EQ(handler_.Handle("", "{}").status, 415);
+  // Media types are case-insensitive (RFC 9110): read as JSON, so a 400 for "{}", not a 415.
+  for (const char* type : {"Application/JSON", "application/json ; charset=utf-8"}) {
+    EXPECT_EQ(Response(handler_.Handle(type, "{}"))["status"]["code"], 400) << type;
+  }
 
   json not_json = Response(handler_.Handle("application/json", "{\"kind\":"));
   EXPECT_EQ(not_json["allowed"], false);

@@ -1,6 +1,9 @@
 #include "webhook/admission.h"
 
+#include <algorithm>
+#include <cctype>
 #include <optional>
+#include <string_view>
 
 #include "webhook/base64.h"
 #include "webhook/json_util.h"
@@ -48,9 +51,15 @@ HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warning
 // fills `review` and `uid`. The review is read in place (JsonView), never built as a DOM.
 std::optional<HttpAnswer> Decode(std::string_view content_type, const std::string& body,
                                  std::optional<JsonDocument>* review, std::string* uid) {
-  // Media type check ignores parameters such as "; charset=utf-8".
-  const std::string_view media = content_type.substr(0, content_type.find(';'));
-  if (media != "application/json") {
+  // Media type check ignores parameters such as "; charset=utf-8", and case and spaces, which
+  // RFC 9110 does not count (the API server itself sends "application/json").
+  std::string_view media = content_type.substr(0, content_type.find(';'));
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
+  constexpr std::string_view kJson = "application/json";
+  if (media.size() != kJson.size() ||
+      !std::equal(media.begin(), media.end(), kJson.begin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == b;
+      })) {
     HttpAnswer answer;
     answer.status = 415;
     answer.body =
