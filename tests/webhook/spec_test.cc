@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "is kvCacheOffloading.secondary[0]'s directory too"},
         ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv"}}}},{"fileSystem":{"pvc":{"ref":{"name":"kv","path":"."}}}}]})",
                   "kvCacheOffloading.secondary[1].fileSystem.pvc.ref.path",
-                  "is kvCacheOffloading.secondary[0]'s directory too"},
+                  "the root of claim kv is kvCacheOffloading.secondary[0]'s directory too"},
         ErrorCase{R"("10Gi")", "kvCacheOffloading", "must be an object"}));
 
 // Tiers of one claim in directories of their own, or of two claims at one path, are fine.

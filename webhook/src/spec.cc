@@ -330,8 +330,10 @@ SpecParse ParseSpec(const nlohmann::json& spec) {
               NormalSubPath(other.ref_path) != NormalSubPath(t.ref_path)) {
             continue;
           }
-          v.Error(path + ".fileSystem.pvc.ref.path",
-                  Quoted(json(t.ref_path)) + " of claim " + t.ref_name + " is " + paths[j] +
+          const std::string dir = NormalSubPath(t.ref_path).empty()
+                                      ? "the root of claim " + t.ref_name
+                                      : Quoted(json(t.ref_path)) + " of claim " + t.ref_name;
+          v.Error(path + ".fileSystem.pvc.ref.path", dir + " is " + paths[j] +
                       "'s directory too; two tiers cannot share one: give each its own path "
                       "(e.g. \"kv-cache-" + std::to_string(j) + "/\" and \"kv-cache-" +
                       std::to_string(i) + "/\")");
