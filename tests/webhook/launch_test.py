@@ -150,6 +150,39 @@ class LaunchTest(unittest.TestCase):
                 self.assertEqual(without_config_hash(patched), after)
                 self.assertEqual(inject(patched, cluster), patched)
 
+    def test_launch_forms_found_from_outside(self):
+        """Launches an exploratory run of bash over patched pods found mishandled: a bash long
+        option (--norc, --rcfile FILE) read as -c, so the script was taken for another word and
+        the pod left without a flag; and the flag's name in a comment or an echo read as the
+        user's own flag, with the same result. Each must now give vLLM exactly our flag and
+        every argument of the user's."""
+        script = 'exec vllm serve /mnt/models "$@"'
+        forms = {
+            "bash --norc": ["/bin/bash", "--noprofile", "--norc", "-c", script, "--"],
+            "bash --rcfile": ["/bin/bash", "--rcfile", "/dev/null", "-c", script, "--"],
+            "comment": ["/bin/sh", "-c", "# vLLM gets --kv-transfer-config from the webhook\n"
+                        + script, "--"],
+            "echo": ["/bin/sh", "-c", 'echo "no --kv-transfer-config of ours" >&2; ' + script,
+                     "--"],
+        }
+        for name, command in forms.items():
+            with self.subTest(form=name):
+                pod = {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "p", "annotations": {
+                           "kvoffload.io/config": '{"cpu":"1Gi"}',
+                           "kvoffload.io/mode": "agent",
+                           "kvoffload.io/vllm": "true"}},
+                       "spec": {"containers": [{"name": "main", "image": "vllm",
+                                                "command": command,
+                                                "args": ["--port", "8000", "a b"]}]}}
+                patched = inject(pod, {"agentImage": "kv-offload/offload-agent:test"})
+                status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
+                self.assertEqual(status["vllmFlag"], "args", status)
+                ran = vllm_argv.run(patched)
+                self.assertEqual(ran["kvTransferConfigs"], [AGENT], ran["argv"])
+                self.assertEqual(ran["argv"][:5], ["serve", "/mnt/models", "--port", "8000",
+                                                   "a b"], ran["argv"])
+
 
 def inject(pod: dict, cluster: dict) -> dict:
     """The pod as `kv-offload-webhook inject` prints it, with the case's cluster objects."""

@@ -26,15 +26,17 @@ bool IsShell(std::string_view program) {
 }
 
 // Index of the `-c` option (also bundled: `-ec`, `-lc`) in a shell's argv, or nullopt when the
-// shell runs a script file instead. `-o NAME` takes the next word.
+// shell runs a script file instead. `-o NAME` takes the next word; bash's long options are no
+// `-c` (`--norc`, `--rcfile FILE` and `--init-file FILE` with theirs).
 std::optional<size_t> ShellCommandOption(const std::vector<std::string_view>& argv) {
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string_view a = argv[i];
-    if (a == "-o" || a == "+o") {
+    if (a == "-o" || a == "+o" || a == "--rcfile" || a == "--init-file") {
       ++i;
       continue;
     }
     if (a.size() < 2 || (a[0] != '-' && a[0] != '+') || a == "--") return std::nullopt;
+    if (a.starts_with("--")) continue;
     if (a.find('c') != std::string_view::npos) return i;
   }
   return std::nullopt;
@@ -113,7 +115,9 @@ bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_sh
 // Finds a flag anywhere in free text (a script, an env value). `checks_only` is set when every
 // occurrence is a glob pattern in a test (`[[ "$*" != *"--kv-transfer-config"* ]]`), i.e. the
 // text only asks whether someone else passed the flag.
-bool FindFlagInText(std::string_view text, std::string* value, bool* defers) {
+// `at`, when given, is set to where the flag found starts.
+bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
+                    size_t* at = nullptr) {
   bool found_flag = false;
   *defers = false;
   for (std::string_view flag : kFlagNames) {
@@ -126,6 +130,7 @@ bool FindFlagInText(std::string_view text, std::string* value, bool* defers) {
       } else if (!found_flag) {
         found_flag = true;
         *value = FlagValueAt(text, pos, flag.size());
+        if (at != nullptr) *at = pos;
       }
     }
   }
@@ -224,6 +229,32 @@ bool HasWord(const std::vector<std::string>& words, std::string_view word) {
     if (w == word) return true;
   }
   return false;
+}
+
+// FindFlagInText over a script's logical lines, without its comments and the commands that
+// only print or test text (a comment or an echo that names the flag passed vLLM nothing, and
+// once made the webhook leave the pod without one). Assignments stay: a flag kept in a
+// variable is likely expanded into the launch later.
+bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value, bool* defers) {
+  static constexpr std::array<std::string_view, 3> kPrints = {"echo", "printf", ":"};
+  bool found = false;
+  *defers = false;
+  for (const std::string& line : lines) {
+    std::string v;
+    bool d = false;
+    size_t at = 0;
+    const bool here = FindFlagInText(line, &v, &d, &at);
+    *defers = *defers || d;
+    if (!here || found) continue;
+    const std::vector<std::string> words = CommandWordsBefore(line, at);
+    if (!words.empty() &&
+        std::find(kPrints.begin(), kPrints.end(), words.front()) != kPrints.end()) {
+      continue;
+    }
+    found = true;
+    *value = std::move(v);
+  }
+  return found;
 }
 
 struct Expansion {
@@ -344,7 +375,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
                      plan.route == FlagRoute::kArgsForEval, &value)) {
     user_flag("args", value);
-  } else if (FindFlagInText(script, &value, &defers) && !defers) {
+  } else if (FindFlagInScript(lines, &value, &defers) && !defers) {
     user_flag("the launch script", value);
   } else if (FindFlagInText(additional_args, &value, &defers)) {
     user_flag(std::string(kAdditionalArgs), value);
