@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io_status.h"
+#include "process_tag.h"
 
 namespace kvoffload {
 namespace {
@@ -224,16 +225,19 @@ Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, 
     ::close(fd);
     return ErrnoStatus(err, "create " + writers);
   }
-  // pid plus a per-process counter: two engines of one process on one tier are two writers.
+  // The process's tag plus a counter: two engines of one process on one tier are two writers,
+  // and two processes of two pods are too, whatever their pids (process_tag.h).
   static std::atomic<unsigned> counter{0};
-  const std::string name = std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  const std::string name = ProcessTag() + "." + std::to_string(counter.fetch_add(1));
   int wfd = -1;
   int err = 0;
   {
     // Created and locked under the ledger lock: a reaper (which holds it) never takes a writer
     // file that exists but is not locked yet for one whose writer died.
     FileLock lock(fd);
-    wfd = ::open((writers + "/" + name).c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+    // O_EXCL: never another writer's file, which truncating would make it forget its bytes
+    // in flight before its lock refused us.
+    wfd = ::open((writers + "/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
     if (wfd >= 0 && ::flock(wfd, LOCK_EX | LOCK_NB) != 0) {
       err = errno;
       ::close(wfd);

@@ -10,6 +10,7 @@
 
 #include "disk_io_backends.h"
 #include "kvoffload/disk_io.h"
+#include "process_tag.h"
 
 namespace kvoffload {
 
@@ -42,7 +43,9 @@ Result<std::unique_ptr<DiskIo>> NewDiskIo(std::string_view name, const DiskIoOpt
 
 bool SupportsODirect(const std::string& dir) {
   static std::atomic<unsigned> counter{0};
-  std::string path = dir + "/.kvoffload-odirect-probe." + std::to_string(::getpid()) + "." +
+  // Named by the process's tag, not its pid: another pod's engine at the same pid probing a
+  // shared tier at once made O_EXCL fail, which read as a file system refusing O_DIRECT.
+  std::string path = dir + "/.kvoffload-odirect-probe." + ProcessTag() + "." +
                      std::to_string(counter.fetch_add(1));
   int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
   if (fd < 0) return false;  // EINVAL: the file system refuses O_DIRECT (tmpfs)

@@ -44,8 +44,8 @@ bool SupportsTmpfileLink(const std::string& dir, int flags) {
   static std::atomic<unsigned> counter{0};
   const int fd = ::open(dir.c_str(), flags | O_TMPFILE | O_WRONLY, 0600);
   if (fd < 0) return false;
-  const std::string probe = dir + "/.kvoffload-tmpfile-probe." + std::to_string(::getpid()) +
-                            "." + std::to_string(counter.fetch_add(1));
+  const std::string probe = dir + "/.kvoffload-tmpfile-probe." + ProcessTag() + "." +
+                            std::to_string(counter.fetch_add(1));
   const bool ok = ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(), AT_FDCWD,
                            probe.c_str(), AT_SYMLINK_FOLLOW) == 0;
   ::close(fd);
@@ -62,7 +62,7 @@ bool KeepsSlots(const DiskTierConfig& c) { return !c.persistent && !c.shared; }
 // persistent tier may be full of its own blocks at restart, and eviction makes room.
 Status ProbeWritable(const std::string& dir) {
   static std::atomic<unsigned> counter{0};
-  const std::string probe = dir + "/.kvoffload-write-probe." + std::to_string(::getpid()) + "." +
+  const std::string probe = dir + "/.kvoffload-write-probe." + ProcessTag() + "." +
                             std::to_string(counter.fetch_add(1));
   auto full = [](int err) { return err == ENOSPC || err == EDQUOT; };
   const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
@@ -485,7 +485,7 @@ std::string DiskTier::SetAside(const BlockKey& key) const {
 
 std::string DiskTier::TempPath(std::string_view stem) const {
   static std::atomic<uint64_t> counter{0};
-  return dir_ + "/" + std::string(stem) + "." + pid_ + "." +
+  return dir_ + "/" + std::string(stem) + "." + tag_ + "." +
          std::to_string(counter.fetch_add(1)) + ".tmp";
 }
 

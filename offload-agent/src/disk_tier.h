@@ -35,6 +35,7 @@
 #include "kvoffload/disk_io.h"
 #include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
+#include "process_tag.h"
 #include "log_sink.h"
 #include "kvoffload/mutex.h"
 #include "slot_file.h"
@@ -205,8 +206,8 @@ class DiskTier {
   // 4096: its trailer is rebuilt from memory on each read). The capacity counts these.
   const size_t stored_bytes_;
   const std::string dir_;
-  // Temp file names carry it (one syscall at open, not one per eviction).
-  const std::string pid_ = std::to_string(::getpid());
+  // Temp file names carry it (process_tag.h; made once at open, not once per eviction).
+  const std::string tag_ = ProcessTag();
   std::unique_ptr<DiskIo> io_;
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   // Set once in Init(), before any other thread sees the tier; thread-safe itself, and WriteFile

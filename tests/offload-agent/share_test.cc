@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <cstdlib>
 
 #include <fstream>
 #include <thread>
@@ -66,6 +67,34 @@ TEST(ShareTest, EachReplicaServesTheBlocksTheOtherStored) {
   EXPECT_EQ(ob.exact, 100u);
   const std::string tier = dir.path() + "/tier";
   EXPECT_EQ(testing::FilesUnder(tier, ".blk"), 102u) << "100 keys + one flush block each";
+  EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier)) << "the ledger counts each file once";
+}
+
+// Replicas in pods of their own run their engines in pid namespaces of their own, often at the
+// same pid (a container's main process is pid 1). The second replica at pid 1 found the first
+// one's writer file under its own name (files were named by pid) and could not open the tier;
+// they are now named by a random tag with the pid (process_tag.h).
+TEST(ShareTest, ReplicasAtOnePidInPidNamespacesOfTheirOwnBothServe) {
+  std::string missing;
+  if (std::system("unshare -p -f --mount-proc true 2>/dev/null") != 0) {
+    missing = "unshare -p -f --mount-proc failed";
+  }
+  KVO_REQUIRE_CAPABILITY("pid namespaces (root)", missing);
+  TempDir dir;
+  auto pid_one = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/unshare", "-p", "-f", "--mount-proc"});
+    return args;
+  };
+  pid_t a = Spawn(pid_one(Args(dir.path(), "serve", "a", 0, 60, 0, 100, 256)));
+  pid_t b = Spawn(pid_one(Args(dir.path(), "serve", "b", 40, 60, 0, 100, 256)));
+  ASSERT_EQ(Reap(a), 0);
+  ASSERT_EQ(Reap(b), 0) << "the second replica at pid 1 opens the tier too";
+  Outcome oa = ReadOutcome(dir.path() + "/a.result");
+  Outcome ob = ReadOutcome(dir.path() + "/b.result");
+  EXPECT_EQ(oa.wrong + ob.wrong, 0u);
+  EXPECT_EQ(oa.exact, 100u);
+  EXPECT_EQ(ob.exact, 100u);
+  const std::string tier = dir.path() + "/tier";
   EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier)) << "the ledger counts each file once";
 }
 
