@@ -350,6 +350,7 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
 }
 
 Status DiskTier::Reserve(Room* room) {
+  bool listed = false;
   for (;;) {
     if (!spares_.empty()) {
       std::string spare = std::move(spares_.back());
@@ -399,6 +400,32 @@ Status DiskTier::Reserve(Room* room) {
     if (evictions_in_flight_ > 0) {  // room is being made by another thread
       cv_.Wait();
       continue;
+    }
+    // A shared tier filled by other replicas since we opened holds blocks of our fingerprint
+    // that we never indexed: with none of them victims, every block pushed here was dropped
+    // for as long as this replica ran. Index what the directory holds, once per write, and
+    // evict from it as from our own.
+    if (options_.config.shared && !listed) {
+      listed = true;
+      mu_.Unlock();
+      const std::vector<BlockKey> on_disk = ListBlocks();
+      mu_.Lock();
+      bool indexed = false;
+      for (const BlockKey& key : on_disk) {
+        if (entries_.contains(key) || inserting_.contains(key)) continue;
+        entries_.emplace(key, Entry{});
+        PolicyOn(PolicyCall::kInsert, key);
+        indexed = true;
+      }
+      if (indexed) {
+        // The blocks being written entered the policy before this call; they are newer than
+        // the ones just indexed, which would otherwise be kept while our new block goes next.
+        for (const BlockKey& key : inserting_) {
+          PolicyOn(PolicyCall::kRemove, key);
+          PolicyOn(PolicyCall::kInsert, key);
+        }
+        continue;
+      }
     }
     return Status::ResourceExhausted(options_.name + " (" + options_.config.path +
                                      ") is full: " + std::to_string(ledger_->used()) + " of " +

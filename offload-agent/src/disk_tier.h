@@ -151,6 +151,10 @@ class DiskTier {
   void Settle(std::vector<Recovered> files);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
   uint64_t ScanUsedBytes() const;
+  // The keys of the blocks in our fingerprint's directory, as named on disk now. In a shared
+  // tier these include blocks other replicas stored after we opened, which we learn of only by
+  // looking them up.
+  std::vector<BlockKey> ListBlocks() const;
   // The policy calls, journaled until the recovered blocks are settled.
   void PolicyOn(PolicyCall call, const BlockKey& key) REQUIRES(mu_);
   // Removes the oldest other fingerprint's file, if any is left; true when it did.

@@ -237,6 +237,18 @@ void DiskTier::Settle(std::vector<Recovered> files) {
   cv_.SignalAll();
 }
 
+std::vector<BlockKey> DiskTier::ListBlocks() const {
+  std::vector<BlockKey> keys;
+  const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return keys;
+  ForEachEntry(fd, [&](std::string_view name, unsigned char type, ino_t) {
+    BlockKey key;
+    if (MaybeFile(type) && ParseBlockFileName(name, &key)) keys.push_back(key);
+  });
+  ::close(fd);
+  return keys;
+}
+
 uint64_t DiskTier::ScanUsedBytes() const {
   uint64_t total = 0;
   ForEachFingerprintDir(FormatRoot(options_.config.path),

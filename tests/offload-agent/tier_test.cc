@@ -418,6 +418,29 @@ TEST_F(DiskTierTest, ReopenedSmallerWhileHeldShedsDownToItsCapacityOnTheNextWrit
   }
 }
 
+// A shared tier that another replica filled after this one opened: its blocks are of our
+// fingerprint but were never looked up here, so none was a victim, and every write of ours was
+// refused for as long as we ran ("no block of ours can be evicted"). The writer now indexes the
+// directory's blocks when it finds no victim, and evicts from them.
+TEST_F(DiskTierTest, SharedTierFilledByAnotherReplicaAfterOpenStillTakesWrites) {
+  auto a = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  {
+    auto b = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+    for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*b, k).ok());
+  }
+  for (uint64_t k = 11; k <= 12; ++k) {
+    const Status s = Put(*a, k);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_TRUE(a->Contains(Key(11)));
+  EXPECT_TRUE(a->Contains(Key(12)));
+  EXPECT_EQ(a->Stats().evictions, 2u);
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot)
+      << "the capacity is still the two replicas' together";
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*a, {Key(11), Key(12)}, results).size(), 2u);
+}
+
 // The same steady state in a slot file: the new blocks go into the victims' slots, and the file
 // never grows past the tier's capacity in slots.
 TEST_F(DiskTierTest, FullSlotTierWritesNewBlocksIntoItsVictimsSlots) {
