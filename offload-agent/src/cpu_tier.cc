@@ -245,8 +245,9 @@ std::vector<BlockKey> CpuTier::ResidentKeys() {
   MutexLock lock(&mu_);
   std::vector<BlockKey> keys;
   keys.reserve(entries_.size());
-  for (const auto& [key, e] : entries_) {
-    if (e.state == State::kResident) keys.push_back(key);
+  for (const BlockKey& key : policy_->EvictionOrder()) {
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.state == State::kResident) keys.push_back(key);
   }
   return keys;
 }

@@ -102,7 +102,8 @@ class CpuTier {
   void CommitInsert(const BlockKey& key, bool keep_pinned);
   void AbortInsert(const BlockKey& key);
 
-  // The keys of the blocks resident now (published, not being evicted), in no order.
+  // The keys of the blocks resident now (published, not being evicted), coldest first: the
+  // policy's eviction order.
   std::vector<BlockKey> ResidentKeys();
 
   // Pins a resident block and returns its slot; nullptr when absent or not yet published. A

@@ -230,7 +230,19 @@ class EngineImpl final : public Engine {
       }
     }
     if (target == disks_.size()) return report;
-    for (const BlockKey& key : cpu_->ResidentKeys()) {
+    // The hottest blocks the tier can hold, written coldest first: written in any other order
+    // (the pinned tier's hash order, before), a tier smaller than the pinned one evicted the
+    // write-back's own earlier writes, the hottest among them as likely as any, and each
+    // eviction still counted as written; and the order written is the order a restart
+    // recovers them in, oldest first.
+    std::vector<BlockKey> keys = cpu_->ResidentKeys();
+    const uint64_t room =
+        disks_[target]->Stats().capacity_bytes / BlockFileBytes(config_.block_bytes);
+    if (keys.size() > room) {
+      report.left += keys.size() - room;
+      keys.erase(keys.begin(), keys.end() - static_cast<std::ptrdiff_t>(room));
+    }
+    for (const BlockKey& key : keys) {
       if (std::chrono::steady_clock::now() >= deadline) {
         ++report.left;
         continue;

@@ -550,6 +550,31 @@ TEST(EngineTest, WriteBackPersistsPinnedOnlyBlocksForTheRestart) {
   EXPECT_EQ(e->Lookup(std::span(b.keys.data(), 1)).prefix, 0u);  // disk0 started empty
 }
 
+// A persistent tier smaller than what only the pinned tier holds: the write-back writes the
+// hottest blocks it can hold, coldest first, and reports what it wrote. It wrote in the pinned
+// tier's hash order before, evicting its own earlier writes (the newest blocks as likely as any)
+// while counting every one as written: 8 written, 4 on disk, the 4 newest lost.
+TEST(EngineTest, WriteBackIntoASmallerTierKeepsTheHottestBlocks) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 8);
+  {
+    auto e = Open(Config(8, {Tier(d0.path(), 4, /*persistent=*/true)}));
+    ASSERT_TRUE(StoreAndWait(*e, b).ok());
+    // Block 0 read again: the hottest now, then 7, 6 and 5.
+    ExpectLoadsExactly(*e, Blocks::Make(0, 1));
+    WriteBackReport r = e->WriteBack(std::chrono::seconds(10));
+    EXPECT_EQ(r.written, 4u);
+    EXPECT_EQ(r.failed, 0u);
+    EXPECT_EQ(r.left, 4u) << "the four coldest do not fit";
+    EXPECT_EQ(e->Stats().tiers[1].evictions, 0u) << "no write evicted another";
+  }
+  auto e = Open(Config(8, {Tier(d0.path(), 4, /*persistent=*/true)}));
+  for (uint64_t k : {0ULL, 5ULL, 6ULL, 7ULL}) {
+    EXPECT_EQ(e->Lookup(Blocks::Make(k, 1).keys).prefix, 1u) << "block " << k;
+  }
+  ExpectLoadsExactly(*e, Blocks::Make(0, 1));
+}
+
 TEST(EngineTest, WriteBackStopsAtItsBudgetAndNeedsAPersistentTier) {
   TempDir d0;
   Blocks b = Blocks::Make(0, 4);

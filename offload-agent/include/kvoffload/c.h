@@ -146,8 +146,9 @@ KVO_API kvo_status kvo_job_wait(kvo_engine* engine, uint64_t job);
 KVO_API kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);
 
 /* Graceful shutdown, before kvo_engine_destroy: writes the blocks that are only in the pinned
- * tier to the first persistent disk tier, starting no write after budget_ms. *written, *failed
- * and *left (each may be NULL): blocks written, writes that failed, blocks not tried in time.
+ * tier to the first persistent disk tier, starting no write after budget_ms: the hottest that
+ * tier can hold, coldest first. *written, *failed and *left (each may be NULL): blocks
+ * written, writes that failed, blocks not tried (no time left, or colder than what fits).
  * Without a persistent tier nothing is written and all three are 0. */
 KVO_API kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* written,
                                   uint64_t* failed, uint64_t* left);

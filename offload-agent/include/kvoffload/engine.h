@@ -36,7 +36,7 @@ using JobId = uint64_t;
 struct WriteBackReport {
   uint64_t written = 0;  // pinned-only blocks now in the persistent tier
   uint64_t failed = 0;   // writes that failed (no room, I/O error): counted by the tier too
-  uint64_t left = 0;     // not tried: the time budget ran out first
+  uint64_t left = 0;     // not tried: the time budget ran out, or colder than what fits
 };
 
 // One residency change in the event feed (EngineConfig::event_capacity > 0).

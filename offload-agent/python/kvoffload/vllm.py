@@ -622,7 +622,8 @@ class KVOffloadWorker(OffloadingWorker):
         report = self._core.close(self._write_back_s)
         if report is not None:
             logger.info("kvoffload: shutdown wrote %d pinned-only blocks to the persistent "
-                        "tier in %.2f s (%d failed, %d left when the %.0f s budget ran out)",
+                        "tier in %.2f s (%d failed, %d not written: colder than the tier "
+                        "holds, or past the %.0f s budget)",
                         report["written"], time.monotonic() - start, report["failed"],
                         report["left"], self._write_back_s)
 
