@@ -153,10 +153,12 @@ class LaunchTest(unittest.TestCase):
     def test_launch_forms_found_from_outside(self):
         """Launches an exploratory run of bash over patched pods found mishandled: a bash long
         option (--norc, --rcfile FILE) read as -c, so the script was taken for another word and
-        the pod left without a flag; and the flag's name in a comment or an echo read as the
-        user's own flag, with the same result. Each must now give vLLM exactly our flag and
+        the pod left without a flag; the flag's name in a comment or an echo read as the
+        user's own flag, with the same result; a shell behind env or timeout; a flag in a
+        VLLM_ADDITIONAL_ARGS nothing expands. Each must now give vLLM exactly our flag and
         every argument of the user's."""
         script = 'exec vllm serve /mnt/models "$@"'
+        lmcache = "--kv-transfer-config '{\"kv_connector\":\"LMCacheConnectorV1\"}'"
         forms = {
             "bash --norc": ["/bin/bash", "--noprofile", "--norc", "-c", script, "--"],
             "bash --rcfile": ["/bin/bash", "--rcfile", "/dev/null", "-c", script, "--"],
@@ -164,8 +166,17 @@ class LaunchTest(unittest.TestCase):
                         + script, "--"],
             "echo": ["/bin/sh", "-c", 'echo "no --kv-transfer-config of ours" >&2; ' + script,
                      "--"],
+            # A shell behind a wrapper was taken for no shell: our flag became its $0.
+            "env wrapper": ["/usr/bin/env", "-u", "X", "FOO=1", "bash", "-c", script, "--"],
+            "timeout wrapper": ["timeout", "-k", "5", "1000", "sh", "-c", script, "--"],
+            # A flag in VLLM_ADDITIONAL_ARGS that no script expands never reaches vLLM: it
+            # was taken for the user's own, and vLLM got none.
+            "exec form, flag only in the env": (["vllm", "serve", "/mnt/models"],
+                                                 [{"name": "VLLM_ADDITIONAL_ARGS",
+                                                   "value": lmcache}]),
         }
         for name, command in forms.items():
+            command, env = command if isinstance(command, tuple) else (command, [])
             with self.subTest(form=name):
                 pod = {"apiVersion": "v1", "kind": "Pod",
                        "metadata": {"name": "p", "annotations": {
@@ -173,7 +184,7 @@ class LaunchTest(unittest.TestCase):
                            "kvoffload.io/mode": "agent",
                            "kvoffload.io/vllm": "true"}},
                        "spec": {"containers": [{"name": "main", "image": "vllm",
-                                                "command": command,
+                                                "command": command, "env": env,
                                                 "args": ["--port", "8000", "a b"]}]}}
                 patched = inject(pod, {"agentImage": "kv-offload/offload-agent:test"})
                 status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
@@ -182,6 +193,62 @@ class LaunchTest(unittest.TestCase):
                 self.assertEqual(ran["kvTransferConfigs"], [AGENT], ran["argv"])
                 self.assertEqual(ran["argv"][:5], ["serve", "/mnt/models", "--port", "8000",
                                                    "a b"], ran["argv"])
+        # Where a plain (not eval'd) expansion of VLLM_ADDITIONAL_ARGS carries the user's flag,
+        # bash splits it and removes no quotes: unquoted JSON reaches vLLM whole and is the
+        # user's; it was judged as eval would read it ("invalid JSON, quote it").
+        plain = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "p", "annotations": {
+                     "kvoffload.io/config": '{"cpu":"1Gi"}', "kvoffload.io/vllm": "true"}},
+                 "spec": {"containers": [{
+                     "name": "main", "image": "vllm",
+                     "command": ["/bin/bash", "-c",
+                                 "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS"],
+                     "env": [{"name": "VLLM_ADDITIONAL_ARGS",
+                              "value": '--kv-transfer-config={"kv_connector":"Mine"}'}]}]}}
+        patched = inject(plain, {})
+        status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
+        self.assertEqual((status["vllmFlag"], status.get("vllmFlagReason")), ("user", "user-flag"))
+        self.assertEqual(vllm_argv.run(patched)["kvTransferConfigs"], [{"kv_connector": "Mine"}])
+
+    def test_reinjection_after_a_spec_or_mode_change_replaces_our_flag(self):
+        """A pod (or template) injected once, then injected again after its spec or mode
+        changed, as a GitOps repository re-runs `inject` over its own output: our earlier flag
+        was read as the user's and kept, so vLLM got the old spec, or the agent's spec after a
+        switch to vllm-native. The new flag takes its place, in args or in
+        VLLM_ADDITIONAL_ARGS, and vLLM gets exactly one, the new one."""
+        changes = {
+            "spec": lambda a: a.update({"kvoffload.io/config": json.dumps(
+                {"cpu": "8Gi", "secondary": [{"fileSystem": {"emptyDir": {"size": "20Gi"}}}]})}),
+            "mode": lambda a: a.update({"kvoffload.io/mode": "vllm-native"}),
+        }
+        for name in ("python-module-exec", "shell-eval-escaped", "shell-additional-args-env",
+                     "kserve-rendered"):
+            before = load(TESTDATA / f"{name}.pod.json")
+            cluster = dict(load(TESTDATA / f"{name}.cluster.json") or {},
+                           defaultMode="agent", agentImage="kv-offload/offload-agent:test")
+            for change, apply in changes.items():
+                with self.subTest(case=name, change=change):
+                    first = inject(before, cluster)
+                    if name == "kserve-rendered" and change == "spec":
+                        continue  # its spec is the LLMInferenceService's, not the pod's
+                    again = copy.deepcopy(first)
+                    annotations = again["metadata"].setdefault("annotations", {})
+                    apply(annotations)
+                    patched = inject(again, cluster)
+                    status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
+                    self.assertIn(status["vllmFlag"], ("args", "VLLM_ADDITIONAL_ARGS"), status)
+                    got = vllm_argv.run(patched)["kvTransferConfigs"]
+                    self.assertEqual(len(got), 1, got)
+                    if status["mode"] == "agent":
+                        self.assertEqual(got[0], AGENT)
+                    else:
+                        self.check_native(copy.deepcopy(got[0]),
+                                          self.expected_config(patched, status), patched)
+                    if change == "spec":
+                        self.assertEqual(got[0]["kv_connector_extra_config"].get(
+                            "cpu_bytes_to_use", 8 * 2**30), 8 * 2**30)
+                    # Once more over its own output: nothing changes.
+                    self.assertEqual(inject(patched, cluster), patched)
 
 
 def inject(pod: dict, cluster: dict) -> dict:

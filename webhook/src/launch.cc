@@ -25,11 +25,55 @@ bool IsShell(std::string_view program) {
          base == "ksh";
 }
 
-// Index of the `-c` option (also bundled: `-ec`, `-lc`) in a shell's argv, or nullopt when the
-// shell runs a script file instead. `-o NAME` takes the next word; bash's long options are no
-// `-c` (`--norc`, `--rcfile FILE` and `--init-file FILE` with theirs).
-std::optional<size_t> ShellCommandOption(const std::vector<std::string_view>& argv) {
-  for (size_t i = 1; i < argv.size(); ++i) {
+// Where the program a launch runs stands in `argv`, past the wrappers images put in front of
+// it (`env NAME=value`, `timeout 1h`, `tini --`, `dumb-init`, `nice -n 5`, `nohup`): a shell
+// behind one was taken for no shell, and our flag became its $0. Their options that take a
+// value are skipped with it.
+size_t ProgramIndex(const std::vector<std::string_view>& argv) {
+  size_t i = 0;
+  while (i < argv.size()) {
+    const std::string_view w = BaseName(argv[i]);
+    // Options of `w` that take the next word as their value.
+    std::vector<std::string_view> with_value;
+    if (w == "env") {
+      with_value = {"-u", "--unset", "-C", "--chdir"};
+    } else if (w == "timeout") {
+      with_value = {"-s", "--signal", "-k", "--kill-after"};
+    } else if (w == "tini") {
+      with_value = {"-p", "-e"};
+    } else if (w == "dumb-init") {
+      with_value = {"-r", "--rewrite"};
+    } else if (w == "nice") {
+      with_value = {"-n", "--adjustment"};
+    } else if (w != "nohup") {
+      return i;
+    }
+    for (++i; i < argv.size(); ++i) {
+      const std::string_view a = argv[i];
+      if (a == "--") {
+        ++i;
+        break;
+      }
+      if (std::find(with_value.begin(), with_value.end(), a) != with_value.end()) {
+        ++i;
+      } else if (w == "env" && a.find('=') != std::string_view::npos && a[0] != '-') {
+        // NAME=value
+      } else if (a.empty() || a[0] != '-') {
+        break;
+      }
+    }
+    // timeout's duration comes before the program.
+    if (w == "timeout" && i < argv.size()) ++i;
+  }
+  return i;
+}
+
+// Index of the `-c` option (also bundled: `-ec`, `-lc`) in the argv of a shell at `shell`, or
+// nullopt when the shell runs a script file instead. `-o NAME` takes the next word; bash's long
+// options are no `-c` (`--norc`, `--rcfile FILE` and `--init-file FILE` with theirs).
+std::optional<size_t> ShellCommandOption(const std::vector<std::string_view>& argv,
+                                         size_t shell) {
+  for (size_t i = shell + 1; i < argv.size(); ++i) {
     const std::string_view a = argv[i];
     if (a == "-o" || a == "+o" || a == "--rcfile" || a == "--init-file") {
       ++i;
@@ -67,8 +111,12 @@ std::string UnquoteWord(std::string_view word) {
   return out;
 }
 
-// The value of a flag at `pos` of `text`, up to the end of its shell word.
-std::string FlagValueAt(std::string_view text, size_t pos, size_t flag_len) {
+// The value of a flag at `pos` of `text`, up to the end of its shell word. `split_only`: the
+// text reaches vLLM through an unquoted expansion (`$VLLM_ADDITIONAL_ARGS` without eval),
+// which splits it at whitespace and removes no quotes, so the value is the bytes up to the
+// next blank as they are.
+std::string FlagValueAt(std::string_view text, size_t pos, size_t flag_len,
+                        bool split_only = false) {
   size_t i = pos + flag_len;
   if (i < text.size() && text[i] == '=') {
     ++i;
@@ -81,13 +129,14 @@ std::string FlagValueAt(std::string_view text, size_t pos, size_t flag_len) {
     const char c = text[end];
     if (quote != 0) {
       if (c == quote) quote = 0;
-    } else if (c == '\'' || c == '"') {
+    } else if (!split_only && (c == '\'' || c == '"')) {
       quote = c;
     } else if (c == ' ' || c == '\t' || c == '\n') {
       break;
     }
   }
-  return UnquoteWord(text.substr(i, end - i));
+  const std::string_view word = text.substr(i, end - i);
+  return split_only ? std::string(word) : UnquoteWord(word);
 }
 
 // Finds a flag in a list of arguments: `--kv-transfer-config X` or `--kv-transfer-config=X`.
@@ -115,9 +164,9 @@ bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_sh
 // Finds a flag anywhere in free text (a script, an env value). `checks_only` is set when every
 // occurrence is a glob pattern in a test (`[[ "$*" != *"--kv-transfer-config"* ]]`), i.e. the
 // text only asks whether someone else passed the flag.
-// `at`, when given, is set to where the flag found starts.
+// `at`, when given, is set to where the flag found starts; `split_only` as for FlagValueAt.
 bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
-                    size_t* at = nullptr) {
+                    size_t* at = nullptr, bool split_only = false) {
   bool found_flag = false;
   *defers = false;
   for (std::string_view flag : kFlagNames) {
@@ -129,7 +178,7 @@ bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
         *defers = true;
       } else if (!found_flag) {
         found_flag = true;
-        *value = FlagValueAt(text, pos, flag.size());
+        *value = FlagValueAt(text, pos, flag.size(), split_only);
         if (at != nullptr) *at = pos;
       }
     }
@@ -335,18 +384,18 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   };
 
   std::optional<size_t> dash_c;
-  if (command_size > 0 && IsShell(argv[0])) dash_c = ShellCommandOption(argv);
+  if (const size_t program = ProgramIndex(argv);
+      command_size > 0 && program < argv.size() && IsShell(argv[program])) {
+    dash_c = ShellCommandOption(argv, program);
+  }
   if (!dash_c) {
     // Exec form (or an image entrypoint, or a script file we cannot read): vLLM, or whatever
     // stands in front of it, gets our argument as written.
+    // VLLM_ADDITIONAL_ARGS is not read here: vLLM itself never reads it, only scripts that
+    // expand it do (a flag there was taken for the user's, and vLLM got none).
     plan.route = FlagRoute::kArgs;
     std::string value;
-    bool defers = false;
-    if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value)) {
-      user_flag("args", value);
-    } else if (FindFlagInText(additional_args, &value, &defers)) {
-      user_flag(std::string(kAdditionalArgs), value);
-    }
+    if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value)) user_flag("args", value);
     return plan;
   }
 
@@ -357,18 +406,19 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   plan.needs_arg0 = positional.empty();
 
   const std::vector<std::string> lines = LogicalLines(script);
+  const Expansion v =
+      FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"});
   if (Expansion e = FindLaunchExpansion(lines, {"$@", "${@}", "$*", "${*}"}); e.found) {
     plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
-  } else if (Expansion v = FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS",
-                                                       "${VLLM_ADDITIONAL_ARGS"});
-             v.found && !additional_args_from_ref) {
+  } else if (v.found && !additional_args_from_ref) {
     plan.route =
         v.for_eval ? FlagRoute::kAdditionalArgsEnvForEval : FlagRoute::kAdditionalArgsEnv;
   }
 
   // A user's own flag: in the arguments the script forwards (positional[0] is $0), in the
   // script itself unless the script only uses its own when nobody passed one (KServe's
-  // templates check $* first), or in VLLM_ADDITIONAL_ARGS.
+  // templates check $* first), or in VLLM_ADDITIONAL_ARGS where the script expands it: read
+  // as eval reads it, or split at blanks as a plain expansion is.
   std::string value;
   bool defers = false;
   if (positional.size() > 1 &&
@@ -377,7 +427,8 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
     user_flag("args", value);
   } else if (FindFlagInScript(lines, &value, &defers) && !defers) {
     user_flag("the launch script", value);
-  } else if (FindFlagInText(additional_args, &value, &defers)) {
+  } else if (v.found && FindFlagInText(additional_args, &value, &defers, nullptr,
+                                       /*split_only=*/!v.for_eval)) {
     user_flag(std::string(kAdditionalArgs), value);
   }
   return plan;

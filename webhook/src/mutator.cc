@@ -608,6 +608,54 @@ void CheckRenderedMounts(const MutationInput& in, const MutationPlan& plan,
   }
 }
 
+// Whether `flag`, found in `where` ("args" or VLLM_ADDITIONAL_ARGS), is one an earlier
+// injection of ours put there: the pod's status annotation says we put our flag in that place,
+// and the flag is one of the two we write (the agent's spec or vLLM's own tiering spec).
+bool IsFlagOfOurs(const json& flag, const JsonView& annotations, const std::string& where) {
+  Result<json> status = ParseJson(StringAt(annotations, kAnnotationStatus), kAnnotationStatus);
+  if ((where != "args" && where != "VLLM_ADDITIONAL_ARGS") || !status.ok() ||
+      !status->is_object() || status->value("vllmFlagInjected", false) != true ||
+      StringAt(*status, "vllmFlag") != where) {
+    return false;
+  }
+  const std::string spec =
+      StringAt(Member(flag, "kv_connector_extra_config"), "spec_name");
+  return spec == "KVOffloadAgentSpec" || spec == "TieringOffloadingSpec";
+}
+
+// The index of the last element of `args` that is a --kv-transfer-config=VALUE (the form we
+// append), or nullopt.
+std::optional<size_t> LastFlagElement(const JsonView& args) {
+  const std::vector<std::string_view> all = args.Strings();
+  for (size_t i = all.size(); i-- > 0;) {
+    if (all[i].starts_with("--kv-transfer-config=")) return i;
+  }
+  return std::nullopt;
+}
+
+// `value` (VLLM_ADDITIONAL_ARGS) without its --kv-transfer-config=VALUE word, as we append it:
+// one shell word, single-quoted where the script evals it. nullopt when there is none.
+std::optional<std::string> WithoutFlagWord(const std::string& value) {
+  const size_t start = value.rfind("--kv-transfer-config=");
+  if (start == std::string::npos) return std::nullopt;
+  size_t end = start;
+  for (bool quoted = false; end < value.size(); ++end) {
+    const char c = value[end];
+    if (c == '\'') {
+      quoted = !quoted;
+    } else if (c == '\\' && !quoted) {
+      ++end;
+    } else if ((c == ' ' || c == '\t') && !quoted) {
+      break;
+    }
+  }
+  std::string before = value.substr(0, start);
+  std::string after = value.substr(std::min(end, value.size()));
+  before.erase(before.find_last_not_of(" \t") + 1);
+  after.erase(0, std::min(after.size(), after.find_first_not_of(" \t")));
+  return before.empty() || after.empty() ? before + after : before + " " + after;
+}
+
 CheckedMutation CheckMutation(const MutationInput& in) {
   CheckedMutation out;
   MutationPlan& plan = out.plan;
@@ -881,8 +929,36 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         PlanLaunch(container, additional ? env.At(*additional) : JsonView());
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
-    if (launch.has_user_flag) {
-      Result<json> theirs = ParseJson(launch.user_flag_value, "--kv-transfer-config");
+    // Our own flag from an earlier injection under another spec or mode (a template injected
+    // offline, then re-injected after its spec changed): the status says it was ours, and it
+    // is one of the two we write. Replaced, not kept as the user's.
+    Result<json> theirs = launch.has_user_flag
+                              ? ParseJson(launch.user_flag_value, "--kv-transfer-config")
+                              : Result<json>(json());
+    std::optional<size_t> stale_arg;
+    std::optional<std::string> stale_env;
+    if (theirs.ok() && launch.has_user_flag && DumpJson(*theirs) != ours &&
+        IsFlagOfOurs(*theirs, annotations, launch.user_flag_where)) {
+      if (launch.user_flag_where == "args") {
+        stale_arg = LastFlagElement(container["args"]);
+      } else {
+        stale_env = WithoutFlagWord(StringAt(env.At(*additional), "value"));
+      }
+    }
+    if (stale_arg || stale_env) {
+      const FromSpec& derived = *plan.from_spec;
+      const bool evals = RouteEvals(launch.route);
+      if (stale_arg) {
+        patch.Replace(c_path + "/args/" + std::to_string(*stale_arg),
+                      evals ? derived.flag_argument_for_eval_json : derived.flag_argument_json);
+        vllm_flag = "args";
+      } else {
+        set_env("VLLM_ADDITIONAL_ARGS",
+                *stale_env + (stale_env->empty() ? "" : " ") +
+                    (evals ? derived.flag_argument_for_eval : derived.flag_argument));
+        vllm_flag = "VLLM_ADDITIONAL_ARGS";
+      }
+    } else if (launch.has_user_flag) {
       if (!theirs.ok()) {
         warnings->push_back("container " + c_name + ": its own --kv-transfer-config in " +
                                launch.user_flag_where + " reaches vLLM as invalid JSON; quote it");
