@@ -214,6 +214,14 @@ TEST_F(ServerTest, RejectsOversizedAndMistypedBodies) {
   ASSERT_TRUE(garbage);
   EXPECT_EQ(garbage->status, 200);
   EXPECT_EQ(json::parse(garbage->body)["response"]["allowed"], false);
+  // Each counted as a bad request, the 413 too: the transport refuses it before the handler,
+  // and it moved no counter before.
+  EXPECT_EQ(metrics_.failures(FailureType::kBadRequest), 3u);
+  httplib::Result big_review =
+      client->Post("/validate", std::string(8 * 1024 * 1024, 'x'), "application/json");
+  ASSERT_TRUE(big_review);
+  EXPECT_EQ(big_review->status, 413);
+  EXPECT_EQ(metrics_.validations(Verdict::kError), 1u);
   // Still serving after all of that.
   EXPECT_EQ(client->Get("/healthz")->status, 200);
 }

@@ -324,6 +324,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       r.status = 400;
       r.body = "malformed HTTP request: " + ec.message() + "\n";
     }
+    if (server_->options_.on_refused) {
+      // Set once the request line is parsed, whatever failed after it (a body over the limit
+      // is refused as its header ends, before the parser counts the header as done).
+      const auto target = parser_->get().target();
+      server_->options_.on_refused(std::string_view(target.data(), target.size()), r.status);
+    }
     parser_.reset();
     Respond(std::move(r), /*close=*/true);
   }

@@ -98,6 +98,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   t.write_timeout = s->options_.request_timeout;
   t.worker_threads = s->options_.threads;
   Server* self = s.get();
+  // Counted and logged as the handler's own refusals are: a review over 7 MiB answered by the
+  // transport moved no counter and wrote no line before.
+  t.on_refused = [self](std::string_view target, int status) { self->Refused(target, status); };
   s->https_ = HttpsTransport::Create(
       t, ctx.get(), [self](const HttpsRequest& req) { return self->Route(req); },
       [self] { return self->draining_.load(); });
@@ -107,6 +110,24 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
 
 // The transport's spare bytes after a body let the handler parse it without a copy.
 static_assert(kBodySpareBytes >= kJsonPadding);
+
+void Server::Refused(std::string_view target, int status) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  const bool validation = path == "/validate" || path == "/validate-labelled";
+  if (path != "/mutate-pods" && !validation) return;
+  const AdmissionResult failed = AdmissionResult::Failed(FailureType::kBadRequest);
+  if (validation) {
+    metrics_->RecordValidation(Verdict::kError);
+  } else {
+    metrics_->RecordAdmission(failed, 0.0);
+  }
+  nlohmann::json fields = {
+      {"outcome", validation ? VerdictName(Verdict::kError) : OutcomeName(failed.outcome())},
+      {"status", status},
+      {"detail", status == 413 ? "body too large" : "malformed HTTP request"}};
+  if (!validation) fields["reason"] = failed.DetailName();
+  LogEvent(spdlog::level::info, validation ? "validation" : "admission", fields);
+}
 
 HttpsResponse Server::Route(const HttpsRequest& req) {
   // The API server calls /mutate-pods?timeout=5s: the query is not part of the route.

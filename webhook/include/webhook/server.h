@@ -68,6 +68,8 @@ class Server {
   Server(ServerOptions options, AdmissionHandler* handler, Metrics* metrics);
   void Routes();
   HttpsResponse Route(const HttpsRequest& req);
+  // A request the transport refused before routing (its on_refused): counted and logged.
+  void Refused(std::string_view target, int status);
 
   ServerOptions options_;
   AdmissionHandler* handler_;
