@@ -239,20 +239,40 @@ int DiskTier::DupHeldFile(const BlockKey& key) {
 }
 
 bool DiskTier::Contains(const BlockKey& key) {
+  // In use here (pinned, being evicted, held open): its file is there for us whatever other
+  // replicas do.
+  auto in_use = [this](const Entry& e, const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS {
+    return e.pins > 0 || e.evicting || held_files_.contains(k);
+  };
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(key);
-    if (it != entries_.end()) return !it->second.doomed;
-    if (!options_.config.shared) return false;
+    if (it != entries_.end()) {
+      if (it->second.doomed) return false;
+      if (!options_.config.shared || in_use(it->second, key)) return true;
+    } else if (!options_.config.shared) {
+      return false;
+    }
   }
-  // Shared tier: another process may have published it since we started.
-  struct stat st {};
-  if (::stat(BlockPath(dir_, key).c_str(), &st) != 0 ||
-      static_cast<uint64_t>(st.st_size) != file_bytes_) {
+  // Shared tier: another process may have published it since we started, or evicted it since
+  // we indexed it (a lookup then reported a block whose load failed).
+  auto on_disk = [this, &key] {
+    struct stat st {};
+    return ::stat(BlockPath(dir_, key).c_str(), &st) == 0 &&
+           static_cast<uint64_t>(st.st_size) == file_bytes_;
+  };
+  const bool there = on_disk();
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (!there) {
+    // Checked again under the lock: a block we published since the first look is indexed
+    // only after its file is linked.
+    if (it != entries_.end() && !it->second.doomed && !in_use(it->second, key) && !on_disk()) {
+      RemoveLocked(key);  // its bytes went back with the other process's unlink
+    }
     return false;
   }
-  MutexLock lock(&mu_);
-  if (!entries_.contains(key) && !inserting_.contains(key)) {
+  if (it == entries_.end() && !inserting_.contains(key)) {
     entries_.emplace(key, Entry{});
     PolicyOn(PolicyCall::kInsert, key);
   }

@@ -441,6 +441,23 @@ TEST_F(DiskTierTest, SharedTierFilledByAnotherReplicaAfterOpenStillTakesWrites) 
   EXPECT_EQ(PinAndRead(*a, {Key(11), Key(12)}, results).size(), 2u);
 }
 
+// In a shared tier, a block another replica evicted is a miss here too, even once indexed: a
+// lookup reported it and the load that followed failed ("is gone").
+TEST_F(DiskTierTest, SharedBlockEvictedByAnotherReplicaIsAMissHere) {
+  auto a = Open(2, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  auto b = Open(2, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  ASSERT_TRUE(Put(*a, 1).ok());
+  ASSERT_TRUE(Put(*a, 2).ok());
+  EXPECT_TRUE(b->Contains(Key(1)));  // indexed by b now
+  EXPECT_EQ(b->Stats().blocks, 1u);
+  ASSERT_TRUE(Put(*a, 3).ok());      // a evicts its oldest, block 1
+  EXPECT_FALSE(a->Contains(Key(1)));
+  EXPECT_FALSE(b->Contains(Key(1)));
+  EXPECT_EQ(b->Stats().blocks, 0u) << "forgotten, not counted";
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), 2 * kSlot) << "nothing removed or freed twice";
+  EXPECT_TRUE(b->Contains(Key(3)));
+}
+
 // The same steady state in a slot file: the new blocks go into the victims' slots, and the file
 // never grows past the tier's capacity in slots.
 TEST_F(DiskTierTest, FullSlotTierWritesNewBlocksIntoItsVictimsSlots) {
