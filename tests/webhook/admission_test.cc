@@ -327,6 +327,25 @@ TEST_F(AdmissionTest, ValidateNamespacesAndWorkloads) {
   HttpAnswer a = handler_.Validate("application/json", ObjectReview("apps", "Deployment", deployment).dump(), true);
   EXPECT_EQ(Response(a)["allowed"], true);
   EXPECT_EQ(a.verdict, Verdict::kSkipped);
+
+  // Every workload kind whose template `validate` and `inject` read is checked at apply time
+  // too: a CronJob's, a ReplicaSet's or a DaemonSet's was refused only when its pods were.
+  json cronjob = {{"apiVersion", "batch/v1"},
+                  {"kind", "CronJob"},
+                  {"metadata", {{"name", "c"}}},
+                  {"spec", {{"jobTemplate", {{"spec", {{"template", PodWithSpec(R"({"cpu":"0"})")}}}}}}}};
+  r = Response(handler_.Validate("application/json", ObjectReview("batch", "CronJob", cronjob).dump(), false));
+  EXPECT_EQ(r["allowed"], false) << r.dump();
+  EXPECT_NE(r["status"]["message"].get<std::string>().find(
+                "spec.jobTemplate.spec.template: kvCacheOffloading from pod annotation"),
+            std::string::npos)
+      << r.dump();
+  for (const char* kind : {"ReplicaSet", "DaemonSet"}) {
+    json w = deployment;
+    w["kind"] = kind;
+    r = Response(handler_.Validate("application/json", ObjectReview("apps", kind, w).dump(), false));
+    EXPECT_EQ(r["allowed"], false) << kind << ": " << r.dump();
+  }
 }
 
 TEST_F(AdmissionTest, ValidateRefusesOtherKindsAndAdmitsWhenLookupsFail) {

@@ -96,8 +96,9 @@ std::optional<HttpAnswer> Decode(std::string_view content_type, const std::strin
 bool IsValidatedKind(const std::string& group, const std::string& kind) {
   return (group == "serving.kserve.io" && kind == "LLMInferenceService") ||
          (group.empty() && kind == "Namespace") ||
-         (group == "apps" && (kind == "Deployment" || kind == "StatefulSet")) ||
-         (group == "batch" && kind == "Job") ||
+         (group == "apps" && (kind == "Deployment" || kind == "StatefulSet" ||
+                              kind == "ReplicaSet" || kind == "DaemonSet")) ||
+         (group == "batch" && (kind == "Job" || kind == "CronJob")) ||
          (group == "leaderworkerset.x-k8s.io" && kind == "LeaderWorkerSet");
 }
 

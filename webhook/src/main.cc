@@ -46,7 +46,8 @@ Usage:
   kv-offload-webhook version
 
 serve flags:
-  --port=8443                 HTTPS port (/mutate-pods, /healthz, /readyz)
+  --port=8443                 HTTPS port (/mutate-pods, /validate, /validate-labelled,
+                              /healthz, /readyz)
   --metrics-port=9090         plain HTTP port for /metrics (-1: off)
   --bind-address=0.0.0.0
   --tls-cert-file=FILE        serving certificate (PEM, chain allowed); re-read when it changes
