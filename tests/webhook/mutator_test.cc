@@ -154,13 +154,13 @@ TEST(MutateTest, MountsAndVolumesUnderOurNamesMustBeOurs) {
                                0),
             0u)
       << m.denials[0];
-  EXPECT_EQ(m.denials[1].rfind("container \"main\" mounts volume \"models\" at /opt/kvoffload/, "
-                               "where the agent's library is mounted; mount it elsewhere",
+  EXPECT_EQ(m.denials[1].rfind("volume \"kv-cache-secondary-0\" is already in the pod, but not as "
+                               "disk tier 0 (emptyDir) would have it: rename the pod's volume",
                                0),
             0u)
       << m.denials[1];
-  EXPECT_EQ(m.denials[2].rfind("volume \"kv-cache-secondary-0\" is already in the pod, but not as "
-                               "disk tier 0 (emptyDir) would have it: rename the pod's volume",
+  EXPECT_EQ(m.denials[2].rfind("container \"main\" mounts volume \"models\" at /opt/kvoffload/, "
+                               "where the agent's library is mounted; mount it elsewhere",
                                0),
             0u)
       << m.denials[2];

@@ -555,57 +555,57 @@ std::string_view WithoutTrailingSlashes(std::string_view path) {
 // our volume mounted elsewhere (the tier's directory would be no mount at all), or a volume of
 // our name that is not the tier's (a hostPath where an emptyDir was asked for).
 void CheckRenderedMounts(const MutationInput& in, const MutationPlan& plan,
-                         const JsonView& container, const std::string& from,
-                         std::vector<std::string>* denials) {
-  const JsonView mounts = container["volumeMounts"];
-  const std::vector<std::string_view> names = mounts.StringMembers("name");
-  const std::vector<std::string_view> paths = mounts.StringMembers("mountPath");
-  const std::string c = "container \"" + plan.container_name + "\" ";
-  auto check = [&](const std::string& volume, const std::string& path, const std::string& what) {
+                         const std::vector<std::string_view>& volume_names,
+                         const std::string& from, std::vector<std::string>* denials) {
+  const std::vector<std::string_view>& names = plan.mount_names;
+  const std::vector<std::string_view>& paths = plan.mount_paths;
+  // `what(i)` names tier i, or the agent's library for i == npos; built only for a denial.
+  auto what = [](size_t i) {
+    return i == std::string::npos ? std::string("the agent's library")
+                                  : "disk tier " + std::to_string(i);
+  };
+  auto check = [&](std::string_view volume, std::string_view path, size_t i) {
     bool ours_there = false;
     for (size_t k = 0; k < names.size(); ++k) {
       const bool at_path = WithoutTrailingSlashes(paths[k]) == path;
       ours_there = ours_there || (at_path && names[k] == volume);
       if (at_path && names[k] != volume) {
-        denials->push_back(c + "mounts volume \"" + std::string(names[k]) + "\" at " +
-                           std::string(paths[k]) + ", where " + what + " is mounted; mount it " +
-                           "elsewhere" + from);
+        denials->push_back("container \"" + plan.container_name + "\" mounts volume \"" +
+                           std::string(names[k]) + "\" at " + std::string(paths[k]) +
+                           ", where " + what(i) + " is mounted; mount it elsewhere" + from);
       }
     }
     for (size_t k = 0; k < names.size() && !ours_there; ++k) {
       if (names[k] == volume) {
-        denials->push_back(c + "mounts volume \"" + volume + "\" at " + std::string(paths[k]) +
-                           ", but that name is " + what + "'s, mounted at " + path +
-                           ": rename the volume, or mount it at " + path + from);
+        denials->push_back("container \"" + plan.container_name + "\" mounts volume \"" +
+                           std::string(volume) + "\" at " + std::string(paths[k]) +
+                           ", but that name is " + what(i) + "'s, mounted at " +
+                           std::string(path) + ": rename the volume, or mount it at " +
+                           std::string(path) + from);
         break;
       }
     }
   };
-  for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
-    check(TierVolumeName(i), TierMountPath(i), "disk tier " + std::to_string(i));
-  }
-  if (plan.mode == Mode::kAgent) check(kAgentVolume, kAgentMountPath, "the agent's library");
-
   const JsonView volumes = in.pod["spec"]["volumes"];
-  const std::vector<std::string_view> volume_names = volumes.StringMembers("name");
   for (size_t i = 0; i < in.spec.secondary.size(); ++i) {
-    const Tier& t = in.spec.secondary[i];
-    const auto at = std::find(volume_names.begin(), volume_names.end(), TierVolumeName(i));
+    const std::string volume = TierVolumeName(i);
+    check(volume, TierMountPath(i), i);
+    const auto at = std::find(volume_names.begin(), volume_names.end(), volume);
     if (at == volume_names.end()) continue;
+    const Tier& t = in.spec.secondary[i];
     const JsonView v = volumes.At(static_cast<size_t>(at - volume_names.begin()));
     const char* want = t.kind == TierKind::kEmptyDir  ? "emptyDir"
                        : t.kind == TierKind::kPvcSpec ? "ephemeral"
                                                       : "persistentVolumeClaim";
-    const bool same = v.Contains(want) &&
-                      (t.kind != TierKind::kPvcRef ||
-                       StringAt(v[want], "claimName") == t.ref_name);
-    if (!same) {
-      denials->push_back("volume \"" + TierVolumeName(i) + "\" is already in the pod, but not " +
-                         "as disk tier " + std::to_string(i) + " (" + TierKindName(t.kind) +
+    if (!v.Contains(want) ||
+        (t.kind == TierKind::kPvcRef && StringAt(v[want], "claimName") != t.ref_name)) {
+      denials->push_back("volume \"" + volume + "\" is already in the pod, but not as " +
+                         what(i) + " (" + TierKindName(t.kind) +
                          (t.kind == TierKind::kPvcRef ? " of claim " + t.ref_name : "") +
                          ") would have it: rename the pod's volume" + from);
     }
   }
+  if (plan.mode == Mode::kAgent) check(kAgentVolume, kAgentMountPath, std::string::npos);
 }
 
 // Whether `flag`, found in `where` ("args" or VLLM_ADDITIONAL_ARGS), is one an earlier
@@ -757,11 +757,14 @@ CheckedMutation CheckMutation(const MutationInput& in) {
     }
   }
 
-  CheckRenderedMounts(in, plan, container, from, &denials);
+  const std::vector<std::string_view> volume_names = pod["spec"]["volumes"].StringMembers("name");
+  const JsonView mounts = container["volumeMounts"];
+  plan.mount_names = mounts.StringMembers("name");
+  plan.mount_paths = mounts.StringMembers("mountPath");
+  CheckRenderedMounts(in, plan, volume_names, from, &denials);
 
   // Tier volumes the pod lacks are added; the emptyDir ones among them raise the container's
   // ephemeral-storage request, which must stay within its limit.
-  const std::vector<std::string_view> volume_names = pod["spec"]["volumes"].StringMembers("name");
   plan.add_agent_volume = !Contains(volume_names, kAgentVolume);
   std::optional<Quantity> ephemeral_added;
   bool sum_ok = true;
@@ -833,9 +836,9 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const JsonView mounts = container["volumeMounts"];
   ArrayAppend add_volumes(volumes, "/spec/volumes");
   ArrayAppend add_mounts(mounts, c_path + "/volumeMounts");
-  // Each read once: the tiers and the agent look for several entries in them.
-  const std::vector<std::string_view> mount_names = mounts.StringMembers("name");
-  const std::vector<std::string_view> mount_paths = mounts.StringMembers("mountPath");
+  // Each read once, by CheckMutation: the tiers and the agent look for several entries in them.
+  const std::vector<std::string_view>& mount_names = plan.mount_names;
+  const std::vector<std::string_view>& mount_paths = plan.mount_paths;
 
   // Tier volumes and mounts; only what is missing (KServe may have rendered some already).
   std::vector<std::string> tier_paths;

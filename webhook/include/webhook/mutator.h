@@ -143,6 +143,10 @@ struct MutationPlan {
   // The target container's ephemeral-storage request once the added emptyDir tiers count.
   std::optional<Quantity> ephemeral_request;
   bool any_shared = false;  // a pvc.ref tier is ReadWriteMany
+  // The target container's volumeMounts' names and mount paths, read once for the checks and
+  // the patch (views into the input's document, which outlives the plan's use).
+  std::vector<std::string_view> mount_names;
+  std::vector<std::string_view> mount_paths;
   // The status annotation already carries config_hash: nothing to patch.
   bool already_injected = false;
   std::vector<std::string> warnings;  // the checks' warnings, first in the answer
