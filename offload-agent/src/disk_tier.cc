@@ -272,10 +272,13 @@ bool DiskTier::Contains(const BlockKey& key) {
     }
     return false;
   }
-  if (it == entries_.end() && !inserting_.contains(key)) {
-    entries_.emplace(key, Entry{});
-    PolicyOn(PolicyCall::kInsert, key);
-  }
+  if (it == entries_.end()) IndexSharedLocked(key);
+  return true;
+}
+
+bool DiskTier::IndexSharedLocked(const BlockKey& key) {
+  if (inserting_.contains(key) || !entries_.emplace(key, Entry{}).second) return false;
+  PolicyOn(PolicyCall::kInsert, key);
   return true;
 }
 
@@ -431,12 +434,7 @@ Status DiskTier::Reserve(Room* room) {
       const std::vector<BlockKey> on_disk = ListBlocks();
       mu_.Lock();
       bool indexed = false;
-      for (const BlockKey& key : on_disk) {
-        if (entries_.contains(key) || inserting_.contains(key)) continue;
-        entries_.emplace(key, Entry{});
-        PolicyOn(PolicyCall::kInsert, key);
-        indexed = true;
-      }
+      for (const BlockKey& key : on_disk) indexed |= IndexSharedLocked(key);
       if (indexed) {
         // The blocks being written entered the policy before this call; they are newer than
         // the ones just indexed, which would otherwise be kept while our new block goes next.

@@ -157,6 +157,9 @@ class DiskTier {
   std::vector<BlockKey> ListBlocks() const;
   // The policy calls, journaled until the recovered blocks are settled.
   void PolicyOn(PolicyCall call, const BlockKey& key) REQUIRES(mu_);
+  // Indexes a block another process published in a shared tier, unless this process has it
+  // already or is writing it; true when it was new here.
+  bool IndexSharedLocked(const BlockKey& key) REQUIRES(mu_);
   // Removes the oldest other fingerprint's file, if any is left; true when it did.
   bool EvictForeignLocked() REQUIRES(mu_);
   // Reads and verifies without touching the index (callers pin or own the entries); each

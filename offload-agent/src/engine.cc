@@ -237,7 +237,7 @@ class EngineImpl final : public Engine {
     // recovers them in, oldest first.
     std::vector<BlockKey> keys = cpu_->ResidentKeys();
     const uint64_t room =
-        disks_[target]->Stats().capacity_bytes / BlockFileBytes(config_.block_bytes);
+        config_.tiers[target].capacity_bytes / BlockFileBytes(config_.block_bytes);
     if (keys.size() > room) {
       report.left += keys.size() - room;
       keys.erase(keys.begin(), keys.end() - static_cast<std::ptrdiff_t>(room));

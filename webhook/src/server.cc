@@ -111,9 +111,21 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
 // The transport's spare bytes after a body let the handler parse it without a copy.
 static_assert(kBodySpareBytes >= kJsonPadding);
 
+namespace {
+
+// A request target's route: the API server calls /mutate-pods?timeout=5s, and the query is
+// not part of it.
+std::string_view PathOf(std::string_view target) { return target.substr(0, target.find('?')); }
+
+bool IsValidationPath(std::string_view path) {
+  return path == "/validate" || path == "/validate-labelled";
+}
+
+}  // namespace
+
 void Server::Refused(std::string_view target, int status) {
-  const std::string_view path = target.substr(0, target.find('?'));
-  const bool validation = path == "/validate" || path == "/validate-labelled";
+  const std::string_view path = PathOf(target);
+  const bool validation = IsValidationPath(path);
   if (path != "/mutate-pods" && !validation) return;
   const AdmissionResult failed = AdmissionResult::Failed(FailureType::kBadRequest);
   if (validation) {
@@ -130,14 +142,13 @@ void Server::Refused(std::string_view target, int status) {
 }
 
 HttpsResponse Server::Route(const HttpsRequest& req) {
-  // The API server calls /mutate-pods?timeout=5s: the query is not part of the route.
-  const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
+  const std::string_view path = PathOf(req.target);
   const bool post = req.method == "POST";
   if (req.method == "GET" && (path == "/healthz" || path == "/readyz")) {
     if (path == "/healthz" || ready()) return {200, "text/plain", "ok\n"};
     return {503, "text/plain", draining_.load() ? "draining\n" : "starting\n"};
   }
-  const bool validation = path == "/validate" || path == "/validate-labelled";
+  const bool validation = IsValidationPath(path);
   if (!post || (path != "/mutate-pods" && !validation)) {
     return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n"};
   }
