@@ -37,6 +37,11 @@ class Flags {
   std::map<std::string, bool> read_;
 };
 
+// Whole decimal digits within 64 bits, nothing else ("-1", " 1", "1.5" are false).
+bool ParseU64(std::string_view text, uint64_t* out);
+// A finite decimal number written out ("0.25", "3"), nothing else ("inf", "1e3", "0x10").
+bool ParseFiniteDouble(std::string_view text, double* out);
+
 // Rate-limited progress lines on stderr ("[kvoffload-bench disk] store 40% ...").
 class Progress {
  public:

@@ -1,5 +1,6 @@
 // kvoffload-bench entry point: flag parsing, progress lines and subcommand dispatch.
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -38,8 +39,6 @@ std::string Flags::GetString(const std::string& name, const std::string& def) {
   return it == values_.end() ? def : it->second;
 }
 
-namespace {
-
 // Whole decimal digits only, within 64 bits: std::stoull would take "-1" (wrapping it to
 // 2^64-1), " 1" and the "1" of "1.5", and read a value the caller did not mean.
 bool ParseU64(std::string_view text, uint64_t* out) {
@@ -48,7 +47,13 @@ bool ParseU64(std::string_view text, uint64_t* out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-}  // namespace
+// A finite decimal number, whole: std::stod takes " 3", "0x10", "inf" and the "3" of "3x".
+bool ParseFiniteDouble(std::string_view text, double* out) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out,
+                                         std::chars_format::fixed);
+  return ec == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
+}
 
 uint64_t Flags::GetU64(const std::string& name, uint64_t def) {
   const std::string v = GetString(name, "");
@@ -62,7 +67,12 @@ uint64_t Flags::GetU64(const std::string& name, uint64_t def) {
 
 double Flags::GetDouble(const std::string& name, double def) {
   const std::string v = GetString(name, "");
-  return v.empty() ? def : std::stod(v);
+  double d = 0;
+  if (v.empty()) return def;
+  if (!ParseFiniteDouble(v, &d)) {
+    throw std::invalid_argument("--" + name + "=" + v + ": want a decimal number such as 0.5");
+  }
+  return d;
 }
 
 uint64_t Flags::GetBytes(const std::string& name, uint64_t def) {

@@ -26,27 +26,33 @@ struct CacheSize {
   size_t blocks = 0;
 };
 
+// A count above the trace's distinct blocks holds the whole trace, as that many does: it is
+// replayed at `distinct` (the replay sizes its tables by the capacity, and 10^10 blocks asked
+// for a 4-block trace took memory the machine does not have).
 Result<std::vector<CacheSize>> ParseCacheSizes(const std::string& list, size_t distinct) {
   std::vector<CacheSize> out;
   std::stringstream ss(list);
   for (std::string item; std::getline(ss, item, ',');) {
     const bool percent = !item.empty() && item.back() == '%';
-    const std::string number = percent ? item.substr(0, item.size() - 1) : item;
-    size_t used = 0;
-    double value = -1;
-    try {
-      value = std::stod(number, &used);
-    } catch (const std::exception&) {
-      used = 0;
+    double blocks = 0;
+    if (percent) {
+      double value = 0;
+      if (ParseFiniteDouble(std::string_view(item).substr(0, item.size() - 1), &value) &&
+          value > 0 && value <= 100) {
+        blocks = std::ceil(value / 100 * static_cast<double>(distinct));
+      }
+    } else {
+      uint64_t count = 0;
+      if (ParseU64(item, &count)) blocks = static_cast<double>(count);
     }
-    const bool whole = percent || value == std::floor(value);
-    if (used == 0 || used != number.size() || !(value > 0) || !whole || (percent && value > 100)) {
+    if (!(blocks > 0)) {
       return Status::InvalidArgument("--cache-blocks: \"" + item +
-                                     "\" is not a block count or a percentage of the distinct "
-                                     "blocks; write e.g. --cache-blocks=2000,8000 or 2%,5%,10%");
+                                     "\" is not a block count above 0 or a percentage (0-100] "
+                                     "of the distinct blocks; write e.g. --cache-blocks=2000,8000 "
+                                     "or 2%,5%,10%");
     }
-    const double blocks = percent ? std::ceil(value / 100 * static_cast<double>(distinct)) : value;
-    out.push_back(CacheSize{item, std::max<size_t>(1, static_cast<size_t>(blocks))});
+    const double held = std::min(blocks, static_cast<double>(distinct));
+    out.push_back(CacheSize{item, std::max<size_t>(1, static_cast<size_t>(held))});
   }
   if (out.empty())
     return Status::InvalidArgument("--cache-blocks: no sizes given; write e.g. 2%,5%,10%");
@@ -116,6 +122,11 @@ int RunTrace(Flags& flags) {
   }
   const size_t accesses = TraceAccesses(trace);
   const size_t distinct = TraceDistinctBlocks(trace);
+  if (distinct == 0) {
+    std::cerr << "kvoffload-bench trace: " << (file.empty() ? "the generated trace" : file)
+              << " holds no block (every request's hash_ids is empty): nothing to replay\n";
+    return 2;
+  }
   Result<std::vector<CacheSize>> caches = ParseCacheSizes(sizes, distinct);
   if (!caches.ok()) {
     std::cerr << "kvoffload-bench trace: " << caches.status().ToString() << "\n";

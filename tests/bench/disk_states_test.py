@@ -97,6 +97,41 @@ class FlagsTest(unittest.TestCase):
                 self.assertIn(f"--{flag}={value}: want a whole number", out.stderr)
                 self.assertEqual(out.stdout, "")
 
+    def test_cache_sizes_are_read_whole_or_refused(self):
+        """--cache-blocks of the trace replay: "1e19" died with a C++ exception, "inf" and
+        10^20 were replayed as a 1-block cache under their own label, "0x10" was 16; and a
+        count far above the trace's blocks took memory by the count (10^10 blocks for 9)."""
+        trace = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata",
+                             "mooncake_shape.jsonl")
+
+        def replay(sizes, path=trace):
+            return subprocess.run([BENCH, "trace", f"--trace-file={path}",
+                                   f"--cache-blocks={sizes}", "--policies=lru"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  timeout=60)
+
+        for value in ("99999999999999999999", "inf", "1e19", "0x10", " 3", "1e3", "1.5", "0",
+                      "-1", "150%", "nan%", "2%x"):
+            with self.subTest(value=value):
+                out = replay(value)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn(f'--cache-blocks: "{value}" is not a block count', out.stderr)
+                self.assertEqual(out.stdout, "")
+        out = replay("10000000000,9,2.5%")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = json.loads(out.stdout)
+        held = [(r["cache"], r["cache_blocks"]) for r in got["results"]]
+        self.assertEqual(held, [("10000000000", got["distinct_blocks"]),
+                                ("9", 9), ("2.5%", 1)])
+        self.assertEqual(got["results"][0]["lru"], got["results"][1]["lru"])
+        empty = os.path.join(SCRATCH, "empty.jsonl")
+        os.makedirs(SCRATCH, exist_ok=True)
+        with open(empty, "w", encoding="utf-8") as f:
+            f.write('{"hash_ids": []}\n{"hash_ids": []}\n')
+        out = replay("5%", empty)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("holds no block", out.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
