@@ -224,6 +224,27 @@ void ExpectEachAsOnAFreshThread(const std::vector<Input>& inputs, Answer answer)
   }
 }
 
+// KServe's router scheduler carries the service's part-of and name labels but runs the llm-d
+// scheduler, whose flag parser refuses --kv-transfer-config: only workload pods get the flag.
+TEST(MutateTest, OnlyKServeWorkloadPodsAreTakenToRunVllm) {
+  auto pod_with = [](const std::string& component) {
+    json pod = Pod(EmptyDirSpec("1Gi"));
+    pod["metadata"]["labels"] = {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                 {"app.kubernetes.io/name", "llama"},
+                                 {"app.kubernetes.io/component", component}};
+    pod["spec"]["containers"][0]["args"] = {"--config-text", "x"};
+    return pod;
+  };
+  const Mutation scheduler = Mutate(Input(pod_with("llminferenceservice-router-scheduler")));
+  ASSERT_TRUE(scheduler.allowed) << scheduler.denial;
+  EXPECT_EQ(scheduler.patch.find("--kv-transfer-config"), std::string::npos) << scheduler.patch;
+  EXPECT_NE(scheduler.patch.find(R"(\"vllmFlagReason\":\"not-vllm\")"), std::string::npos)
+      << scheduler.patch;
+  const Mutation workload = Mutate(Input(pod_with("llminferenceservice-workload")));
+  ASSERT_TRUE(workload.allowed) << workload.denial;
+  EXPECT_NE(workload.patch.find("--kv-transfer-config"), std::string::npos) << workload.patch;
+}
+
 // The launch plan is kept per thread for the last launch: pods whose launches differ in any
 // part the plan reads (args, the script, VLLM_ADDITIONAL_ARGS or how it is set) must each get
 // their own, as a thread that saw none of the others gives them.

@@ -389,6 +389,18 @@ std::shared_ptr<const FromSpec> Derive(const MutationInput& in, Mode mode,
 
 }  // namespace
 
+KServePod KServePodKind(const JsonView& labels) {
+  if (StringAt(labels, "app.kubernetes.io/part-of") != "llminferenceservice") {
+    return KServePod::kNone;
+  }
+  const std::string component = StringAt(labels, "app.kubernetes.io/component");
+  const std::string kserve_component = StringAt(labels, "kserve.io/component");
+  if (component.empty() && kserve_component.empty()) return KServePod::kWorkload;
+  return kserve_component == "workload" || component.starts_with("llminferenceservice-workload")
+             ? KServePod::kWorkload
+             : KServePod::kOther;
+}
+
 const char* ModeName(Mode mode) { return mode == Mode::kAgent ? "agent" : "vllm-native"; }
 
 Result<Mode> ParseMode(const std::string& text) {
@@ -920,7 +932,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
 
   // The vLLM flag, when the container runs vLLM: exactly one --kv-transfer-config must reach
   // vLLM, through whatever launch form the container uses (webhook/launch.h).
-  const bool runs_vllm = StringAt(labels, "app.kubernetes.io/part-of") == "llminferenceservice" ||
+  const bool runs_vllm = KServePodKind(labels) == KServePod::kWorkload ||
                          StringAt(annotations, kAnnotationVllm) == "true";
   // For the status annotation: how the flag reaches vLLM, and why ours does not where it does not.
   std::string vllm_flag;

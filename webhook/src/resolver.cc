@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "webhook/json_util.h"
+#include "webhook/mutator.h"
 
 namespace kvoffload::webhook {
 namespace {
@@ -79,8 +80,11 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
     res.spec = std::move(*spec);
   }
 
-  if (!res.spec && reader != nullptr &&
-      StringAt(labels, "app.kubernetes.io/part-of") == "llminferenceservice") {
+  const KServePod kserve = KServePodKind(labels);
+  // KServe's router scheduler and other non-workload pods run no vLLM: only their own
+  // annotation gives them a spec.
+  if (!res.spec && kserve == KServePod::kOther) return res;
+  if (!res.spec && reader != nullptr && kserve == KServePod::kWorkload) {
     const std::string name = StringAt(labels, "app.kubernetes.io/name");
     if (!name.empty()) {
       const ObjectRef ref{ObjectKind::kLLMInferenceService, namespace_name, name};

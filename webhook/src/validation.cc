@@ -112,7 +112,11 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
     json pod = {{"metadata",
                  {{"labels",
                    {{"app.kubernetes.io/part-of", "llminferenceservice"},
-                    {"app.kubernetes.io/name", name}}}}}};
+                    {"app.kubernetes.io/name", name},
+                    {"app.kubernetes.io/component", prefill
+                                                         ? "llminferenceservice-workload-prefill"
+                                                         : "llminferenceservice-workload"},
+                    {"kserve.io/component", "workload"}}}}}};
     if (prefill) pod["metadata"]["labels"]["llm-d.ai/role"] = "prefill";
     json pod_spec = Field(scope, "template");
     if (!pod_spec.is_object()) pod_spec = Field(Field(scope, "workload"), "template");

@@ -55,6 +55,16 @@ inline constexpr char kFlagReasonUserFlagInvalid[] = "user-flag-invalid-json";
 // The launch script hands vLLM neither its arguments nor VLLM_ADDITIONAL_ARGS.
 inline constexpr char kFlagReasonLaunchDropsArgs[] = "launch-drops-args";
 
+// What KServe's labels make of a pod. Every pod of an LLMInferenceService is labelled
+// app.kubernetes.io/part-of=llminferenceservice and app.kubernetes.io/name=<service>; only its
+// workload pods (app.kubernetes.io/component=llminferenceservice-workload[-prefill|-worker|
+// -leader], kserve.io/component=workload) run vLLM. The router's scheduler carries the same
+// part-of and name: it is kOther, and neither the service's spec nor a namespace default
+// reaches it. A pod with part-of and no component label is taken for a workload pod (how
+// such pods are written by hand).
+enum class KServePod { kNone, kWorkload, kOther };
+KServePod KServePodKind(const JsonView& labels);
+
 enum class Mode { kVllmNative, kAgent };
 const char* ModeName(Mode mode);
 Result<Mode> ParseMode(const std::string& text);
