@@ -166,6 +166,65 @@ TEST_F(KubeClientTest, ServesRecentAnswerWhenApiServerFails) {
   EXPECT_EQ(Resolve(plain, "other", &cache).status().code(), StatusCode::kUnavailable);
 }
 
+TEST_F(KubeClientTest, ForbiddenIsAnAnswerNotAnOutage) {
+  // RBAC broken after a first lookup (binding deleted): the old copy hid the 403 for the
+  // stale TTL, and only namespaces never looked up before were refused.
+  KubeClusterReader kube(Connection());
+  CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), nullptr);
+  ASSERT_TRUE(Resolve(LlmisvcPod(), "team-a", &cache).ok());
+  api_->Put(kLlmisvcPath,
+            {{"kind", "Status"},
+             {"message", "llminferenceservices.serving.kserve.io \"llama\" is forbidden"}},
+            403);
+  Result<Resolution> r = Resolve(LlmisvcPod(), "team-a", &cache);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("HTTP 403"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("ClusterRole kv-offload-webhook"), std::string::npos);
+}
+
+TEST_F(KubeClientTest, RefusedConnectionIsNotCalledATimeout) {
+  KubeClusterReader kube(Connection());
+  api_.reset();  // nothing listens on its port any more: connections are refused at once
+  Result<std::optional<json>> r =
+      kube.GetBefore(ObjectRef{ObjectKind::kNamespace, "team-a", "team-a"},
+                     std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a timeout"), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find("--lookup-timeout"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("https://"), std::string::npos) << r.status().message();
+}
+
+TEST_F(KubeClientTest, RouterSchedulerPodsAreNotTheServicesWorkload) {
+  // KServe labels its router's scheduler pods part-of=llminferenceservice and name=<service>
+  // like the workload: they got the service's tiers and the vLLM flag, which the scheduler
+  // refuses at start, or were denied for the service's cpu against their memory limit.
+  api_->Put("/api/v1/namespaces/team-a",
+            {{"kind", "Namespace"},
+             {"metadata", {{"name", "team-a"},
+                           {"annotations", {{kAnnotationDefaultConfig, R"({"cpu":"1Gi"})"}}}}}});
+  KubeClusterReader kube(Connection());
+  json scheduler = LlmisvcPod();
+  scheduler["metadata"]["labels"]["app.kubernetes.io/component"] =
+      "llminferenceservice-router-scheduler";
+  Result<Resolution> r = Resolve(scheduler, "team-a", &kube);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->spec.has_value());
+  EXPECT_EQ(api_->Requests(kLlmisvcPath), 0);
+  EXPECT_EQ(api_->Requests("/api/v1/namespaces/team-a"), 0);
+  // Its workload pods, by either label KServe sets, are the service's.
+  for (const auto& [label, value] :
+       {std::pair{"app.kubernetes.io/component", "llminferenceservice-workload-prefill"},
+        std::pair{"app.kubernetes.io/component", "llminferenceservice-workload-worker"},
+        std::pair{"kserve.io/component", "workload"}}) {
+    json workload = LlmisvcPod();
+    workload["metadata"]["labels"][label] = value;
+    Result<Resolution> w = Resolve(workload, "team-a", &kube);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    EXPECT_EQ(w->source.description, "LLMInferenceService team-a/llama") << value;
+  }
+}
+
 TEST_F(KubeClientTest, NotFoundIsNotCached) {
   KubeClusterReader kube(Connection());
   CachingClusterReader cache(&kube, std::chrono::seconds(60), std::chrono::minutes(5), nullptr);

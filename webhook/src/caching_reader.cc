@@ -69,8 +69,12 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
         e.fetched_at = Clock::now();
       }
       Record(ref.kind, LookupResult::kMiss);
-    } else if (e.last_good && Clock::now() - e.fetched_at < stale_ttl_) {
-      result = *e.last_good;  // the API server failed; a recent answer beats a denial
+    } else if (e.last_good && Clock::now() - e.fetched_at < stale_ttl_ &&
+               answer.status().code() != StatusCode::kFailedPrecondition) {
+      // The API server failed; a recent answer beats a denial. Not where it refused to
+      // answer (403): that is the answer, and an old copy would hide a broken RBAC for the
+      // stale TTL.
+      result = *e.last_good;
       Record(ref.kind, LookupResult::kStale);
     } else {
       Record(ref.kind, LookupResult::kError);

@@ -244,14 +244,33 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::stri
   client.set_read_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
   client.set_write_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
   if (const std::string token = CurrentToken(); !token.empty()) client.set_bearer_token_auth(token);
+  const auto started = std::chrono::steady_clock::now();
   httplib::Result res = client.Get(path, {{"Accept", "application/json"}});
   if (!res) {
-    return Status::Unavailable("GET " + path + ": " + httplib::to_string(res.error()) +
-                               (cut ? " (no answer within what was left of this admission's "
-                                      "lookup budget, --lookup-timeout)"
-                                    : ""));
+    // A connection refused or reset fails at once: saying it timed out would send the operator
+    // to --lookup-timeout instead of to the API server's address.
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    std::string why = "GET https://" + conn_.host + ":" + std::to_string(conn_.port) + path + ": " +
+                      httplib::to_string(res.error());
+    if (took < phase) {
+      why += " (failed after " + std::to_string(took.count()) + " ms, not a timeout)";
+    } else if (cut) {
+      why += " (no answer within what was left of this admission's lookup budget, "
+             "--lookup-timeout)";
+    } else {
+      why += " (no answer within --lookup-timeout)";
+    }
+    return Status::Unavailable(why);
   }
   if (res->status == 404) return std::optional<nlohmann::json>();
+  if (res->status == 403) {
+    // A definite answer, not an outage: the cache must not hide it behind an older object.
+    return Status::FailedPrecondition(
+        "GET " + path + ": HTTP 403: " + StatusMessage(res->body) +
+        " (the webhook's ServiceAccount may not read it: check the ClusterRole "
+        "kv-offload-webhook and its binding, manifests/base/rbac.yaml)");
+  }
   if (res->status != 200) {
     return Status::Unavailable("GET " + path + ": HTTP " + std::to_string(res->status) + ": " +
                                StatusMessage(res->body));
