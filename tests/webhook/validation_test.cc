@@ -112,6 +112,25 @@ spec:
   EXPECT_TRUE(Has(r.errors, "spec.prefill.workload.kvCacheOffloading.evictionPolicy: \"LRU\""));
 }
 
+// KServe renders the pods from the inlined spec.kvCacheOffloading; a CRD that keeps unknown
+// fields can hold spec.workload.kvCacheOffloading beside it. The pods got the other one.
+TEST(ValidationTest, BothPathsSetThePodsGetTheInlinedOneAndAWarning) {
+  const ObjectReport r = One(R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: both, namespace: team-a}
+spec:
+  template:
+    containers: [{name: main, resources: {limits: {memory: 16Gi}}}]
+  kvCacheOffloading: {cpu: 1Gi}
+  workload:
+    kvCacheOffloading: {cpu: 64Gi}
+)");
+  EXPECT_TRUE(r.errors.empty()) << All(r.errors);
+  EXPECT_TRUE(Has(r.warnings, "spec.kvCacheOffloading and spec.workload.kvCacheOffloading "
+                              "differ; the pods get the first"))
+      << All(r.warnings);
+}
+
 TEST(ValidationTest, TemplateMemoryLimitDeniesAndWarnsLikeThePod) {
   const std::string svc = R"(apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceService

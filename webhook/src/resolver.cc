@@ -38,11 +38,13 @@ const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role
   if (const json& r = Field(*scope, "replicas"); r.is_number_integer() && r.get<int64_t>() > 0) {
     *replicas = static_cast<int>(std::min<int64_t>(r.get<int64_t>(), 1 << 20));
   }
-  // The docs write spec.workload.kvCacheOffloading; v1alpha2 inlines WorkloadSpec.
-  const json& nested = Field(Field(*scope, "workload"), "kvCacheOffloading");
-  if (!nested.is_null()) return &nested;
+  // v1alpha2 inlines WorkloadSpec, and KServe renders the pods from spec.kvCacheOffloading:
+  // that one first where both are set (a CRD that keeps unknown fields holds both). The docs
+  // write spec.workload.kvCacheOffloading.
   const json& inlined = Field(*scope, "kvCacheOffloading");
   if (!inlined.is_null()) return &inlined;
+  const json& nested = Field(Field(*scope, "workload"), "kvCacheOffloading");
+  if (!nested.is_null()) return &nested;
   return nullptr;
 }
 

@@ -75,8 +75,8 @@ MutationOptions ForMutation(const ValidationOptions& options) {
 }
 
 // spec.workload.kvCacheOffloading, spec.kvCacheOffloading and their spec.prefill equivalents:
-// every one present is validated (the resolver reads the first of each pair, but a broken
-// second one is still a mistake), then the one the pods get is run through Mutate() on a pod
+// every one present is validated (the resolver reads spec.kvCacheOffloading where both are
+// set, but a broken other one is still a mistake, and two that differ get a warning), then the one the pods get is run through Mutate() on a pod
 // built from the service's template, for the checks that need a container.
 Status ValidateLLMInferenceService(const json& svc, const std::string& namespace_name,
                                    const ValidationOptions& options, ClusterReader* reader,
@@ -91,6 +91,13 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
     const std::string scope_path = prefill ? "spec.prefill" : "spec";
     if (!scope.is_object()) continue;
     bool spec_valid = true;
+    const json& inlined = Field(scope, "kvCacheOffloading");
+    const json& nested = Field(Field(scope, "workload"), "kvCacheOffloading");
+    if (!inlined.is_null() && !nested.is_null() && inlined != nested) {
+      report->warnings.push_back(scope_path + ".kvCacheOffloading and " + scope_path +
+                                 ".workload.kvCacheOffloading differ; the pods get the first "
+                                 "(KServe renders from it): keep one");
+    }
     for (const char* prefix : {"workload.", ""}) {
       const json& value = std::string(prefix).empty()
                               ? Field(scope, "kvCacheOffloading")
