@@ -542,8 +542,13 @@ void DiskTier::TimedWrite(std::span<IoOp> ops, const DiskIo::OpDone& done) {
     ns += NowNs() - t0;
     if (done) done(k);
   });
+  // Blocks that reached the tier: a write that failed part-way (ENOSPC after some pages) put
+  // bytes down that are no block, and counting them showed throughput while every block was
+  // lost.
   uint64_t bytes = 0;
-  for (const IoOp& op : ops) bytes += op.done;
+  for (const IoOp& op : ops) {
+    if (op.status.ok()) bytes += op.done;
+  }
   MutexLock lock(&mu_);
   stats_.bytes_written += bytes;
   stats_.write_ns += ns;

@@ -117,7 +117,12 @@ TEST_P(FaultTest, ShortWriteNeverPublishesAPartialFile) {
   EXPECT_EQ(Tier(0), kTierMiss);
   EXPECT_EQ(testing::FilesUnder(dir_.path(), ".blk"), 0u) << "half a block was published";
   EXPECT_EQ(Disk().io_errors, 1u);
+  // The half that reached the file before the error is no block written: vLLM's write-bytes
+  // metric showed steady throughput on a full file system while every block was lost.
+  EXPECT_EQ(Disk().bytes_written, 0u);
   ExpectNoTempFilesAndWithinCapacity();
+  EXPECT_TRUE(Store(2).ok());
+  EXPECT_EQ(Disk().bytes_written, BlockFileBytes(kBigBlock)) << "block 1, demoted whole";
 }
 
 TEST_P(FaultTest, TornWriteReportedAsCompleteIsCaughtOnReadAndRemoved) {
