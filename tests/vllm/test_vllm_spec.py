@@ -220,9 +220,19 @@ def test_extra_config_settings_take_json_values_and_name_their_keys():
         s = resolve_settings({"cpu_bytes_to_use": 65536, "kvoffload_tiers": value}, env={})
         assert s.cpu_bytes == 65536
         assert s.tiers == (settings.Tier("/x", "emptyDir", 8192, False, False),)
+    # vLLM's --kv-offloading-size writes GiB * 2^30 as a float (1.5 -> 1610612736.0); its
+    # own CPU spec reads int() of it. Refused as "not an integer" before.
+    assert resolve_settings({"cpu_bytes_to_use": 1.5 * (1 << 30)}, env={}).cpu_bytes == 1610612736
+    assert resolve_settings({"cpu_bytes_to_use": 1e9}, env={}).cpu_bytes == 10**9
     with pytest.raises(ValueError, match=r"kv_connector_extra_config.cpu_bytes_to_use="
-                                         r"'1000000000.0': want an integer"):
-        resolve_settings({"cpu_bytes_to_use": 1e9}, env={})
+                                         r"'Infinity': want an integer"):
+        resolve_settings({"cpu_bytes_to_use": float("inf")}, env={})
+    # No size anywhere: the message names both ways to give it, and a near miss of the key.
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES .* or kv_connector_extra_config"
+                                         r".cpu_bytes_to_use \(vLLM's --kv-offloading-size "
+                                         r"sets it, in GiB\); the extra config has "
+                                         r"'cpu_byte_to_use': did you mean cpu_bytes_to_use\?"):
+        resolve_settings({"cpu_byte_to_use": 65536}, env={})
     with pytest.raises(ValueError, match=r"kv_connector_extra_config.eviction_policy='fifo'"):
         resolve_settings({"cpu_bytes_to_use": 65536, "eviction_policy": "fifo"}, env={})
     with pytest.raises(ValueError, match=r"kv_connector_extra_config.kvoffload_tiers\[0\].kind"):

@@ -16,9 +16,11 @@ A block is a hit only when every rank has its shard, and it is held on every ran
 lookup until its load is done."""
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -145,8 +147,20 @@ def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
         if var in merged or key not in extra_config:
             continue
         value = extra_config[key]
+        # vLLM's --kv-offloading-size writes cpu_bytes_to_use as GiB * 2^30, a float, and its
+        # own CPU spec reads it with int(): read the same.
+        if key == "cpu_bytes_to_use" and isinstance(value, float) and math.isfinite(value):
+            value = int(value)
         merged[var] = value if isinstance(value, str) else json.dumps(value)
         names[var] = f"kv_connector_extra_config.{key}"
+    if "KVOFFLOAD_CPU_BYTES" not in merged:
+        near = difflib.get_close_matches("cpu_bytes_to_use", [str(k) for k in extra_config], n=1)
+        raise ValueError(
+            "the pinned CPU tier's size is not set: KVOFFLOAD_CPU_BYTES (the webhook sets it in "
+            "agent mode from kvCacheOffloading.cpu) or kv_connector_extra_config.cpu_bytes_to_use "
+            "(vLLM's --kv-offloading-size sets it, in GiB)"
+            + (f"; the extra config has {near[0]!r}: did you mean cpu_bytes_to_use?" if near
+               else ""))
     if "KVOFFLOAD_TIERS" not in merged and "secondary_tiers" in extra_config:
         raise ValueError("kv_connector_extra_config.secondary_tiers is the key of vLLM's "
                          "TieringOffloadingSpec; KVOffloadAgentSpec reads its disk tiers from "
