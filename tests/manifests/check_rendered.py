@@ -38,9 +38,11 @@ for rule in role.get("rules", []):
     for group in rule.get("apiGroups", []):
         for res in rule.get("resources", []):
             granted.add((group, res))
-expect(granted == {("serving.kserve.io", "llminferenceservices"), ("", "persistentvolumeclaims"),
-                   ("", "namespaces")},
-       f"ClusterRole covers exactly llminferenceservices, persistentvolumeclaims, namespaces: {granted}")
+expect(granted == {("serving.kserve.io", "llminferenceservices"),
+                   ("serving.kserve.io", "llminferenceserviceconfigs"),
+                   ("", "persistentvolumeclaims"), ("", "namespaces")},
+       "ClusterRole covers exactly llminferenceservices, llminferenceserviceconfigs, "
+       f"persistentvolumeclaims, namespaces: {granted}")
 binding = one("ClusterRoleBinding", "kv-offload-webhook")
 expect(binding.get("subjects") == [{"kind": "ServiceAccount", "name": "kv-offload-webhook",
                                     "namespace": ns}], "binding names the webhook's ServiceAccount")
@@ -186,9 +188,10 @@ for n, h in vhooks.items():
         expect(len(h.get("clientConfig", {}).get("caBundle", "")) > 100, f"{n}: caBundle set")
 if len(vhooks) == 3:
     expect(resources_of(vhooks["specs.validate.kvoffload.io"]) ==
-           {("serving.kserve.io", "v1alpha1", "llminferenceservices"),
-            ("serving.kserve.io", "v1alpha2", "llminferenceservices"), ("", "v1", "namespaces")},
-           "specs entry: LLMInferenceService v1alpha1/v1alpha2 and Namespaces")
+           {("serving.kserve.io", v, r) for v in ("v1alpha1", "v1alpha2")
+            for r in ("llminferenceservices", "llminferenceserviceconfigs")}
+           | {("", "v1", "namespaces")},
+           "specs entry: LLMInferenceService(Config) v1alpha1/v1alpha2 and Namespaces")
     workloads = {("apps", "v1", "deployments"), ("apps", "v1", "statefulsets"),
                  ("apps", "v1", "replicasets"), ("apps", "v1", "daemonsets"),
                  ("batch", "v1", "jobs"), ("batch", "v1", "cronjobs"),

@@ -192,6 +192,52 @@ TEST(InjectTest, InjectsWorkloadsFromTheSameStreamAndKeepsTheRest) {
   EXPECT_EQ(again->output, out->output);
 }
 
+// Offline, the LLMInferenceServiceConfigs a service names in spec.baseRefs come from the same
+// files, looked for in the service's namespace, then in KServe's (--kserve-namespace).
+TEST(InjectTest, BaseRefsConfigsFromTheSameFiles) {
+  const std::string stream = R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceServiceConfig
+metadata: {name: kv-tiers, namespace: platform}
+spec:
+  kvCacheOffloading:
+    cpu: 8Gi
+    secondary: [{fileSystem: {emptyDir: {size: 100Gi}}}]
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: llama, namespace: team-a}
+spec:
+  baseRefs: [{name: kv-tiers}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llama-kserve, namespace: team-a}
+spec:
+  template:
+    metadata:
+      labels: {app.kubernetes.io/part-of: llminferenceservice, app.kubernetes.io/name: llama}
+    spec:
+      containers: [{name: main, image: vllm}]
+)";
+  InjectOptions options;
+  options.kserve_namespace = "platform";
+  Result<InjectResult> out = InjectManifests(stream, options);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const std::vector<ojson> docs = Docs(out->output);
+  ASSERT_EQ(docs.size(), 3u);
+  const ojson& tmpl = docs[2]["spec"]["template"];
+  EXPECT_EQ(tmpl["spec"]["volumes"][0]["emptyDir"]["sizeLimit"], "100Gi");
+  EXPECT_NE(tmpl["metadata"]["annotations"]["kvoffload.io/status"].get<std::string>().find(
+                "LLMInferenceService team-a/llama with LLMInferenceServiceConfig platform/kv-tiers"),
+            std::string::npos);
+  // In the default KServe namespace the config is not found: nothing to inject, as before.
+  Result<InjectResult> elsewhere = InjectManifests(stream, InjectOptions{});
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status().message();
+  const std::vector<ojson> plain = Docs(elsewhere->output);
+  ASSERT_EQ(plain.size(), 3u);
+  EXPECT_FALSE(plain[2]["spec"]["template"]["metadata"].contains("annotations"));
+}
+
 TEST(InjectTest, JsonInJsonOut) {
   const char* pod = R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[{"name":"main","image":"x"}]}})";
   Result<InjectResult> out = InjectManifests(pod, InjectOptions{});

@@ -225,6 +225,57 @@ TEST_F(KubeClientTest, RouterSchedulerPodsAreNotTheServicesWorkload) {
   }
 }
 
+// A platform team's LLMInferenceServiceConfig named in spec.baseRefs carries the offloading
+// spec (KServe merges it under the service's own when it renders the pods): its pods got
+// nothing, or the namespace default instead.
+TEST_F(KubeClientTest, BaseRefsConfigsAreMergedUnderTheServiceAsKServeDoes) {
+  const auto config = [](const json& spec) {
+    return json{{"kind", "LLMInferenceServiceConfig"}, {"spec", {{"kvCacheOffloading", spec}}}};
+  };
+  const std::string configs = "/apis/serving.kserve.io/v1alpha2/namespaces/";
+  // Shared in KServe's namespace; "local" also there, but the service's namespace comes first.
+  api_->Put(configs + "kserve-system/llminferenceserviceconfigs/shared",
+            config({{"cpu", "8Gi"},
+                    {"evictionPolicy", "lru"},
+                    {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", "100Gi"}}}}}}}}}));
+  api_->Put(configs + "kserve-system/llminferenceserviceconfigs/local",
+            config({{"evictionPolicy", "lru"}}));
+  api_->Put(configs + "team-a/llminferenceserviceconfigs/local", config({{"evictionPolicy", "arc"}}));
+  api_->Put(configs + "team-a/llminferenceservices/based",
+            {{"kind", "LLMInferenceService"},
+             {"metadata", {{"name", "based"}}},
+             {"spec", {{"baseRefs", {{{"name", "shared"}}, {{"name", "local"}}}},
+                       {"kvCacheOffloading", {{"cpu", "4Gi"}}}}}});
+  json pod = LlmisvcPod();
+  pod["metadata"]["labels"]["app.kubernetes.io/name"] = "based";
+  KubeClusterReader kube(Connection());
+  Result<Resolution> r = Resolve(pod, "team-a", &kube, "kserve-system");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->spec.has_value());
+  EXPECT_EQ(r->spec->cpu.ToString(), "4Gi") << "the service's own wins";
+  EXPECT_EQ(r->spec->eviction_policy, "arc") << "the later config, from the service's namespace";
+  ASSERT_EQ(r->spec->secondary.size(), 1u) << "the shared config's tiers";
+  EXPECT_EQ(r->spec->secondary[0].size.ToString(), "100Gi");
+  EXPECT_EQ(r->source.description,
+            "LLMInferenceService team-a/based with LLMInferenceServiceConfig "
+            "kserve-system/shared, team-a/local");
+
+  // A config in neither namespace: KServe renders no pods for the service; a pod that comes
+  // anyway is denied, naming it, rather than given a spec KServe would not render.
+  api_->Put(configs + "team-a/llminferenceservices/based",
+            {{"kind", "LLMInferenceService"},
+             {"metadata", {{"name", "based"}}},
+             {"spec", {{"baseRefs", {{{"name", "gone"}}}}}}});
+  Result<Resolution> missing = Resolve(pod, "team-a", &kube, "kserve-system");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find(
+                "LLMInferenceServiceConfig \"gone\" (spec.baseRefs of LLMInferenceService "
+                "team-a/based) is in neither namespace team-a nor kserve-system"),
+            std::string::npos)
+      << missing.status().message();
+}
+
 TEST_F(KubeClientTest, NotFoundIsNotCached) {
   KubeClusterReader kube(Connection());
   CachingClusterReader cache(&kube, std::chrono::seconds(60), std::chrono::minutes(5), nullptr);

@@ -170,6 +170,7 @@ TEST_F(StartupTest, MoreBadFilesAndValuesAreOneLine) {
       {"--client-ca-file=" + File("garbage.pem"),
        "--client-ca-file=" + File("garbage.pem") + ": no PEM CA certificate in it"},
       {"--lookup-timeout=0", "--lookup-timeout=0 has no unit: write it like 500ms, 5s or 1m"},
+      {"--kserve-namespace=KServe", "--kserve-namespace=KServe is not a namespace name"},
   };
   for (const auto& [flag, message] : cases) {
     std::vector<std::string> args = Serve("tls.crt", "tls.key");

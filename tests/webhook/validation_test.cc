@@ -131,6 +131,55 @@ spec:
       << All(r.warnings);
 }
 
+// An LLMInferenceServiceConfig's kvCacheOffloading is checked where it is written, and a
+// service that names it in spec.baseRefs is checked with what its pods get: the config's
+// merged under its own (here a cpu of 64Gi from the config against the template's 16Gi).
+TEST(ValidationTest, BaseRefsConfigsAreCheckedAndMergedUnderTheService) {
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceServiceConfig
+metadata: {name: tiers, namespace: team-a}
+spec:
+  kvCacheOffloading: {cpu: 64Gi, evictionPolicy: fifo}
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceServiceConfig
+metadata: {name: big-cpu, namespace: team-a}
+spec:
+  kvCacheOffloading: {cpu: 64Gi}
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: m, namespace: team-a}
+spec:
+  baseRefs: [{name: big-cpu}, {name: elsewhere}]
+  template:
+    containers: [{name: main, resources: {limits: {memory: 16Gi}}}]
+)",
+                                                                InjectOptions{});
+  ASSERT_TRUE(reports.ok()) << reports.status().message();
+  ASSERT_EQ(reports->size(), 3u);
+  const ObjectReport& config = (*reports)[0];
+  EXPECT_EQ(config.object, "LLMInferenceServiceConfig team-a/tiers");
+  EXPECT_TRUE(Has(config.errors, "spec.kvCacheOffloading.evictionPolicy: \"fifo\""))
+      << All(config.errors);
+  EXPECT_TRUE((*reports)[1].errors.empty()) << All((*reports)[1].errors);
+  const ObjectReport& svc = (*reports)[2];
+  ASSERT_EQ(svc.errors.size(), 1u) << All(svc.errors);
+  EXPECT_EQ(svc.errors[0].rfind("spec.template: kvCacheOffloading.cpu: 64Gi does not fit in "
+                                "container \"main\"'s memory limit 16Gi",
+                                0),
+            0u)
+      << svc.errors[0];
+  EXPECT_NE(svc.denial.find("LLMInferenceService team-a/m with LLMInferenceServiceConfig "
+                            "team-a/big-cpu"),
+            std::string::npos)
+      << svc.denial;
+  // Offline only the files given are known: a config not among them is said, not refused.
+  EXPECT_TRUE(Has(svc.warnings, "spec.baseRefs: LLMInferenceServiceConfig elsewhere is not "
+                                "among the manifests given"))
+      << All(svc.warnings);
+}
+
 TEST(ValidationTest, TemplateMemoryLimitDeniesAndWarnsLikeThePod) {
   const std::string svc = R"(apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceService

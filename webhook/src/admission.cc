@@ -94,7 +94,8 @@ std::optional<HttpAnswer> Decode(std::string_view content_type, const std::strin
 
 // The kinds the validating entries send, by API group.
 bool IsValidatedKind(const std::string& group, const std::string& kind) {
-  return (group == "serving.kserve.io" && kind == "LLMInferenceService") ||
+  return (group == "serving.kserve.io" &&
+          (kind == "LLMInferenceService" || kind == "LLMInferenceServiceConfig")) ||
          (group.empty() && kind == "Namespace") ||
          (group == "apps" && (kind == "Deployment" || kind == "StatefulSet" ||
                               kind == "ReplicaSet" || kind == "DaemonSet")) ||
@@ -138,8 +139,9 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::
   if (!IsValidatedKind(group, kind_name) || !StringAt(request, "subResource").empty()) {
     return Verdicted(
         Reject(uid, 400,
-               "kv-offload validates LLMInferenceService, Namespace, Deployment, StatefulSet, Job "
-               "and LeaderWorkerSet objects, got " +
+               "kv-offload validates LLMInferenceService(Config), Namespace, Deployment, "
+               "StatefulSet, ReplicaSet, DaemonSet, Job, CronJob and LeaderWorkerSet objects, "
+               "got " +
                    group + "/" + kind_name + " " + StringAt(request, "subResource") +
                    "; check the webhook's rules"),
         Verdict::kError);
@@ -172,6 +174,7 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::
   vo.default_mode = options_.default_mode;
   vo.agent_image = options_.agent_image;
   vo.pods_need_label = pods_need_label;
+  vo.kserve_namespace = options_.kserve_namespace;
   Result<ObjectReport> report = Status::Internal("not run");
   try {
     BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
@@ -235,7 +238,8 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::st
   if (ns.empty()) ns = StringAt(pod["metadata"], "namespace");
 
   BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
-  Result<Resolution> resolution = Resolve(pod, ns, reader_ != nullptr ? &budget : nullptr);
+  Result<Resolution> resolution = Resolve(pod, ns, reader_ != nullptr ? &budget : nullptr,
+                                              options_.kserve_namespace);
   if (!resolution.ok()) {
     if (resolution.status().code() == StatusCode::kInvalidArgument) {
       return Counted(Reject(uid, 403, resolution.status().message()),

@@ -124,6 +124,7 @@ Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objec
   vo.default_mode = options.default_mode;
   vo.agent_image = options.agent_image;
   vo.fallback_config = options.config;
+  vo.kserve_namespace = options.kserve_namespace;
   std::vector<ObjectReport> reports;
   for (size_t i = 0; i < objects.size(); ++i) {
     const json& object = objects[i];
@@ -176,7 +177,7 @@ Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
       JsonDocument document = JsonDocument::Of(whole.at(json::json_pointer(pointer)));
       const JsonView pod = document.Root();
       if (OptedOut(pod)) continue;
-      Result<Resolution> res = Resolve(pod, ns, &reader);
+      Result<Resolution> res = Resolve(pod, ns, &reader, options.kserve_namespace);
       if (!res.ok()) return Status::InvalidArgument(what + ": " + res.status().message());
       if (!res->spec && options.config) {
         res->source = SpecSource::CommandLine();

@@ -289,14 +289,19 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetBefore(const ObjectR
       return GetPath("/api/v1/namespaces/" + ref.namespace_name + "/persistentvolumeclaims/" +
                      ref.name, deadline);
     case ObjectKind::kLLMInferenceService:
+    case ObjectKind::kLLMInferenceServiceConfig: {
+      const char* resource = ref.kind == ObjectKind::kLLMInferenceService
+                                 ? "/llminferenceservices/"
+                                 : "/llminferenceserviceconfigs/";
       // v1alpha2 first; clusters with only the older CRD version answer 404 there.
       for (const char* version : {"v1alpha2", "v1alpha1"}) {
         Result<std::optional<nlohmann::json>> r =
             GetPath(std::string("/apis/serving.kserve.io/") + version + "/namespaces/" +
-                    ref.namespace_name + "/llminferenceservices/" + ref.name, deadline);
+                    ref.namespace_name + resource + ref.name, deadline);
         if (!r.ok() || r->has_value()) return r;
       }
       return std::optional<nlohmann::json>();
+    }
   }
   return Status::Internal("unknown object kind");
 }

@@ -61,6 +61,9 @@ serve flags:
   --log-level=info            debug | info | warn | error
   --shutdown-delay=5s         on SIGTERM, report not ready this long before closing
   --cert-reload-interval=1s   how often the certificate files are checked
+  --kserve-namespace=kserve   KServe's own namespace: where the LLMInferenceServiceConfigs
+                              that a service's spec.baseRefs names are looked for when not
+                              in the service's namespace
   --lookup-timeout=2s         all API server lookups of one admission, together
                               (keep it below the webhooks' timeoutSeconds)
   --cache-ttl=10s             how long lookups are reused
@@ -78,7 +81,7 @@ inject and validate flags:
                               read as one input
   --namespace=default         namespace for documents without one
   --config=JSON|@FILE         spec to use when the input carries none
-  --default-mode, --agent-image   as for serve
+  --default-mode, --agent-image, --kserve-namespace   as for serve
 )";
 
 struct Flags {
@@ -237,11 +240,23 @@ Status CheckAgentImage(const std::string& image) {
   return Status::Ok();
 }
 
+// --kserve-namespace: a namespace name, looked up as one.
+Result<std::string> KServeNamespace(const Flags& flags) {
+  const std::string ns = flags.Get("kserve-namespace", kDefaultKServeNamespace);
+  if (!IsDns1123Label(ns)) {
+    return Status::InvalidArgument("--kserve-namespace=" + ns +
+                                   " is not a namespace name: lowercase letters, digits and '-', "
+                                   "at most 63, starting and ending with a letter or digit");
+  }
+  return ns;
+}
+
 int Serve(const Flags& flags) {
   if (Status s = CheckKnown(flags, {"port", "metrics-port", "bind-address", "tls-cert-file",
                                     "tls-key-file", "client-ca-file", "kubeconfig", "agent-image",
                                     "default-mode", "log-format", "log-level", "shutdown-delay",
                                     "cert-reload-interval", "lookup-timeout", "cache-ttl",
+                                    "kserve-namespace",
                                     "threads", "max-connections", "request-timeout",
                                     "handshake-timeout", "idle-timeout"});
       !s.ok()) {
@@ -328,6 +343,9 @@ int Serve(const Flags& flags) {
   ao.default_mode = *mode;
   ao.agent_image = flags.Get("agent-image", kDefaultAgentImage);
   ao.lookup_budget = *lookup;
+  Result<std::string> kserve_namespace = KServeNamespace(flags);
+  if (!kserve_namespace.ok()) return Fail(kserve_namespace.status());
+  ao.kserve_namespace = *kserve_namespace;
   if (ao.default_mode == Mode::kAgent && ao.agent_image.empty()) {
     return Fail(Status::InvalidArgument("--default-mode=agent needs a non-empty --agent-image"));
   }
@@ -450,6 +468,9 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   opts->default_mode = *mode;
   opts->agent_image = flags.Get("agent-image", kDefaultAgentImage);
   if (Status s = CheckAgentImage(opts->agent_image); !s.ok()) return s;
+  Result<std::string> kserve_namespace = KServeNamespace(flags);
+  if (!kserve_namespace.ok()) return kserve_namespace.status();
+  opts->kserve_namespace = *kserve_namespace;
   opts->namespace_name = flags.Get("namespace", "default");
   // Written into the documents that lack a namespace: a name that is not a DNS-1123 label
   // would fail only when applied.
@@ -488,7 +509,8 @@ void PrintErrors(const std::string& message) {
 }
 
 int Inject(const Flags& flags) {
-  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
+  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image",
+                                    "kserve-namespace"});
       !s.ok()) {
     return Fail(s);
   }
@@ -510,7 +532,8 @@ int Inject(const Flags& flags) {
 // Errors and warnings on stderr, one per line with the object and the field path; a summary on
 // stdout. Exit 1 when any object is invalid (or the input cannot be read), 0 otherwise.
 int Validate(const Flags& flags) {
-  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image"});
+  if (Status s = CheckKnown(flags, {"filename", "namespace", "config", "default-mode", "agent-image",
+                                    "kserve-namespace"});
       !s.ok()) {
     return Fail(s);
   }

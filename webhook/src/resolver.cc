@@ -48,6 +48,61 @@ const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role
   return nullptr;
 }
 
+Result<ServiceSpec> EffectiveServiceSpec(const json& llmisvc, const std::string& role,
+                                         const std::string& namespace_name,
+                                         ClusterReader* reader,
+                                         const std::string& kserve_namespace) {
+  ServiceSpec out;
+  auto merge = [&out, &role](const json& object) {
+    const json* value = LLMInferenceServiceSpec(object, role, &out.replicas);
+    if (value == nullptr) return false;
+    if (out.value.is_object() && value->is_object()) {
+      out.value.merge_patch(*value);
+    } else {
+      out.value = *value;
+    }
+    return true;
+  };
+  const json& refs = Field(Field(llmisvc, "spec"), "baseRefs");
+  if (reader != nullptr && refs.is_array()) {
+    const std::string service = StringAt(Field(llmisvc, "metadata"), "name");
+    for (const json& ref : refs) {
+      const std::string name = StringAt(ref, "name");
+      if (name.empty()) continue;
+      std::optional<json> config;
+      std::string found_in;
+      for (const std::string& ns : {namespace_name, kserve_namespace}) {
+        const ObjectRef at{ObjectKind::kLLMInferenceServiceConfig, ns, name};
+        Result<std::optional<json>> got = reader->Get(at);
+        if (!got.ok()) {
+          return Status::Unavailable("could not read " + at.ToString() + ": " +
+                                     got.status().message());
+        }
+        if (got->has_value()) {
+          config = std::move(**got);
+          found_in = ns;
+          break;
+        }
+        if (ns == kserve_namespace) break;  // the service lives in KServe's namespace
+      }
+      if (!config) {
+        if (!reader->Authoritative()) {
+          out.missing.push_back(name);
+          continue;
+        }
+        return Status::InvalidArgument(
+            "LLMInferenceServiceConfig \"" + name + "\" (spec.baseRefs of LLMInferenceService " +
+            namespace_name + "/" + service + ") is in neither namespace " + namespace_name +
+            " nor " + kserve_namespace + " (--kserve-namespace); KServe renders no pods for "
+            "this service until it exists");
+      }
+      if (merge(*config)) out.configs.push_back(found_in + "/" + name);
+    }
+  }
+  merge(llmisvc);
+  return out;
+}
+
 Result<std::map<std::string, PvcInfo>> LookupPvcs(const OffloadSpec& spec,
                                                   const std::string& namespace_name,
                                                   ClusterReader* reader) {
@@ -70,7 +125,7 @@ Result<std::map<std::string, PvcInfo>> LookupPvcs(const OffloadSpec& spec,
 }
 
 Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_name,
-                           ClusterReader* reader) {
+                           ClusterReader* reader, const std::string& kserve_namespace) {
   Resolution res;
   const JsonView annotations = pod["metadata"]["annotations"];
   const JsonView labels = pod["metadata"]["labels"];
@@ -96,15 +151,15 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
                                    svc.status().message());
       }
       if (svc->has_value()) {
-        int replicas = 1;
-        const json* value =
-            LLMInferenceServiceSpec(**svc, StringAt(labels, "llm-d.ai/role"), &replicas);
-        if (value != nullptr) {
-          res.source = SpecSource::LLMInferenceService(namespace_name, name);
-          Result<OffloadSpec> spec = ParseSpecFrom(*value, res.source);
+        Result<ServiceSpec> merged = EffectiveServiceSpec(
+            **svc, StringAt(labels, "llm-d.ai/role"), namespace_name, reader, kserve_namespace);
+        if (!merged.ok()) return merged.status();
+        if (!merged->value.is_null()) {
+          res.source = SpecSource::LLMInferenceService(namespace_name, name, merged->configs);
+          Result<OffloadSpec> spec = ParseSpecFrom(merged->value, res.source);
           if (!spec.ok()) return spec.status();
           res.spec = std::move(*spec);
-          res.replicas = replicas;
+          res.replicas = merged->replicas;
         }
       }
     }
@@ -136,8 +191,8 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
 }
 
 Result<Resolution> Resolve(const json& pod, const std::string& namespace_name,
-                           ClusterReader* reader) {
-  return Resolve(JsonDocument::Of(pod).Root(), namespace_name, reader);
+                           ClusterReader* reader, const std::string& kserve_namespace) {
+  return Resolve(JsonDocument::Of(pod).Root(), namespace_name, reader, kserve_namespace);
 }
 
 }  // namespace kvoffload::webhook

@@ -225,8 +225,13 @@ std::string NormalSubPath(const std::string& path) {
 SpecSource SpecSource::PodAnnotation() {
   return {Kind::kPodAnnotation, "pod annotation kvoffload.io/config"};
 }
-SpecSource SpecSource::LLMInferenceService(const std::string& ns, const std::string& name) {
-  return {Kind::kLLMInferenceService, "LLMInferenceService " + ns + "/" + name};
+SpecSource SpecSource::LLMInferenceService(const std::string& ns, const std::string& name,
+                                           const std::vector<std::string>& configs) {
+  std::string description = "LLMInferenceService " + ns + "/" + name;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    description += (i == 0 ? " with LLMInferenceServiceConfig " : ", ") + configs[i];
+  }
+  return {Kind::kLLMInferenceService, std::move(description)};
 }
 SpecSource SpecSource::NamespaceDefault(const std::string& ns) {
   return {Kind::kNamespaceDefault, "namespace " + ns + " annotation kvoffload.io/default-config"};

@@ -9,6 +9,7 @@ const char* ObjectKindName(ObjectKind kind) {
     case ObjectKind::kLLMInferenceService: return "LLMInferenceService";
     case ObjectKind::kNamespace: return "Namespace";
     case ObjectKind::kPersistentVolumeClaim: return "PersistentVolumeClaim";
+    case ObjectKind::kLLMInferenceServiceConfig: return "LLMInferenceServiceConfig";
   }
   return "Unknown";
 }
@@ -29,6 +30,8 @@ StaticClusterReader::StaticClusterReader(const std::vector<nlohmann::json>& obje
     if (ns.empty()) ns = default_namespace;
     if (kind == "LLMInferenceService") {
       objects_[{ObjectKind::kLLMInferenceService, ns, name}] = obj;
+    } else if (kind == "LLMInferenceServiceConfig") {
+      objects_[{ObjectKind::kLLMInferenceServiceConfig, ns, name}] = obj;
     } else if (kind == "Namespace") {
       objects_[{ObjectKind::kNamespace, name, name}] = obj;
     } else if (kind == "PersistentVolumeClaim") {

@@ -82,7 +82,13 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
                                    const ValidationOptions& options, ClusterReader* reader,
                                    ObjectReport* report) {
   const std::string name = StringAt(Field(svc, "metadata"), "name");
-  const SpecSource source = SpecSource::LLMInferenceService(namespace_name, name);
+  // An LLMInferenceServiceConfig has a service's spec, merged under the services that name it
+  // in spec.baseRefs: its fields are checked here, its template with each such service.
+  const bool config = StringAt(svc, "kind") == "LLMInferenceServiceConfig";
+  const SpecSource source =
+      config ? SpecSource{SpecSource::Kind::kLLMInferenceService,
+                          "LLMInferenceServiceConfig " + namespace_name + "/" + name}
+             : SpecSource::LLMInferenceService(namespace_name, name);
   std::vector<FieldError> field_errors;
   std::vector<std::string> template_denials;
   for (const char* role : {"decode", "prefill"}) {
@@ -110,9 +116,39 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
         spec_valid = false;
       }
     }
-    int replicas = 1;
-    const json* value = LLMInferenceServiceSpec(svc, role, &replicas);
-    if (value == nullptr || !spec_valid) continue;
+    if (config || !spec_valid) continue;
+    // What its pods get: the service's own over its baseRefs' (a config not found yet, as when
+    // the service is applied before it, is a warning: apply order is not ours to choose).
+    std::optional<ApplyTimeReader> configs_reader;
+    if (reader != nullptr) configs_reader.emplace(reader);
+    Result<ServiceSpec> merged =
+        EffectiveServiceSpec(svc, role, namespace_name, configs_reader ? &*configs_reader : nullptr,
+                             options.kserve_namespace);
+    if (!merged.ok()) return merged.status();
+    if (!merged->value.is_null() || !merged->missing.empty()) report->checked = true;
+    for (const std::string& missing : merged->missing) {
+      std::string text = "spec.baseRefs: LLMInferenceServiceConfig " + missing +
+                         (reader->Authoritative()
+                              ? " not found in namespace " + namespace_name + " nor " +
+                                    options.kserve_namespace +
+                                    ": KServe renders no pods until it exists"
+                              : " is not among the manifests given: its kvCacheOffloading, if "
+                                "any, was not checked");
+      if (std::find(report->warnings.begin(), report->warnings.end(), text) ==
+          report->warnings.end()) {
+        report->warnings.push_back(std::move(text));
+      }
+    }
+    if (merged->value.is_null()) continue;
+    SpecParse parsed = ParseSpec(merged->value);
+    const SpecSource merged_source =
+        SpecSource::LLMInferenceService(namespace_name, name, merged->configs);
+    if (!parsed.errors.empty()) {
+      for (FieldError& e : parsed.errors) {
+        template_denials.push_back(merged_source.description + ": " + e.path + ": " + e.message);
+      }
+      continue;
+    }
 
     // The pod KServe renders for this role, as far as the service says: its labels (which make
     // it a vLLM pod for Mutate) and its template; KServe's presets supply the container `main`.
@@ -136,9 +172,9 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
 
     // What the resolver returns for this role's pods.
     Resolution resolution;
-    resolution.spec = ParseSpec(*value).spec;
-    resolution.source = source;
-    resolution.replicas = replicas;
+    resolution.spec = std::move(parsed.spec);
+    resolution.source = merged_source;
+    resolution.replicas = merged->replicas;
     std::set<std::string> missing;
     if (reader != nullptr) {
       ApplyTimeReader apply_time(reader);
@@ -207,7 +243,8 @@ Status ValidateWorkload(const json& object, const std::string& namespace_name,
 
     std::optional<ApplyTimeReader> apply_time;
     if (reader != nullptr) apply_time.emplace(reader);
-    Result<Resolution> res = Resolve(pod, namespace_name, apply_time ? &*apply_time : nullptr);
+    Result<Resolution> res = Resolve(pod, namespace_name, apply_time ? &*apply_time : nullptr,
+                                     options.kserve_namespace);
     if (!res.ok()) {
       if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
       report->checked = true;
@@ -249,7 +286,7 @@ Result<ObjectReport> ValidateObject(const json& object, const std::string& names
   if (!object.is_object()) return report;
   const std::string kind = StringAt(object, "kind");
   Status s;
-  if (kind == "LLMInferenceService") {
+  if (kind == "LLMInferenceService" || kind == "LLMInferenceServiceConfig") {
     s = ValidateLLMInferenceService(object, namespace_name, options, reader, &report);
   } else if (kind == "Namespace") {
     ValidateNamespace(object, &report);

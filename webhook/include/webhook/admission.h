@@ -26,6 +26,7 @@ struct AdmissionOptions {
   // below the webhook configurations' timeoutSeconds, so that a slow API server gets our clear
   // answer instead of the API server's own timeout.
   std::chrono::milliseconds lookup_budget{2000};
+  std::string kserve_namespace = kDefaultKServeNamespace;
 };
 
 struct HttpAnswer {

@@ -1,5 +1,5 @@
-// Read access to the few cluster objects the webhook consults (LLMInferenceService, Namespace,
-// PersistentVolumeClaim), behind one interface so the resolver is tested with objects in
+// Read access to the few cluster objects the webhook consults (LLMInferenceService and the
+// LLMInferenceServiceConfigs it names, Namespace, PersistentVolumeClaim), behind one interface so the resolver is tested with objects in
 // memory and served with the API server. Implementations must be thread-safe.
 #ifndef KVOFFLOAD_WEBHOOK_CLUSTER_READER_H_
 #define KVOFFLOAD_WEBHOOK_CLUSTER_READER_H_
@@ -19,7 +19,17 @@
 
 namespace kvoffload::webhook {
 
-enum class ObjectKind { kLLMInferenceService, kNamespace, kPersistentVolumeClaim };
+enum class ObjectKind {
+  kLLMInferenceService,
+  kNamespace,
+  kPersistentVolumeClaim,
+  kLLMInferenceServiceConfig,  // a service's spec.baseRefs (KServe merges them under its spec)
+};
+inline constexpr size_t kObjectKinds = 4;
+
+// KServe's own namespace, where LLMInferenceServiceConfigs that every namespace may name live
+// (its controller's POD_NAMESPACE; `kserve` upstream). --kserve-namespace.
+inline constexpr char kDefaultKServeNamespace[] = "kserve";
 const char* ObjectKindName(ObjectKind kind);
 
 struct ObjectRef {
@@ -73,7 +83,8 @@ class BudgetReader final : public ClusterReader {
 // Immutable after construction, hence thread-safe.
 class StaticClusterReader final : public ClusterReader {
  public:
-  // Keeps LLMInferenceService, Namespace and PersistentVolumeClaim objects; ignores the rest.
+  // Keeps LLMInferenceService(Config), Namespace and PersistentVolumeClaim objects; ignores
+  // the rest.
   // Objects without a namespace get `default_namespace`.
   StaticClusterReader(const std::vector<nlohmann::json>& objects,
                       const std::string& default_namespace, bool authoritative);

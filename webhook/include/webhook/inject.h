@@ -25,6 +25,7 @@ struct InjectOptions {
   std::string agent_image;
   std::string namespace_name = "default";  // for documents without metadata.namespace
   std::optional<nlohmann::json> config;    // --config: the spec when no other source has one
+  std::string kserve_namespace = kDefaultKServeNamespace;  // where shared baseRefs configs live
 };
 
 struct InjectResult {

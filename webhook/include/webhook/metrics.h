@@ -110,7 +110,7 @@ class Metrics {
   // Counted apart from admissions: the pod counters must not move when objects are applied.
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Verdict::kCount)> validations_{};
   std::array<Histogram, kOutcomes> latency_{};
-  std::array<std::array<std::atomic<uint64_t>, kLookupResults>, 3> lookups_{};
+  std::array<std::array<std::atomic<uint64_t>, kLookupResults>, kObjectKinds> lookups_{};
   std::atomic<uint64_t> cert_reloads_ok_{0};
   std::atomic<uint64_t> cert_reloads_failed_{0};
 };

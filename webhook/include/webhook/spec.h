@@ -20,7 +20,9 @@ struct SpecSource {
   std::string description;  // "pod annotation kvoffload.io/config", "LLMInferenceService ns/name"
 
   static SpecSource PodAnnotation();
-  static SpecSource LLMInferenceService(const std::string& ns, const std::string& name);
+  // `configs`: the LLMInferenceServiceConfigs (spec.baseRefs, "<ns>/<name>") merged under it.
+  static SpecSource LLMInferenceService(const std::string& ns, const std::string& name,
+                                        const std::vector<std::string>& configs = {});
   static SpecSource NamespaceDefault(const std::string& ns);
   static SpecSource CommandLine();
 };

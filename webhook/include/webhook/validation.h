@@ -25,6 +25,7 @@ struct ValidationOptions {
   // (namespaces without the kvoffload.io/injection label); otherwise unless labelled "false".
   bool pods_need_label = false;
   std::optional<nlohmann::json> fallback_config;  // offline --config: the spec when none is found
+  std::string kserve_namespace = kDefaultKServeNamespace;
 };
 
 struct ObjectReport {
