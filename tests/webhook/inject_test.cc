@@ -238,6 +238,58 @@ spec:
   EXPECT_FALSE(plain[2]["spec"]["template"]["metadata"].contains("annotations"));
 }
 
+// Plain scalars are typed as kubectl's YAML reader (Go's yaml.v2, YAML 1.1) types them, and
+// strings are written so that it reads them back as strings. Found by comparing with kubectl:
+// defaultMode 0644 was written 644 (refused by the API server), an unquoted `yes` became the
+// string "yes" for a boolean field, "1_000" and "0X1F" were written bare (numbers to kubectl).
+TEST(InjectTest, ScalarsAreTypedAsKubectlTypesThem) {
+  const std::string in = R"(apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: typed
+  annotations: {a: "1_000", b: "0X1F", c: "0b1010", d: ".NaN", e: "0o17", f: "-0x1F", g: "+12",
+                h: "08", i: "1_0.5", j: "-.Inf", k: "Off"}
+data:
+  octal: 0644
+  octal12: 0o755
+  under: 1_000
+  hex: 0x1F
+  bin: -0b11
+  yes: yes
+  off: off
+  big: 12345678901234567890
+  float8: 08
+  date: 2024-01-01
+)";
+  const std::vector<ojson> docs = Docs(in);
+  ASSERT_EQ(docs.size(), 1u);
+  const ojson& data = docs[0]["data"];
+  EXPECT_EQ(data["octal"], 420);
+  EXPECT_EQ(data["octal12"], 493);
+  EXPECT_EQ(data["under"], 1000);
+  EXPECT_EQ(data["hex"], 31);
+  EXPECT_EQ(data["bin"], -3);
+  EXPECT_EQ(data["true"], true) << "the key yes is read as true, its value too";
+  EXPECT_EQ(data["false"], false);
+  EXPECT_EQ(data["big"], 12345678901234567890ULL);
+  EXPECT_EQ(data["float8"], 8.0) << "not octal: Go reads it as a float";
+  EXPECT_EQ(data["date"], "2024-01-01") << "yaml.v2 keeps timestamps as strings";
+  // Every quoted string comes back a string, after a write and a read.
+  Result<InjectResult> out = InjectManifests(in, InjectOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const std::vector<ojson> again = Docs(out->output);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0]["metadata"]["annotations"], docs[0]["metadata"]["annotations"])
+      << out->output;
+  EXPECT_EQ(again[0]["data"], data) << out->output;
+  EXPECT_NE(out->output.find("octal: 420"), std::string::npos) << out->output;
+  // NaN has no JSON form (kubectl refuses it): said, with its line.
+  Result<InjectResult> nan = InjectManifests("kind: ConfigMap\ndata:\n  x: .nan\n", InjectOptions{});
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.status().message().find(".nan (line 3), which JSON cannot hold"), std::string::npos)
+      << nan.status().message();
+}
+
 TEST(InjectTest, JsonInJsonOut) {
   const char* pod = R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[{"name":"main","image":"x"}]}})";
   Result<InjectResult> out = InjectManifests(pod, InjectOptions{});

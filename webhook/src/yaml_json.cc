@@ -4,6 +4,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -18,10 +25,93 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-const std::regex kInt(R"([-+]?[0-9]+)");
-const std::regex kHex(R"(0x[0-9a-fA-F]+)");
-const std::regex kOct(R"(0o[0-7]+)");
+// yamlStyleFloat of Go's yaml.v2, which kubectl reads manifests with.
 const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+
+// strconv.ParseInt/ParseUint with base 0, as yaml.v2 calls them: an optional sign (ParseInt
+// only), then 0x/0X hex, 0o/0O or a leading 0 octal, 0b/0B binary, or decimal. The value as
+// JSON, or nullopt where Go would refuse it (bad digits, out of range).
+std::optional<ojson> ParseGoInteger(std::string_view text) {
+  bool negative = false;
+  const bool signed_text = !text.empty() && (text[0] == '+' || text[0] == '-');
+  if (signed_text) {
+    negative = text[0] == '-';
+    text.remove_prefix(1);
+  }
+  int base = 10;
+  size_t prefix = 0;
+  const char second = text.size() > 1 && text[0] == '0' ? text[1] : '\0';
+  if (second == 'x' || second == 'X') {
+    base = 16;
+    prefix = 2;
+  } else if (second == 'o' || second == 'O') {
+    base = 8;
+    prefix = 2;
+  } else if (second == 'b' || second == 'B') {
+    base = 2;
+    prefix = 2;
+  } else if (second != '\0') {
+    base = 8;  // a leading 0
+    prefix = 1;
+  }
+  text.remove_prefix(prefix);
+  if (text.empty()) return std::nullopt;
+  uint64_t magnitude = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), magnitude, base);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  if (negative) {
+    if (magnitude > uint64_t{1} << 63) return std::nullopt;
+    return ojson(magnitude == uint64_t{1} << 63 ? INT64_MIN : -static_cast<int64_t>(magnitude));
+  }
+  if (magnitude <= static_cast<uint64_t>(INT64_MAX)) return ojson(static_cast<int64_t>(magnitude));
+  if (signed_text) return std::nullopt;  // ParseUint takes no sign
+  return ojson(magnitude);
+}
+
+// What a plain (unquoted, untagged) scalar is to Go's yaml.v2, which kubectl reads manifests
+// with (YAML 1.1): null, a boolean (y/yes/on/... too), an integer (0644 octal, 0x, 0o, 0b,
+// underscores ignored), a float, or nullopt for a string. Timestamps stay strings there.
+// NaN and the infinities, which JSON cannot hold and kubectl refuses, come back as NaN.
+std::optional<ojson> ResolvePlain(const std::string& s) {
+  static const std::set<std::string> kTrue = {"y", "Y", "yes", "Yes", "YES", "true", "True",
+                                              "TRUE", "on", "On", "ON"};
+  static const std::set<std::string> kFalse = {"n", "N", "no", "No", "NO", "false", "False",
+                                               "FALSE", "off", "Off", "OFF"};
+  static const std::set<std::string> kNotANumber = {
+      ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf",
+      "-.INF"};
+  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return ojson();
+  if (kTrue.contains(s)) return ojson(true);
+  if (kFalse.contains(s)) return ojson(false);
+  if (kNotANumber.contains(s)) return ojson(std::numeric_limits<double>::quiet_NaN());
+  const char first = s[0];
+  auto as_float = [](const std::string& text) -> std::optional<ojson> {
+    errno = 0;
+    const double d = std::strtod(text.c_str(), nullptr);
+    if (errno == ERANGE && std::isinf(d)) return std::nullopt;  // Go: out of range, a string
+    return ojson(d);
+  };
+  if (first == '.') {
+    if (std::regex_match(s, kFloat)) return as_float(s);
+    return std::nullopt;
+  }
+  if (!(first == '+' || first == '-' || (first >= '0' && first <= '9'))) return std::nullopt;
+  std::string plain = s;
+  plain.erase(std::remove(plain.begin(), plain.end(), '_'), plain.end());
+  if (std::optional<ojson> n = ParseGoInteger(plain)) return n;
+  if (std::regex_match(plain, kFloat)) return as_float(plain);
+  return std::nullopt;
+}
+
+// A mapping key as kubectl's YAML reader makes it a JSON key: a plain key that YAML 1.1 reads
+// as a boolean, an integer or null is that value's text ("off:" is the key "false").
+std::string KeyString(const YAML::Node& key) {
+  const std::string& s = key.Scalar();
+  if (key.Tag() == "!" || key.Tag() == "tag:yaml.org,2002:str") return s;
+  const std::optional<ojson> typed = ResolvePlain(s);
+  if (!typed || typed->is_number_float()) return s;
+  return typed->is_null() ? "null" : typed->dump();
+}
 
 // Ignores every event: only the number of documents the parser reports matters.
 class IgnoreEvents final : public YAML::EventHandler {
@@ -57,8 +147,6 @@ Status CheckDocumentsEnd(const std::string& text) {
   }
   return Status::Ok();
 }
-
-bool IsNull(const std::string& s) { return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL"; }
 
 // A merge key (`<<: *base`, YAML 1.1's, which kubectl's YAML reader applies): a plain `<<`,
 // or one tagged !!merge.
@@ -101,14 +189,14 @@ Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
       // the first that has a key gives it; merged keys take the place of their `<<`.
       std::set<std::string> own;
       for (const auto& kv : node) {
-        if (!IsMergeKey(kv.first)) own.insert(kv.first.as<std::string>());
+        if (!IsMergeKey(kv.first)) own.insert(KeyString(kv.first));
       }
       ojson obj = ojson::object();
       for (const auto& kv : node) {
         if (!IsMergeKey(kv.first)) {
           Result<ojson> v = Convert(kv.second, depth + 1, budget);
           if (!v.ok()) return v;
-          obj[kv.first.as<std::string>()] = std::move(*v);
+          obj[KeyString(kv.first)] = std::move(*v);
           continue;
         }
         std::vector<YAML::Node> sources;
@@ -139,33 +227,20 @@ Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
   const std::string& tag = node.Tag();
   // "!" marks a quoted scalar; an explicit !!str likewise. Only plain scalars are typed.
   if (tag == "!" || tag == "tag:yaml.org,2002:str") return ojson(s);
-  if (IsNull(s)) return ojson();
-  if (s == "true" || s == "True" || s == "TRUE") return ojson(true);
-  if (s == "false" || s == "False" || s == "FALSE") return ojson(false);
-  try {
-    if (std::regex_match(s, kInt)) return ojson(std::stoll(s));
-    if (std::regex_match(s, kHex)) return ojson(std::stoll(s.substr(2), nullptr, 16));
-    if (std::regex_match(s, kOct)) return ojson(std::stoll(s.substr(2), nullptr, 8));
-    if (std::regex_match(s, kFloat)) return ojson(std::stod(s));
-  } catch (const std::out_of_range&) {
-    return ojson(s);  // too large for a number: keep the text
+  std::optional<ojson> typed = ResolvePlain(s);
+  if (!typed) return ojson(s);
+  if (typed->is_number_float() && !std::isfinite(typed->get<double>())) {
+    return Status::InvalidArgument("input has the value " + s + " (line " +
+                                   std::to_string(node.Mark().line + 1) +
+                                   "), which JSON cannot hold and kubectl refuses; quote it if "
+                                   "it is meant as a string");
   }
-  return ojson(s);
+  return *typed;
 }
 
-// True when a plain scalar `s` would not read back as the string `s` (in YAML 1.2, or in the
-// YAML 1.1 that Go's yaml libraries speak: yes/no/on/off are booleans there).
-bool NeedsQuotes(const std::string& s) {
-  static const char* kWords[] = {"y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
-                                 "on", "On", "ON", "off", "Off", "OFF", "true", "True", "TRUE",
-                                 "false", "False", "FALSE", ".inf", ".nan", "-.inf", "+.inf"};
-  if (IsNull(s)) return true;
-  for (const char* w : kWords) {
-    if (s == w) return true;
-  }
-  return std::regex_match(s, kInt) || std::regex_match(s, kHex) || std::regex_match(s, kOct) ||
-         std::regex_match(s, kFloat);
-}
+// True when a plain scalar `s` would not read back as the string `s`, in YAML 1.2 or in the
+// YAML 1.1 that kubectl reads (yes/no/on/off booleans, 0644 octal, 1_000, .NaN, ...).
+bool NeedsQuotes(const std::string& s) { return s == "<<" || ResolvePlain(s).has_value(); }
 
 // NEL, LS and PS are line breaks to YAML 1.1 (and so to kubectl's YAML reader), which
 // yaml-cpp writes into a plain scalar as they are: the output would not read back. Written
