@@ -35,7 +35,8 @@ fi
 # The LLMInferenceService CRD stand-in, before the webhook starts looking such objects up.
 install_test_crds() {
   k apply -f "${repo}/e2e/testdata/llminferenceservice-crd.yaml" >/dev/null
-  k wait --for condition=Established --timeout 60s crd/llminferenceservices.serving.kserve.io >/dev/null
+  k wait --for condition=Established --timeout 60s crd/llminferenceservices.serving.kserve.io \
+    crd/llminferenceserviceconfigs.serving.kserve.io >/dev/null
 }
 state="$(mktemp -d "${TMPDIR:-/tmp}/kvoffload-e2e.XXXXXX")"
 export E2E_STATE="${state}"

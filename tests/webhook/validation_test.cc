@@ -152,6 +152,8 @@ kind: LLMInferenceService
 metadata: {name: m, namespace: team-a}
 spec:
   baseRefs: [{name: big-cpu}, {name: elsewhere}]
+  kvCacheOffloading:
+    secondary: [{fileSystem: {emptyDir: {size: 1Gi}}}]
   template:
     containers: [{name: main, resources: {limits: {memory: 16Gi}}}]
 )",
@@ -163,6 +165,18 @@ spec:
   EXPECT_TRUE(Has(config.errors, "spec.kvCacheOffloading.evictionPolicy: \"fifo\""))
       << All(config.errors);
   EXPECT_TRUE((*reports)[1].errors.empty()) << All((*reports)[1].errors);
+  // A part of a spec, in a config or in a service that names configs, is no error for the
+  // cpu it leaves to the others (the real API server refused such a config before).
+  Result<std::vector<ObjectReport>> part = ValidateManifests(R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceServiceConfig
+metadata: {name: policy, namespace: team-a}
+spec:
+  kvCacheOffloading: {evictionPolicy: arc}
+)",
+                                                             InjectOptions{});
+  ASSERT_TRUE(part.ok());
+  ASSERT_EQ(part->size(), 1u);
+  EXPECT_TRUE((*part)[0].errors.empty()) << All((*part)[0].errors);
   const ObjectReport& svc = (*reports)[2];
   ASSERT_EQ(svc.errors.size(), 1u) << All(svc.errors);
   EXPECT_EQ(svc.errors[0].rfind("spec.template: kvCacheOffloading.cpu: 64Gi does not fit in "

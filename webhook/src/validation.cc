@@ -104,13 +104,19 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
                                  ".workload.kvCacheOffloading differ; the pods get the first "
                                  "(KServe renders from it): keep one");
     }
+    // A config, and a service that names configs, may hold a part of the spec (the rest comes
+    // merged from elsewhere): their own fields are checked as written, a missing cpu is not
+    // theirs to give. The merged spec a service's pods get is checked whole below.
+    const bool fragment = config || Field(Field(svc, "spec"), "baseRefs").is_array();
     for (const char* prefix : {"workload.", ""}) {
       const json& value = std::string(prefix).empty()
                               ? Field(scope, "kvCacheOffloading")
                               : Field(Field(scope, "workload"), "kvCacheOffloading");
       if (value.is_null()) continue;
       report->checked = true;
-      for (FieldError& e : ParseSpec(value).errors) {
+      json checked = value;
+      if (fragment && value.is_object() && !value.contains("cpu")) checked["cpu"] = "1";
+      for (FieldError& e : ParseSpec(checked).errors) {
         e.path = scope_path + "." + prefix + e.path;
         field_errors.push_back(std::move(e));
         spec_valid = false;
