@@ -290,6 +290,81 @@ data:
       << nan.status().message();
 }
 
+// A GitOps repository re-runs inject over its own output after a change of spec, mode or
+// agent image: the result is what injecting the changed source gives. Our earlier parts were
+// kept before: a grown emptyDir kept its old sizeLimit and request while KVOFFLOAD_TIERS took
+// the new size (the agent filled past the limit, and the kubelet evicts for that), a removed
+// tier kept its volume, a tier turned pvc.ref was refused over our own volume, a new agent
+// image left the old one in the install step, and vllm-native kept the agent.
+TEST(InjectTest, ReinjectingItsOwnOutputGivesWhatAFreshInjectionGives) {
+  const std::string pod = R"(apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vllm, namespace: team-a}
+spec:
+  template:
+    metadata:
+      annotations: {kvoffload.io/config: 'SPEC', kvoffload.io/vllm: "true"MODE}
+    spec:
+      containers:
+        - name: main
+          image: vllm
+          command: [vllm, serve]
+          args: [/models/m]
+          env: [{name: PYTHONPATH, value: /app}]
+          resources:
+            requests: {ephemeral-storage: 1Gi}
+            limits: {memory: 64Gi}
+)";
+  auto source = [&](const std::string& spec, const std::string& mode) {
+    std::string text = pod;
+    text.replace(text.find("SPEC"), 4, spec);
+    text.replace(text.find("MODE"), 4, mode.empty() ? "" : ", kvoffload.io/mode: " + mode);
+    return text;
+  };
+  auto inject = [](const std::string& text, const std::string& image = "") {
+    InjectOptions options;
+    options.default_mode = Mode::kAgent;
+    options.agent_image = image.empty() ? "kv-offload/offload-agent:0.1.0" : image;
+    Result<InjectResult> out = InjectManifests(text, options);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? out->output : "";
+  };
+  // The template as JSON with its keys sorted: inject keeps the input's key order, so a
+  // re-injected output may order what a fresh one adds differently.
+  auto tmpl = [](const std::string& yaml) {
+    const std::vector<ojson> docs = Docs(yaml);
+    return docs.size() == 1 ? nlohmann::json::parse(docs[0]["spec"]["template"].dump())
+                            : nlohmann::json();
+  };
+  const std::string first =
+      inject(source(R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"10Gi"}}}]})", ""));
+  const std::vector<std::pair<std::string, std::string>> changes = {
+      {R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"20Gi"}}}]})", ""},
+      {R"({"cpu":"1Gi"})", ""},
+      {R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"ref":{"name":"kv"}}}}]})", ""},
+      {R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"10Gi"}}}]})", "vllm-native"},
+  };
+  for (const auto& [spec, mode] : changes) {
+    SCOPED_TRACE(spec + " " + mode);
+    // The earlier output, its spec (and mode) edited as a user edits the repository.
+    std::string edited = first;
+    const size_t at = edited.find("kvoffload.io/config: ");
+    ASSERT_NE(at, std::string::npos);
+    const size_t end = edited.find('\n', at);
+    edited.replace(at, end - at, "kvoffload.io/config: '" + spec + "'");
+    if (!mode.empty()) {
+      edited.replace(edited.find("kvoffload.io/vllm: "), 0, "kvoffload.io/mode: " + mode + "\n        ");
+    }
+    const std::string again = inject(edited);
+    EXPECT_EQ(tmpl(again), tmpl(inject(source(spec, mode)))) << again;
+    EXPECT_EQ(inject(again), again) << "a second run changes nothing";
+  }
+  // Another agent image: the install step gets it.
+  const std::string moved = inject(first, "registry.example.com/kv/offload-agent:0.2.0");
+  EXPECT_EQ(tmpl(moved)["spec"]["initContainers"][0]["image"],
+            "registry.example.com/kv/offload-agent:0.2.0");
+}
+
 TEST(InjectTest, JsonInJsonOut) {
   const char* pod = R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[{"name":"main","image":"x"}]}})";
   Result<InjectResult> out = InjectManifests(pod, InjectOptions{});

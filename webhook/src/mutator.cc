@@ -390,11 +390,11 @@ std::shared_ptr<const FromSpec> Derive(const MutationInput& in, Mode mode,
 }  // namespace
 
 KServePod KServePodKind(const JsonView& labels) {
-  if (StringAt(labels, "app.kubernetes.io/part-of") != "llminferenceservice") {
+  if (labels["app.kubernetes.io/part-of"].String() != "llminferenceservice") {
     return KServePod::kNone;
   }
-  const std::string component = StringAt(labels, "app.kubernetes.io/component");
-  const std::string kserve_component = StringAt(labels, "kserve.io/component");
+  const std::string_view component = labels["app.kubernetes.io/component"].String();
+  const std::string_view kserve_component = labels["kserve.io/component"].String();
   if (component.empty() && kserve_component.empty()) return KServePod::kWorkload;
   return kserve_component == "workload" || component.starts_with("llminferenceservice-workload")
              ? KServePod::kWorkload
@@ -620,29 +620,16 @@ void CheckRenderedMounts(const MutationInput& in, const MutationPlan& plan,
   if (plan.mode == Mode::kAgent) check(kAgentVolume, kAgentMountPath, std::string::npos);
 }
 
-// Whether `flag`, found in `where` ("args" or VLLM_ADDITIONAL_ARGS), is one an earlier
-// injection of ours put there: the pod's status annotation says we put our flag in that place,
-// and the flag is one of the two we write (the agent's spec or vLLM's own tiering spec).
-bool IsFlagOfOurs(const json& flag, const JsonView& annotations, const std::string& where) {
-  Result<json> status = ParseJson(StringAt(annotations, kAnnotationStatus), kAnnotationStatus);
-  if ((where != "args" && where != "VLLM_ADDITIONAL_ARGS") || !status.ok() ||
-      !status->is_object() || status->value("vllmFlagInjected", false) != true ||
-      StringAt(*status, "vllmFlag") != where) {
-    return false;
+// Whether `value`, a --kv-transfer-config value as we write it (single-quoted where a script
+// evals it), is one of ours: the agent's spec or vLLM's own tiering spec.
+bool IsOurFlagValue(std::string_view value) {
+  if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') {
+    value = value.substr(1, value.size() - 2);
   }
-  const std::string spec =
-      StringAt(Member(flag, "kv_connector_extra_config"), "spec_name");
+  Result<json> flag = ParseJson(std::string(value), "--kv-transfer-config");
+  if (!flag.ok()) return false;
+  const std::string spec = StringAt(Member(*flag, "kv_connector_extra_config"), "spec_name");
   return spec == "KVOffloadAgentSpec" || spec == "TieringOffloadingSpec";
-}
-
-// The index of the last element of `args` that is a --kv-transfer-config=VALUE (the form we
-// append), or nullopt.
-std::optional<size_t> LastFlagElement(const JsonView& args) {
-  const std::vector<std::string_view> all = args.Strings();
-  for (size_t i = all.size(); i-- > 0;) {
-    if (all[i].starts_with("--kv-transfer-config=")) return i;
-  }
-  return std::nullopt;
 }
 
 // `value` (VLLM_ADDITIONAL_ARGS) without its --kv-transfer-config=VALUE word, as we append it:
@@ -944,36 +931,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         PlanLaunch(container, additional ? env.At(*additional) : JsonView());
     const bool env_route = launch.route == FlagRoute::kAdditionalArgsEnv ||
                            launch.route == FlagRoute::kAdditionalArgsEnvForEval;
-    // Our own flag from an earlier injection under another spec or mode (a template injected
-    // offline, then re-injected after its spec changed): the status says it was ours, and it
-    // is one of the two we write. Replaced, not kept as the user's.
     Result<json> theirs = launch.has_user_flag
                               ? ParseJson(launch.user_flag_value, "--kv-transfer-config")
                               : Result<json>(json());
-    std::optional<size_t> stale_arg;
-    std::optional<std::string> stale_env;
-    if (theirs.ok() && launch.has_user_flag && DumpJson(*theirs) != ours &&
-        IsFlagOfOurs(*theirs, annotations, launch.user_flag_where)) {
-      if (launch.user_flag_where == "args") {
-        stale_arg = LastFlagElement(container["args"]);
-      } else {
-        stale_env = WithoutFlagWord(StringAt(env.At(*additional), "value"));
-      }
-    }
-    if (stale_arg || stale_env) {
-      const FromSpec& derived = *plan.from_spec;
-      const bool evals = RouteEvals(launch.route);
-      if (stale_arg) {
-        patch.Replace(c_path + "/args/" + std::to_string(*stale_arg),
-                      evals ? derived.flag_argument_for_eval_json : derived.flag_argument_json);
-        vllm_flag = "args";
-      } else {
-        set_env("VLLM_ADDITIONAL_ARGS",
-                *stale_env + (stale_env->empty() ? "" : " ") +
-                    (evals ? derived.flag_argument_for_eval : derived.flag_argument));
-        vllm_flag = "VLLM_ADDITIONAL_ARGS";
-      }
-    } else if (launch.has_user_flag) {
+    if (launch.has_user_flag) {
       if (!theirs.ok()) {
         warnings->push_back("container " + c_name + ": its own --kv-transfer-config in " +
                                launch.user_flag_where + " reaches vLLM as invalid JSON; quote it");
@@ -1074,8 +1035,158 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   return patch.Take();
 }
 
-Mutation Mutate(const MutationInput& in) {
-  CheckedMutation checked = CheckMutation(in);
+namespace {
+
+// The status annotation of an earlier injection of ours, when the pod carries one.
+std::optional<json> OurStatus(const JsonView& pod) {
+  const std::string text = StringAt(pod["metadata"]["annotations"], kAnnotationStatus);
+  if (text.empty()) return std::nullopt;  // a pod we never saw: most admissions
+  Result<json> status = ParseJson(text, kAnnotationStatus);
+  if (!status.ok() || !status->is_object() || StringAt(*status, "configHash").empty()) {
+    return std::nullopt;
+  }
+  return *status;
+}
+
+bool IsOurVolumeName(const json& item) {
+  const std::string name = StringAt(item, "name");
+  return name == kAgentVolume || (name.starts_with("kv-cache-secondary-") && name.size() > 19 &&
+                                  std::all_of(name.begin() + 19, name.end(),
+                                              [](char c) { return c >= '0' && c <= '9'; }));
+}
+
+// Erases the items of the array `obj[key]` that `drop` picks; the key goes when none is left.
+template <typename Drop>
+void EraseItems(json& obj, const char* key, Drop drop) {
+  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_array()) return;
+  json& items = obj[key];
+  items.erase(std::remove_if(items.begin(), items.end(), drop), items.end());
+  if (items.empty()) obj.erase(key);
+}
+
+// `pod` without what an earlier injection of ours added (its status annotation `old` says
+// which mode it was in and where our flag went): the status itself, the tier and agent
+// volumes, their mounts, the install step, the KVOFFLOAD_* env, our PYTHONPATH entry, the
+// ephemeral-storage the emptyDir tiers raised, our --kv-transfer-config and, in agent mode,
+// the --shutdown-timeout we appended after it.
+json WithoutOurEarlierParts(json pod, const json& old) {
+  json& annotations = pod["metadata"]["annotations"];
+  annotations.erase(kAnnotationStatus);
+  if (annotations.empty()) pod["metadata"].erase("annotations");
+  std::string target_error;
+  const int target = TargetContainer(JsonDocument::Of(pod).Root(), &target_error);
+  const bool flag_ours = old.value("vllmFlagInjected", false) == true;
+  const std::string flag_where = StringAt(old, "vllmFlag");
+  json& spec = pod["spec"];
+  // What the tiers' emptyDirs added to the request: their sizeLimits.
+  Quantity added;
+  if (spec.contains("volumes") && spec["volumes"].is_array()) {
+    for (const json& v : spec["volumes"]) {
+      if (!IsOurVolumeName(v) || !v.contains("emptyDir")) continue;
+      Result<Quantity> size = Quantity::Parse(StringAt(v["emptyDir"], "sizeLimit"));
+      if (size.ok()) {
+        if (Result<Quantity> sum = added.Add(*size); sum.ok()) added = *sum;
+      }
+    }
+  }
+  EraseItems(spec, "volumes", IsOurVolumeName);
+  EraseItems(spec, "initContainers",
+             [](const json& c) { return StringAt(c, "name") == kAgentInitContainer; });
+  const bool agent = StringAt(old, "mode") == "agent";
+  const std::string shutdown =
+      "--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds);
+  if (!spec.contains("containers") || !spec["containers"].is_array()) return pod;
+  for (size_t index = 0; index < spec["containers"].size(); ++index) {
+    json& c = spec["containers"][index];
+    if (!c.is_object()) continue;
+    if (flag_ours && static_cast<int>(index) == target && flag_where == "args" &&
+        c.contains("args") && c["args"].is_array()) {
+      json& args = c["args"];
+      for (size_t i = args.size(); i-- > 0;) {
+        const std::string a = args[i].is_string() ? args[i].get<std::string>() : "";
+        if (a.starts_with("--kv-transfer-config=") &&
+            IsOurFlagValue(std::string_view(a).substr(21))) {
+          args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
+    EraseItems(c, "volumeMounts", IsOurVolumeName);
+    EraseItems(c, "env", [](const json& e) {
+      return StringAt(e, "name").starts_with("KVOFFLOAD_") ||
+             (StringAt(e, "name") == "PYTHONPATH" && StringAt(e, "value") == kAgentPythonPath);
+    });
+    json no_env = json::array();
+    for (json& e : c.contains("env") && c["env"].is_array() ? c["env"] : no_env) {
+      const std::string name = StringAt(e, "name");
+      std::string value = StringAt(e, "value");
+      if (name == "PYTHONPATH" && value.starts_with(std::string(kAgentPythonPath) + ":")) {
+        e["value"] = value.substr(std::string(kAgentPythonPath).size() + 1);
+      } else if (name == "VLLM_ADDITIONAL_ARGS" && static_cast<int>(index) == target &&
+                 e.contains("value")) {
+        if (agent && value.ends_with(shutdown)) {
+          value.resize(value.size() - shutdown.size());
+          while (!value.empty() && value.back() == ' ') value.pop_back();
+        }
+        if (flag_ours && flag_where == "VLLM_ADDITIONAL_ARGS") {
+          value = WithoutFlagWord(value).value_or(value);
+        }
+        e["value"] = value;
+      }
+    }
+    if (agent) EraseItems(c, "args", [&](const json& a) { return a == shutdown; });
+    json& requests = c["resources"]["requests"];
+    const std::string cur = StringAt(requests, "ephemeral-storage");
+    if (!added.IsZero() && !cur.empty()) {
+      Result<Quantity> request = Quantity::Parse(cur);
+      if (request.ok() && request->Compare(added) >= 0) {
+        Result<Quantity> left =
+            request->Add(Quantity::FromInt(-added.Value(), request->format()));
+        if (left.ok() && left->IsZero()) {
+          requests.erase("ephemeral-storage");
+        } else if (left.ok()) {
+          requests["ephemeral-storage"] = left->ToString();
+        }
+      }
+      added = Quantity();  // raised on one container only, the target
+    }
+    if (requests.empty()) c["resources"].erase("requests");
+    if (c["resources"].empty()) c.erase("resources");
+  }
+  return pod;
+}
+
+// A patch from `before` to `after`, which differ only where a mutation writes: the
+// annotations, the volumes, the init containers and each container, each replaced whole where
+// it changed (added or removed where only one side has it).
+json ReplaceWhereChanged(const json& before, const json& after) {
+  json ops = json::array();
+  auto at = [](const json& doc, const json::json_pointer& p) {
+    return doc.contains(p) ? doc[p] : json();
+  };
+  auto compare = [&](const std::string& path) {
+    const json::json_pointer p(path);
+    const json old_value = at(before, p);
+    const json new_value = at(after, p);
+    if (old_value == new_value) return;
+    if (new_value.is_null()) {
+      ops.push_back({{"op", "remove"}, {"path", path}});
+    } else {
+      ops.push_back({{"op", old_value.is_null() ? "add" : "replace"}, {"path", path},
+                     {"value", new_value}});
+    }
+  };
+  compare("/metadata/annotations");
+  compare("/spec/volumes");
+  compare("/spec/initContainers");
+  const json containers = at(after, json::json_pointer("/spec/containers"));
+  for (size_t i = 0; containers.is_array() && i < containers.size(); ++i) {
+    compare("/spec/containers/" + std::to_string(i));
+  }
+  return ops;
+}
+
+Mutation Finish(const MutationInput& in, CheckedMutation checked) {
   Mutation out;
   if (!checked.denials.empty()) {
     out.allowed = false;
@@ -1087,6 +1198,34 @@ Mutation Mutate(const MutationInput& in) {
   out.warnings = std::move(checked.plan.warnings);
   out.patch = BuildPatch(in, checked.plan, &out.warnings);
   return out;
+}
+
+}  // namespace
+
+Mutation Mutate(const MutationInput& in) {
+  CheckedMutation checked = CheckMutation(in);
+  if (checked.plan.already_injected) return Mutation{};
+  const std::optional<json> old = OurStatus(in.pod);
+  if (!old) return Finish(in, std::move(checked));
+  // Injected before under another spec, mode or agent image (a GitOps repository re-running
+  // inject over its output, a template injected offline whose service changed since): our
+  // earlier parts come out first, so that the pod ends as a fresh injection leaves it. Kept,
+  // they held the old tiers' sizes (the agent filled the new capacity past the old sizeLimit,
+  // and the kubelet evicted the pod), a removed tier's volume, or the agent after a switch to
+  // vllm-native. The patch is the difference between the pod and that result.
+  const json original = in.pod.ToJson();
+  const json stripped = WithoutOurEarlierParts(original, *old);
+  Resolution resolution;
+  resolution.spec = in.spec;
+  resolution.source = in.source;
+  resolution.replicas = in.replicas;
+  resolution.pvcs = in.pvcs;
+  const MutationInput again(stripped, in.namespace_name, std::move(resolution), in.options,
+                            in.replicas);
+  Mutation m = Finish(again, CheckMutation(again));
+  if (!m.allowed || m.patch.empty()) return m;
+  m.patch = DumpJson(ReplaceWhereChanged(original, stripped.patch(json::parse(m.patch))));
+  return m;
 }
 
 }  // namespace kvoffload::webhook
