@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <netinet/in.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -121,6 +123,46 @@ TEST_F(StartupTest, KeyFileIsNotAKey) {
 
 TEST_F(StartupTest, KeyDoesNotMatchCertificate) {
   ExpectOneLineError(Serve("tls.crt", "other.key"), "does not match");
+}
+
+// The key encrypted with a passphrase, as `openssl genpkey -aes256` writes it.
+std::string EncryptedKey(const std::string& key_pem) {
+  BIO* in = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(in, nullptr, nullptr, nullptr);
+  BIO_free(in);
+  BIO* out = BIO_new(BIO_s_mem());
+  char pass[] = "secret";
+  PEM_write_bio_PKCS8PrivateKey(out, key, EVP_aes_256_cbc(), pass, 6, nullptr, nullptr);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(out, &data);
+  std::string pem(data, static_cast<size_t>(n));
+  BIO_free(out);
+  EVP_PKEY_free(key);
+  return pem;
+}
+
+// Found from outside the tests: an encrypted key made OpenSSL prompt for a passphrase (into
+// the log, or blocking for good where stdin is a terminal); a chain file cut in its second
+// certificate (read while being written) served the leaf alone; a directory, or a file the
+// process may not read, was said to hold no PEM.
+TEST_F(StartupTest, EncryptedKeyCutChainAndDirectoryAreOneLine) {
+  const testing::Pki pki = testing::MakePki("startup");
+  testing::WriteFileAtomic(dir_ / "encrypted.key", EncryptedKey(pki.key_pem));
+  testing::WriteFileAtomic(dir_ / "cut-chain.crt",
+                           pki.cert_pem + pki.ca_pem.substr(0, pki.ca_pem.size() / 2));
+  testing::WriteFileAtomic(dir_ / "whole-chain.crt", pki.cert_pem + pki.ca_pem);
+  testing::WriteFileAtomic(dir_ / "chain.key", pki.key_pem);
+  fs::create_directory(dir_ / "a-directory");
+  ExpectOneLineError(Serve("tls.crt", "encrypted.key"),
+                     "--tls-key-file=" + File("encrypted.key") + ": the key is encrypted");
+  ExpectOneLineError(Serve("cut-chain.crt", "chain.key"),
+                     "--tls-cert-file=" + File("cut-chain.crt") +
+                         ": certificate 2 of the chain is cut short or not a certificate");
+  ExpectOneLineError(Serve("a-directory", "tls.key"),
+                     "--tls-cert-file=" + File("a-directory") + ": is a directory");
+  // A whole chain still starts.
+  const Outcome whole = RunWebhook(Serve("whole-chain.crt", "chain.key"), dir_);
+  EXPECT_FALSE(whole.exited) << whole.code << " " << whole.err;
 }
 
 TEST_F(StartupTest, UnknownLogLevel) {

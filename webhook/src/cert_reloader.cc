@@ -1,5 +1,6 @@
 #include "webhook/cert_reloader.h"
 
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <sys/stat.h>
@@ -7,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
 
 namespace kvoffload::webhook {
@@ -33,6 +36,35 @@ std::string OpenSslDetail() {
   ERR_error_string_n(code, buf, sizeof(buf));
   return std::string(" (") + buf + ")";
 }
+
+// The whole of `path`, or why it cannot be read ("Permission denied", "is a directory"): a
+// file the process may not read (a Secret's defaultMode against the pod's uid) was reported as
+// holding no PEM.
+Result<std::string> ReadWhole(const std::string& flag, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    return Status::InvalidArgument(flag + "=" + path + ": cannot read: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fclose(f);
+    return Status::InvalidArgument(flag + "=" + path + ": is a directory, not a PEM file");
+  }
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int error = errno;
+  std::fclose(f);
+  if (failed) {
+    return Status::InvalidArgument(flag + "=" + path + ": cannot read: " + std::strerror(error));
+  }
+  return text;
+}
+
+// Refuses to ask for a passphrase: OpenSSL's default callback prompts on the terminal, which
+// printed into the log, or blocked the reloader for good where stdin is a terminal.
+int NoPassphrase(char*, int, int, void*) { return -1; }
 
 }  // namespace
 
@@ -87,20 +119,45 @@ std::string CertReloader::FileSignature() const {
 }
 
 Status CertReloader::Read(Pair* pair) const {
-  if (FILE* f = std::fopen(cert_file_.c_str(), "r")) {
-    pair->cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+  Result<std::string> cert_text = ReadWhole("--tls-cert-file", cert_file_);
+  if (!cert_text.ok()) return cert_text.status();
+  {
+    std::unique_ptr<BIO, decltype(&BIO_free)> in(
+        BIO_new_mem_buf(cert_text->data(), static_cast<int>(cert_text->size())), BIO_free);
+    pair->cert = PEM_read_bio_X509(in.get(), nullptr, NoPassphrase, nullptr);
     pair->chain = sk_X509_new_null();
-    while (X509* extra = PEM_read_X509(f, nullptr, nullptr, nullptr)) sk_X509_push(pair->chain, extra);
-    ERR_clear_error();  // the loop ends on an expected "no start line"
-    std::fclose(f);
+    while (X509* extra = PEM_read_bio_X509(in.get(), nullptr, NoPassphrase, nullptr)) {
+      sk_X509_push(pair->chain, extra);
+    }
+    // The chain ends where no PEM block starts; any other failure is a block cut short (a
+    // file read while being written) or not a certificate: the leaf alone would be served
+    // without its intermediates.
+    const unsigned long end = ERR_peek_last_error();
+    if (pair->cert != nullptr &&
+        !(ERR_GET_LIB(end) == ERR_LIB_PEM && ERR_GET_REASON(end) == PEM_R_NO_START_LINE)) {
+      return Status::InvalidArgument("--tls-cert-file=" + cert_file_ + ": certificate " +
+                                     std::to_string(sk_X509_num(pair->chain) + 2) +
+                                     " of the chain is cut short or not a certificate" +
+                                     OpenSslDetail());
+    }
+    ERR_clear_error();
   }
   if (pair->cert == nullptr) {
     return Status::InvalidArgument("--tls-cert-file=" + cert_file_ +
                                    ": no PEM certificate in it" + OpenSslDetail());
   }
-  if (FILE* f = std::fopen(key_file_.c_str(), "r")) {
-    pair->key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
-    std::fclose(f);
+  Result<std::string> key_text = ReadWhole("--tls-key-file", key_file_);
+  if (!key_text.ok()) return key_text.status();
+  if (key_text->find("ENCRYPTED") != std::string::npos) {
+    return Status::InvalidArgument("--tls-key-file=" + key_file_ +
+                                   ": the key is encrypted, and the webhook asks for no "
+                                   "passphrase: give it the key unencrypted (as a Secret of "
+                                   "type kubernetes.io/tls holds it)");
+  }
+  {
+    std::unique_ptr<BIO, decltype(&BIO_free)> in(
+        BIO_new_mem_buf(key_text->data(), static_cast<int>(key_text->size())), BIO_free);
+    pair->key = PEM_read_bio_PrivateKey(in.get(), nullptr, NoPassphrase, nullptr);
   }
   if (pair->key == nullptr) {
     return Status::InvalidArgument("--tls-key-file=" + key_file_ +
