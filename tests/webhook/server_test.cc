@@ -5,7 +5,11 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -360,6 +364,52 @@ TEST_F(ServerTest, CertificateRotationFailsNoRequest) {
   // The new pair is really served: only its CA verifies now.
   EXPECT_TRUE(Client((dir_ / "second-ca.crt").string())->Get("/healthz"));
   EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+}
+
+// A client in the middle of its handshake when the server stops (the listener is closed, the
+// drain delay over), which then finishes the handshake and sends nothing, as Go's client does
+// with a connection it dialed for its pool: it held the shutdown for the whole idle timeout
+// (120 s by default, past Kubernetes' 30 s grace period). Closed once its handshake is done.
+TEST_F(ServerTest, ShutdownClosesAConnectionThatFinishesItsHandshakeAfterTheStop) {
+  StartServer();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  SSL_set_connect_state(ssl);
+  auto flush = [&] {
+    char buf[16384];
+    for (int n; (n = BIO_read(out, buf, sizeof(buf))) > 0;) {
+      ASSERT_EQ(::send(fd, buf, static_cast<size_t>(n), 0), n);
+    }
+  };
+  ASSERT_EQ(SSL_do_handshake(ssl), -1);  // ClientHello written, the server's flight awaited
+  flush();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  char buf[16384];
+  const ssize_t got = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+  ASSERT_GT(got, 0) << "the server's handshake flight";
+  BIO_write(in, buf, static_cast<int>(got));
+  const auto start = std::chrono::steady_clock::now();
+  std::future<void> stopped = std::async(std::launch::async, [this] { server_->Shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // past the 300 ms drain delay
+  ASSERT_EQ(SSL_do_handshake(ssl), 1);  // our Finished: the handshake is complete
+  flush();
+  const bool done = stopped.wait_for(std::chrono::seconds(3)) == std::future_status::ready;
+  ::close(fd);  // lets a server that waits for this connection finish
+  stopped.wait();
+  EXPECT_TRUE(done) << "shutdown waited on a connection that never sent a request";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
 }
 
 TEST_F(ServerTest, ShutdownDrainsInFlightRequests) {

@@ -1,5 +1,6 @@
 // The real binary under SIGTERM: readiness turns false first, requests in flight (held up by a
-// slow API server) all get their answer, and the process exits 0.
+// slow API server) all get their answer, and the process exits 0. SIGHUP before it changes
+// nothing.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -88,6 +89,14 @@ TEST(SigtermTest, DrainsThenExitsCleanly) {
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(ready);
+  // SIGHUP, which operators send to ask for a reload, killed the process mid-admission: it
+  // is ignored (the certificate reloads by itself), and the webhook keeps serving.
+  ASSERT_EQ(::kill(pid, SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << "SIGHUP ended the process";
+  httplib::Result after_hup = client()->Get("/readyz");
+  ASSERT_TRUE(after_hup);
+  EXPECT_EQ(after_hup->status, 200);
 
   api.SetDelay(std::chrono::milliseconds(600));
   std::vector<std::future<bool>> inflight;

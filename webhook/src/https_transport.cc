@@ -79,6 +79,7 @@ class HttpsTransport::Impl {
 
   // Whether responses must close their connection: draining or stopping.
   bool Closing() const { return stopping_.load() || draining_(); }
+  bool Stopped() const { return stopping_.load(); }
   void Unregister(Connection* c);
 
   const HttpsTransportOptions options_;
@@ -250,7 +251,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kIdle;
     // SSL_has_pending, not SSL_pending: it also counts bytes read ahead and not yet decrypted.
     if (!in_.empty() || SSL_has_pending(ssl_) == 1) return ReadRequest();
-    if (server_->Closing() && served_ > 0) return Close();
+    // Draining, a connection that has served is closed (its client reconnects elsewhere) and
+    // a new one gets its first request; once stopped, none waits: one whose handshake ended
+    // after the stop would hold the shutdown for the idle timeout.
+    if ((server_->Closing() && served_ > 0) || server_->Stopped()) return Close();
     in_ = std::string();
     read_buf_.reset();
     Arm(server_->options_.idle_timeout);

@@ -374,6 +374,9 @@ int Serve(const Flags& flags) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  // SIGHUP, often sent to ask for a reload, killed the process mid-admission: the
+  // certificate reloads by itself when its files change, so it is said and ignored.
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   // The certificate is loaded here: a bad one is the only line printed before exit 1.
@@ -387,7 +390,12 @@ int Serve(const Flags& flags) {
   }
   if (Status s = (*server)->Start(); !s.ok()) return Fail(s);
   int sig = 0;
-  sigwait(&set, &sig);
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    LogEvent(spdlog::level::info,
+             "SIGHUP ignored: the serving certificate is re-read when its files change, and "
+             "SIGTERM stops the webhook",
+             {});
+  }
   LogEvent(spdlog::level::info, "signal received", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
   (*server)->Shutdown();
   return 0;
