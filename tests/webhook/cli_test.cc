@@ -142,7 +142,10 @@ TEST_F(CliTest, DirectoryIsReadAsOneInput) {
   fs::create_directories(dir_ / "m" / "sub");
   Write("m/a-ns.yaml", R"(apiVersion: v1
 kind: Namespace
-metadata: {name: team-b, annotations: {kvoffload.io/default-config: '{"cpu":"1Gi"}'}}
+metadata:
+  name: team-b
+  labels: {kvoffload.io/injection: enabled}
+  annotations: {kvoffload.io/default-config: '{"cpu":"1Gi"}'}
 )");
   Write("m/b-web.json", R"({"apiVersion": "apps/v1", "kind": "Deployment",
  "metadata": {"name": "web", "namespace": "team-b"},

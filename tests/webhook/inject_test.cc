@@ -365,6 +365,80 @@ spec:
             "registry.example.com/kv/offload-agent:0.2.0");
 }
 
+// Inputs kubectl reads that were refused because they start as JSON does: YAML in flow style,
+// a stream of JSON objects; and JSON behind a UTF-8 byte order mark came back as YAML.
+TEST(InjectTest, FlowYamlJsonStreamsAndByteOrderMarks) {
+  const std::string pod =
+      R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME","annotations":)"
+      R"({"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[{"name":"main"}]}})";
+  auto named = [&](const std::string& name) {
+    std::string text = pod;
+    return text.replace(text.find("NAME"), 4, name);
+  };
+  Result<InjectResult> flow = InjectManifests(
+      "{apiVersion: v1, kind: Pod, metadata: {name: flow, annotations: "
+      "{kvoffload.io/config: '{\"cpu\":\"1Gi\"}'}}, spec: {containers: [{name: main}]}}\n",
+      InjectOptions{});
+  ASSERT_TRUE(flow.ok()) << flow.status().message();
+  EXPECT_NE(flow->output.find("kvoffload.io/status"), std::string::npos) << flow->output;
+  EXPECT_EQ(flow->output.rfind("apiVersion: v1", 0), 0u) << "YAML in, YAML out";
+
+  Result<InjectResult> stream = InjectManifests(named("a") + "\n" + named("b"), InjectOptions{});
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  const size_t second = stream->output.find("\n{");
+  ASSERT_NE(second, std::string::npos) << stream->output;
+  const ojson a = ojson::parse(stream->output.substr(0, second));
+  const ojson b = ojson::parse(stream->output.substr(second + 1));
+  EXPECT_EQ(a["metadata"]["name"], "a");
+  EXPECT_EQ(b["metadata"]["name"], "b");
+  EXPECT_TRUE(b["metadata"]["annotations"].contains("kvoffload.io/status"));
+
+  Result<InjectResult> bom = InjectManifests("\xEF\xBB\xBF" + named("bom"), InjectOptions{});
+  ASSERT_TRUE(bom.ok()) << bom.status().message();
+  EXPECT_EQ(bom->output.rfind("{", 0), 0u) << "JSON in, JSON out: " << bom->output;
+}
+
+// Offline, the webhooks' selection where the input says it: a pod in kube-system, in a
+// namespace labelled injection=disabled (even one that asks), or unlabelled in a namespace
+// without the label was injected, which the cluster never does.
+TEST(InjectTest, NamespacesInTheInputSelectAsTheWebhooksDo) {
+  const std::string pod = R"(---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: NAME
+  namespace: NS
+  labels: LABELS
+  annotations: {kvoffload.io/config: '{"cpu":"1Gi"}'}
+spec: {containers: [{name: main}]}
+)";
+  auto make = [&](const std::string& name, const std::string& ns, const std::string& labels) {
+    std::string text = pod;
+    text.replace(text.find("NAME"), 4, name);
+    text.replace(text.find("NS"), 2, ns);
+    return text.replace(text.find("LABELS"), 6, labels);
+  };
+  const std::string in =
+      "apiVersion: v1\nkind: Namespace\nmetadata: {name: out, labels: {kvoffload.io/injection: "
+      "disabled}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: plain}\n---\n"
+      "apiVersion: v1\nkind: Namespace\nmetadata: {name: on, labels: {kvoffload.io/injection: "
+      "enabled}}\n" +
+      make("asks-in-out", "out", "{kvoffload.io/inject: 'true'}") +
+      make("system", "kube-system", "{}") + make("unlabelled-in-plain", "plain", "{}") +
+      make("asks-in-plain", "plain", "{kvoffload.io/inject: 'true'}") +
+      make("in-on", "on", "{}") + make("unknown-namespace", "elsewhere", "{}");
+  Result<InjectResult> out = InjectManifests(in, InjectOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  std::vector<std::string> injected;
+  for (const ojson& doc : Docs(out->output)) {
+    if (doc["kind"] == "Pod" && doc["metadata"]["annotations"].contains("kvoffload.io/status")) {
+      injected.push_back(doc["metadata"]["name"]);
+    }
+  }
+  EXPECT_EQ(injected,
+            (std::vector<std::string>{"asks-in-plain", "in-on", "unknown-namespace"}));
+}
+
 TEST(InjectTest, JsonInJsonOut) {
   const char* pod = R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"kvoffload.io/config":"{\"cpu\":\"1Gi\"}"}},"spec":{"containers":[{"name":"main","image":"x"}]}})";
   Result<InjectResult> out = InjectManifests(pod, InjectOptions{});

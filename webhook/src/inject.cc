@@ -32,7 +32,8 @@ struct Documents {
   std::vector<ojson> docs;
   std::vector<std::string> prefixes;  // per document: "FILE: " when read from several files
   bool is_json = false;
-  bool json_list = false;  // a JSON array of objects
+  bool json_list = false;    // a JSON array of objects
+  bool json_stream = false;  // JSON values one after another
   // Every object, list documents flattened into their items, with `prefixes` set to each
   // one's. As kubectl reads them: any kind ending in "List" with items (`kind: List` from
   // kubectl get -o yaml, a PodList or DeploymentList as the API serves it), and an item without
@@ -64,30 +65,82 @@ struct Documents {
 };
 
 // One file's documents onto `out->docs`; a parse error names the file when it has a name.
+// The top-level JSON values of `input` when it is a stream of them ({...}{...}, or one per
+// line, as kubectl reads them); nullopt when it is not.
+std::optional<std::vector<std::string_view>> JsonStream(std::string_view input) {
+  std::vector<std::string_view> values;
+  size_t depth = 0, start = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < input.size(); ++i) {
+    const char c = input[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (depth++ == 0) start = i;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) return std::nullopt;
+      if (--depth == 0) values.push_back(input.substr(start, i + 1 - start));
+    } else if (depth == 0 && c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+      return std::nullopt;
+    }
+  }
+  if (depth != 0 || in_string || values.size() < 2) return std::nullopt;
+  return values;
+}
+
 Status ReadFileDocuments(const ManifestFile& file, Documents* out) {
-  const std::string_view input = file.text;
+  std::string_view input = file.text;
   const std::string where = file.name.empty() ? "" : file.name + ": ";
+  if (input.starts_with("\xEF\xBB\xBF")) input.remove_prefix(3);  // a UTF-8 BOM
   const size_t first = input.find_first_not_of(" \t\r\n");
-  const bool is_json =
+  const bool looks_json =
       first != std::string_view::npos && (input[first] == '{' || input[first] == '[');
-  out->is_json = is_json;
-  if (is_json) {
+  if (looks_json) {
     // ParseJson checks the input (depth limit, a message naming the error); the document is
     // then read again as ordered_json, since json would sort every object's keys.
     Result<json> parsed = ParseJson(input, "input");
-    if (!parsed.ok()) return Status::InvalidArgument(where + parsed.status().message());
-    ojson doc = ojson::parse(input);
-    if (doc.is_array()) {
-      out->json_list = true;
-      for (ojson& d : doc) out->docs.push_back(std::move(d));
-    } else {
-      out->docs.push_back(std::move(doc));
+    if (parsed.ok()) {
+      out->is_json = true;
+      ojson doc = ojson::parse(input);
+      if (doc.is_array()) {
+        out->json_list = true;
+        for (ojson& d : doc) out->docs.push_back(std::move(d));
+      } else {
+        out->docs.push_back(std::move(doc));
+      }
+      return Status::Ok();
     }
-  } else {
-    Result<std::vector<ojson>> parsed = ParseYamlDocuments(input);
-    if (!parsed.ok()) return Status::InvalidArgument(where + parsed.status().message());
-    for (ojson& d : *parsed) out->docs.push_back(std::move(d));
+    // Several JSON values one after another, which kubectl reads as documents.
+    if (std::optional<std::vector<std::string_view>> stream = JsonStream(input)) {
+      std::vector<ojson> docs;
+      for (std::string_view value : *stream) {
+        if (!ParseJson(value, "input").ok()) break;
+        docs.push_back(ojson::parse(value));
+      }
+      if (docs.size() == stream->size()) {
+        out->is_json = out->json_stream = true;
+        for (ojson& d : docs) out->docs.push_back(std::move(d));
+        return Status::Ok();
+      }
+    }
+    // YAML in flow style ({apiVersion: v1, ...}) starts as JSON does; JSON's error is the one
+    // reported when YAML cannot read it either.
+    Result<std::vector<ojson>> yaml = ParseYamlDocuments(input);
+    if (!yaml.ok()) return Status::InvalidArgument(where + parsed.status().message());
+    for (ojson& d : *yaml) out->docs.push_back(std::move(d));
+    return Status::Ok();
   }
+  Result<std::vector<ojson>> parsed = ParseYamlDocuments(input);
+  if (!parsed.ok()) return Status::InvalidArgument(where + parsed.status().message());
+  for (ojson& d : *parsed) out->docs.push_back(std::move(d));
   return Status::Ok();
 }
 
@@ -101,7 +154,7 @@ Result<Documents> ReadDocuments(const std::vector<ManifestFile>& files) {
     if (Status s = ReadFileDocuments(file, &out); !s.ok()) return s;
     out.prefixes.resize(out.docs.size(), files.size() > 1 ? file.name + ": " : "");
   }
-  if (files.size() != 1) out.is_json = out.json_list = false;
+  if (files.size() != 1) out.is_json = out.json_list = out.json_stream = false;
   return out;
 }
 
@@ -144,6 +197,22 @@ std::vector<json> AsJson(const std::vector<ojson*>& objects) {
   return out;
 }
 
+// Whether the webhooks would be called for a pod of `ns` (deploy.md): never in kube-system or
+// our own namespace; where the input holds the Namespace, every pod of one labelled
+// kvoffload.io/injection=enabled, none of one labelled otherwise, and in one without the
+// label only pods labelled kvoffload.io/inject=true. A namespace the input does not hold is
+// not known here: its pods are injected as asked (the user ran inject on them).
+bool SelectedOffline(const JsonView& pod, const std::string& ns, ClusterReader& reader) {
+  if (ns == "kube-system" || ns == "kv-offload-system") return false;
+  Result<std::optional<json>> found = reader.Get(ObjectRef{ObjectKind::kNamespace, ns, ns});
+  if (!found.ok() || !found->has_value()) return true;
+  const json& labels = (**found)["metadata"].is_object() && (**found)["metadata"].contains("labels")
+                           ? (**found)["metadata"]["labels"]
+                           : json();
+  if (!labels.is_object() || !labels.contains("kvoffload.io/injection")) return OptedIn(pod);
+  return StringAt(labels, "kvoffload.io/injection") == "enabled";
+}
+
 Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
                                      const InjectOptions& options) {
   Result<Documents> read = ReadDocuments(files);
@@ -176,7 +245,7 @@ Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
       // missing, so the patch adds it whole.
       JsonDocument document = JsonDocument::Of(whole.at(json::json_pointer(pointer)));
       const JsonView pod = document.Root();
-      if (OptedOut(pod)) continue;
+      if (OptedOut(pod) || !SelectedOffline(pod, ns, reader)) continue;
       Result<Resolution> res = Resolve(pod, ns, &reader, options.kserve_namespace);
       if (!res.ok()) return Status::InvalidArgument(what + ": " + res.status().message());
       if (!res->spec && options.config) {
@@ -200,7 +269,9 @@ Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
     }
   }
 
-  if (in.is_json) {
+  if (in.is_json && in.json_stream) {
+    for (const ojson& doc : in.docs) result.output += doc.dump(2) + "\n";
+  } else if (in.is_json) {
     result.output = (in.json_list ? ojson(in.docs) : in.docs.front()).dump(2) + "\n";
   } else {
     for (size_t i = 0; i < in.docs.size(); ++i) {
