@@ -310,10 +310,12 @@ spec:
           image: vllm
           command: [vllm, serve]
           args: [/models/m]
-          env: [{name: PYTHONPATH, value: /app}]
+          env: [{name: PYTHONPATH, value: /app}, {name: KVOFFLOAD_LOG_LEVEL, value: debug}]
+          volumeMounts: [{name: kv-cache-secondary-7, mountPath: /data}]
           resources:
             requests: {ephemeral-storage: 1Gi}
             limits: {memory: 64Gi}
+      volumes: [{name: kv-cache-secondary-7, hostPath: {path: /data}}]
 )";
   auto source = [&](const std::string& spec, const std::string& mode) {
     std::string text = pod;
@@ -358,6 +360,18 @@ spec:
     const std::string again = inject(edited);
     EXPECT_EQ(tmpl(again), tmpl(inject(source(spec, mode)))) << again;
     EXPECT_EQ(inject(again), again) << "a second run changes nothing";
+  }
+  // The user's own parts that look like ours stay: an env of the KVOFFLOAD_ prefix, a volume
+  // under a tier's name past the tiers the status names.
+  const nlohmann::json kept = tmpl(first);
+  EXPECT_NE(kept.dump().find("KVOFFLOAD_LOG_LEVEL"), std::string::npos);
+  for (const auto& [spec, mode] : changes) {
+    std::string edited = first;
+    const size_t at = edited.find("kvoffload.io/config: ");
+    edited.replace(at, edited.find('\n', at) - at, "kvoffload.io/config: '" + spec + "'");
+    const nlohmann::json again = tmpl(inject(edited));
+    EXPECT_NE(again.dump().find("\"KVOFFLOAD_LOG_LEVEL\""), std::string::npos) << spec;
+    EXPECT_NE(again.dump().find("\"hostPath\""), std::string::npos) << spec;
   }
   // Another agent image: the install step gets it.
   const std::string moved = inject(first, "registry.example.com/kv/offload-agent:0.2.0");

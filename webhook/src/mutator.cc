@@ -1048,13 +1048,6 @@ std::optional<json> OurStatus(const JsonView& pod) {
   return *status;
 }
 
-bool IsOurVolumeName(const json& item) {
-  const std::string name = StringAt(item, "name");
-  return name == kAgentVolume || (name.starts_with("kv-cache-secondary-") && name.size() > 19 &&
-                                  std::all_of(name.begin() + 19, name.end(),
-                                              [](char c) { return c >= '0' && c <= '9'; }));
-}
-
 // Erases the items of the array `obj[key]` that `drop` picks; the key goes when none is left.
 template <typename Drop>
 void EraseItems(json& obj, const char* key, Drop drop) {
@@ -1064,80 +1057,106 @@ void EraseItems(json& obj, const char* key, Drop drop) {
   if (items.empty()) obj.erase(key);
 }
 
-// `pod` without what an earlier injection of ours added (its status annotation `old` says
-// which mode it was in and where our flag went): the status itself, the tier and agent
-// volumes, their mounts, the install step, the KVOFFLOAD_* env, our PYTHONPATH entry, the
-// ephemeral-storage the emptyDir tiers raised, our --kv-transfer-config and, in agent mode,
-// the --shutdown-timeout we appended after it.
+// `pod` without what an earlier injection of ours added, as its status annotation `old`
+// describes it (its mode, its tiers, where its flag went): the status itself, tier volumes 0 to
+// n-1 and, after agent mode, the agent volume, their mounts, the install step, the env we set,
+// our PYTHONPATH entry, the ephemeral-storage the emptyDir tiers raised on the target
+// container, our --kv-transfer-config (in whichever container holds it: the target may have
+// changed) and the --shutdown-timeout we appended right after it. Anything of the user's under
+// other names, or past what the status names, stays.
 json WithoutOurEarlierParts(json pod, const json& old) {
   json& annotations = pod["metadata"]["annotations"];
   annotations.erase(kAnnotationStatus);
   if (annotations.empty()) pod["metadata"].erase("annotations");
   std::string target_error;
   const int target = TargetContainer(JsonDocument::Of(pod).Root(), &target_error);
+  const bool agent = StringAt(old, "mode") == "agent";
   const bool flag_ours = old.value("vllmFlagInjected", false) == true;
   const std::string flag_where = StringAt(old, "vllmFlag");
+  const size_t tiers = old.contains("tiers") && old["tiers"].is_array() ? old["tiers"].size() : 0;
+  auto ours = [&](const json& item) {
+    const std::string name = StringAt(item, "name");
+    if (agent && name == kAgentVolume) return true;
+    for (size_t i = 0; i < tiers; ++i) {
+      if (name == TierVolumeName(i)) return true;
+    }
+    return false;
+  };
+  static const std::set<std::string> kOurEnv = {"KVOFFLOAD_CPU_BYTES", "KVOFFLOAD_EVICTION_POLICY",
+                                                "KVOFFLOAD_TIERS", "KVOFFLOAD_CONFIG_HASH",
+                                                "KVOFFLOAD_LIBRARY"};
+  const std::string shutdown =
+      "--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds);
   json& spec = pod["spec"];
   // What the tiers' emptyDirs added to the request: their sizeLimits.
   Quantity added;
   if (spec.contains("volumes") && spec["volumes"].is_array()) {
     for (const json& v : spec["volumes"]) {
-      if (!IsOurVolumeName(v) || !v.contains("emptyDir")) continue;
+      if (!ours(v) || !v.contains("emptyDir")) continue;
       Result<Quantity> size = Quantity::Parse(StringAt(v["emptyDir"], "sizeLimit"));
       if (size.ok()) {
         if (Result<Quantity> sum = added.Add(*size); sum.ok()) added = *sum;
       }
     }
   }
-  EraseItems(spec, "volumes", IsOurVolumeName);
-  EraseItems(spec, "initContainers",
-             [](const json& c) { return StringAt(c, "name") == kAgentInitContainer; });
-  const bool agent = StringAt(old, "mode") == "agent";
-  const std::string shutdown =
-      "--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds);
+  EraseItems(spec, "volumes", ours);
+  if (agent) {
+    EraseItems(spec, "initContainers",
+               [](const json& c) { return StringAt(c, "name") == kAgentInitContainer; });
+  }
   if (!spec.contains("containers") || !spec["containers"].is_array()) return pod;
   for (size_t index = 0; index < spec["containers"].size(); ++index) {
     json& c = spec["containers"][index];
     if (!c.is_object()) continue;
-    if (flag_ours && static_cast<int>(index) == target && flag_where == "args" &&
-        c.contains("args") && c["args"].is_array()) {
+    if (flag_ours && flag_where == "args" && c.contains("args") && c["args"].is_array()) {
       json& args = c["args"];
       for (size_t i = args.size(); i-- > 0;) {
         const std::string a = args[i].is_string() ? args[i].get<std::string>() : "";
-        if (a.starts_with("--kv-transfer-config=") &&
-            IsOurFlagValue(std::string_view(a).substr(21))) {
-          args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
-          break;
+        if (!a.starts_with("--kv-transfer-config=") ||
+            !IsOurFlagValue(std::string_view(a).substr(21))) {
+          continue;
         }
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+        if (agent && i < args.size() && args[i] == shutdown) {
+          args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
       }
+      if (args.empty()) c.erase("args");
     }
-    EraseItems(c, "volumeMounts", IsOurVolumeName);
-    EraseItems(c, "env", [](const json& e) {
-      return StringAt(e, "name").starts_with("KVOFFLOAD_") ||
-             (StringAt(e, "name") == "PYTHONPATH" && StringAt(e, "value") == kAgentPythonPath);
+    EraseItems(c, "volumeMounts", ours);
+    // A PYTHONPATH that is only ours goes: a user's own empty one, which cannot be told from
+    // none, means what no PYTHONPATH means.
+    EraseItems(c, "env", [agent](const json& e) {
+      return kOurEnv.contains(StringAt(e, "name")) ||
+             (agent && StringAt(e, "name") == "PYTHONPATH" &&
+              StringAt(e, "value") == kAgentPythonPath);
     });
     json no_env = json::array();
     for (json& e : c.contains("env") && c["env"].is_array() ? c["env"] : no_env) {
+      if (!e.is_object() || !e.contains("value") || !e["value"].is_string()) continue;
       const std::string name = StringAt(e, "name");
-      std::string value = StringAt(e, "value");
-      if (name == "PYTHONPATH" && value.starts_with(std::string(kAgentPythonPath) + ":")) {
+      std::string value = e["value"].get<std::string>();
+      if (agent && name == "PYTHONPATH" &&
+                 value.starts_with(std::string(kAgentPythonPath) + ":")) {
         e["value"] = value.substr(std::string(kAgentPythonPath).size() + 1);
-      } else if (name == "VLLM_ADDITIONAL_ARGS" && static_cast<int>(index) == target &&
-                 e.contains("value")) {
-        if (agent && value.ends_with(shutdown)) {
-          value.resize(value.size() - shutdown.size());
-          while (!value.empty() && value.back() == ' ') value.pop_back();
+      } else if (name == "VLLM_ADDITIONAL_ARGS" && flag_ours &&
+                 flag_where == "VLLM_ADDITIONAL_ARGS") {
+        if (std::optional<std::string> without = WithoutFlagWord(value)) {
+          value = *without;
+          // Our shutdown timeout follows our flag: it is now at the end.
+          if (agent && value.ends_with(shutdown)) {
+            value.resize(value.size() - shutdown.size());
+            while (!value.empty() && value.back() == ' ') value.pop_back();
+          }
+          e["value"] = value;
         }
-        if (flag_ours && flag_where == "VLLM_ADDITIONAL_ARGS") {
-          value = WithoutFlagWord(value).value_or(value);
-        }
-        e["value"] = value;
       }
     }
-    if (agent) EraseItems(c, "args", [&](const json& a) { return a == shutdown; });
+    if (static_cast<int>(index) != target || added.IsZero()) continue;
     json& requests = c["resources"]["requests"];
     const std::string cur = StringAt(requests, "ephemeral-storage");
-    if (!added.IsZero() && !cur.empty()) {
+    if (!cur.empty()) {
       Result<Quantity> request = Quantity::Parse(cur);
       if (request.ok() && request->Compare(added) >= 0) {
         Result<Quantity> left =
@@ -1148,7 +1167,6 @@ json WithoutOurEarlierParts(json pod, const json& old) {
           requests["ephemeral-storage"] = left->ToString();
         }
       }
-      added = Quantity();  // raised on one container only, the target
     }
     if (requests.empty()) c["resources"].erase("requests");
     if (c["resources"].empty()) c.erase("resources");
