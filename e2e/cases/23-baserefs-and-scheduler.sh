@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Case 23: what KServe really renders around an LLMInferenceService, against the real API
 # server and the webhook's real RBAC. The offloading spec of an LLMInferenceServiceConfig named
-# in spec.baseRefs (one in KServe's namespace, one in the service's) is merged under the
-# service's own, as KServe merges it; a config found nowhere is a denial naming it; and the
+# in spec.baseRefs (one in KServe's namespace, one in the service's, which has none of its own)
+# is merged as KServe merges it; a config found nowhere is a denial naming it; and the
 # router's scheduler pod, which carries the service's part-of and name labels, is left alone.
 ns="$(case_ns e2e-baserefs)"
 new_ns "${ns}" kvoffload.io/injection=enabled
@@ -22,22 +22,21 @@ apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceServiceConfig
 metadata: {name: team-policy, namespace: ${ns}}
 spec:
-  kvCacheOffloading: {evictionPolicy: arc}
+  kvCacheOffloading: {cpu: 6Gi, evictionPolicy: arc}
 ---
 apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceService
 metadata: {name: based, namespace: ${ns}}
 spec:
   baseRefs: [{name: ${shared}}, {name: team-policy}]
-  kvCacheOffloading: {cpu: 4Gi}
 YAML
 workload='{"app.kubernetes.io/name":"based","app.kubernetes.io/part-of":"llminferenceservice","app.kubernetes.io/component":"llminferenceservice-workload","kserve.io/component":"workload"}'
 create_pod "${ns}" "$(pod_manifest based-kserve-0 '{}' "${workload}")" >/dev/null
 pod="$(get_pod "${ns}" based-kserve-0)"
 assert_injected_once "${pod}" 1
 main="$(container "${pod}" main)"
-assert_eq "4294967296" "$(env_of "${main}" KVOFFLOAD_CPU_BYTES)" "cpu: the service's own wins"
-assert_eq "arc" "$(env_of "${main}" KVOFFLOAD_EVICTION_POLICY)" "evictionPolicy: the later config"
+assert_eq "6442450944" "$(env_of "${main}" KVOFFLOAD_CPU_BYTES)" "cpu: the later config's"
+assert_eq "arc" "$(env_of "${main}" KVOFFLOAD_EVICTION_POLICY)" "evictionPolicy: the later config's"
 assert_eq "20Gi" "$(jqv "${pod}" '.spec.volumes[] | select(.name == "kv-cache-secondary-0") | .emptyDir.sizeLimit')" "tier from the config in KServe's namespace"
 status="$(jqv "${pod}" '.metadata.annotations["kvoffload.io/status"]')"
 assert_eq "LLMInferenceService ${ns}/based with LLMInferenceServiceConfig kserve/${shared}, ${ns}/team-policy" "$(jqv "${status}" .source)" "status source"

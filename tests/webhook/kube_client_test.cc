@@ -240,25 +240,35 @@ TEST_F(KubeClientTest, BaseRefsConfigsAreMergedUnderTheServiceAsKServeDoes) {
                     {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", "100Gi"}}}}}}}}}));
   api_->Put(configs + "kserve-system/llminferenceserviceconfigs/local",
             config({{"evictionPolicy", "lru"}}));
-  api_->Put(configs + "team-a/llminferenceserviceconfigs/local", config({{"evictionPolicy", "arc"}}));
-  api_->Put(configs + "team-a/llminferenceservices/based",
-            {{"kind", "LLMInferenceService"},
-             {"metadata", {{"name", "based"}}},
-             {"spec", {{"baseRefs", {{{"name", "shared"}}, {{"name", "local"}}}},
-                       {"kvCacheOffloading", {{"cpu", "4Gi"}}}}}});
+  api_->Put(configs + "team-a/llminferenceserviceconfigs/local",
+            config({{"cpu", "6Gi"}, {"evictionPolicy", "arc"}, {"secondary", json::array()}}));
+  const json based = {{"kind", "LLMInferenceService"},
+                      {"metadata", {{"name", "based"}}},
+                      {"spec", {{"baseRefs", {{{"name", "shared"}}, {{"name", "local"}}}}}}};
+  api_->Put(configs + "team-a/llminferenceservices/based", based);
   json pod = LlmisvcPod();
   pod["metadata"]["labels"]["app.kubernetes.io/name"] = "based";
   KubeClusterReader kube(Connection());
   Result<Resolution> r = Resolve(pod, "team-a", &kube, "kserve-system");
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->spec.has_value());
-  EXPECT_EQ(r->spec->cpu.ToString(), "4Gi") << "the service's own wins";
+  EXPECT_EQ(r->spec->cpu.ToString(), "6Gi") << "the later config's";
   EXPECT_EQ(r->spec->eviction_policy, "arc") << "the later config, from the service's namespace";
-  ASSERT_EQ(r->spec->secondary.size(), 1u) << "the shared config's tiers";
+  ASSERT_EQ(r->spec->secondary.size(), 1u) << "the shared config's tiers: [] sets none";
   EXPECT_EQ(r->spec->secondary[0].size.ToString(), "100Gi");
   EXPECT_EQ(r->source.description,
             "LLMInferenceService team-a/based with LLMInferenceServiceConfig "
             "kserve-system/shared, team-a/local");
+  // The service's own spec last, as KServe's Go type writes it: its cpu, its evictionPolicy
+  // or the CRD's default lru, the configs' tiers where it lists none.
+  json own = based;
+  own["spec"]["kvCacheOffloading"] = {{"cpu", "4Gi"}};
+  api_->Put(configs + "team-a/llminferenceservices/based", own);
+  Result<Resolution> over = Resolve(pod, "team-a", &kube, "kserve-system");
+  ASSERT_TRUE(over.ok()) << over.status().message();
+  EXPECT_EQ(over->spec->cpu.ToString(), "4Gi");
+  EXPECT_EQ(over->spec->eviction_policy, "lru");
+  EXPECT_EQ(over->spec->secondary.size(), 1u);
 
   // A config in neither namespace: KServe renders no pods for the service; a pod that comes
   // anyway is denied, naming it, rather than given a spec KServe would not render.

@@ -152,14 +152,35 @@ kind: LLMInferenceService
 metadata: {name: m, namespace: team-a}
 spec:
   baseRefs: [{name: big-cpu}, {name: elsewhere}]
-  kvCacheOffloading:
-    secondary: [{fileSystem: {emptyDir: {size: 1Gi}}}]
   template:
     containers: [{name: main, resources: {limits: {memory: 16Gi}}}]
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: partial, namespace: team-a}
+spec:
+  baseRefs: [{name: big-cpu}]
+  kvCacheOffloading:
+    secondary: [{fileSystem: {emptyDir: {size: 1Gi}}}]
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: nameless, namespace: team-a}
+spec:
+  baseRefs: [{name: big-cpu}, {}]
 )",
                                                                 InjectOptions{});
   ASSERT_TRUE(reports.ok()) << reports.status().message();
-  ASSERT_EQ(reports->size(), 3u);
+  ASSERT_EQ(reports->size(), 5u);
+  // The service's own kvCacheOffloading is written by KServe with its cpu, "0" where unset,
+  // over the config's: a service that sets only tiers has no CPU tier, as in KServe.
+  EXPECT_TRUE(Has((*reports)[3].errors, "with LLMInferenceServiceConfig team-a/big-cpu: "
+                                        "kvCacheOffloading.cpu: must be greater than 0"))
+      << (*reports)[3].object
+      << All((*reports)[3].errors);
+  EXPECT_TRUE(Has((*reports)[4].errors, "spec.baseRefs[1] of LLMInferenceService "
+                                        "team-a/nameless names no LLMInferenceServiceConfig"))
+      << All((*reports)[4].errors);
   const ObjectReport& config = (*reports)[0];
   EXPECT_EQ(config.object, "LLMInferenceServiceConfig team-a/tiers");
   EXPECT_TRUE(Has(config.errors, "spec.kvCacheOffloading.evictionPolicy: \"fifo\""))

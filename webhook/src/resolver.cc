@@ -53,22 +53,45 @@ Result<ServiceSpec> EffectiveServiceSpec(const json& llmisvc, const std::string&
                                          ClusterReader* reader,
                                          const std::string& kserve_namespace) {
   ServiceSpec out;
+  // KServe marshals each spec from its Go type and applies the difference from an empty one:
+  // cpu (a Quantity without omitempty) always, "0" where unset; evictionPolicy always, the
+  // CRD's default lru where unset (the API server stores it); secondary only when it has tiers
+  // (omitempty), a null or [] leaving the earlier ones. Other keys merge as JSON.
   auto merge = [&out, &role](const json& object) {
     const json* value = LLMInferenceServiceSpec(object, role, &out.replicas);
     if (value == nullptr) return false;
-    if (out.value.is_object() && value->is_object()) {
-      out.value.merge_patch(*value);
-    } else {
+    if (!value->is_object() || !out.value.is_object()) {
       out.value = *value;
+    } else {
+      json patch = *value;
+      if (!patch.contains("cpu")) patch["cpu"] = "0";
+      if (!patch.contains("evictionPolicy") || patch["evictionPolicy"].is_null()) {
+        patch["evictionPolicy"] = "lru";
+      }
+      if (patch.contains("secondary") &&
+          (patch["secondary"].is_null() ||
+           (patch["secondary"].is_array() && patch["secondary"].empty()))) {
+        patch.erase("secondary");
+      }
+      out.value.merge_patch(patch);
     }
     return true;
   };
   const json& refs = Field(Field(llmisvc, "spec"), "baseRefs");
+  const std::string service = StringAt(Field(llmisvc, "metadata"), "name");
+  if (!refs.is_null() && !refs.is_array()) {
+    return Status::InvalidArgument("spec.baseRefs of LLMInferenceService " + namespace_name + "/" +
+                                   service + " is not a list: write [{name: <config>}, ...]");
+  }
   if (reader != nullptr && refs.is_array()) {
-    const std::string service = StringAt(Field(llmisvc, "metadata"), "name");
-    for (const json& ref : refs) {
-      const std::string name = StringAt(ref, "name");
-      if (name.empty()) continue;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const std::string name = StringAt(refs[i], "name");
+      if (name.empty()) {
+        return Status::InvalidArgument(
+            "spec.baseRefs[" + std::to_string(i) + "] of LLMInferenceService " + namespace_name +
+            "/" + service + " names no LLMInferenceServiceConfig: give it a name, as KServe "
+            "renders no pods for the service without one");
+      }
       std::optional<json> config;
       std::string found_in;
       for (const std::string& ns : {namespace_name, kserve_namespace}) {

@@ -130,6 +130,11 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
     Result<ServiceSpec> merged =
         EffectiveServiceSpec(svc, role, namespace_name, configs_reader ? &*configs_reader : nullptr,
                              options.kserve_namespace);
+    if (!merged.ok() && merged.status().code() == StatusCode::kInvalidArgument) {
+      report->checked = true;
+      template_denials.push_back(merged.status().message());
+      continue;
+    }
     if (!merged.ok()) return merged.status();
     if (!merged->value.is_null() || !merged->missing.empty()) report->checked = true;
     for (const std::string& missing : merged->missing) {
