@@ -163,6 +163,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
   Flags flags;
   std::string error;
   if (!flags.Parse(argc - 2, argv + 2, &error)) {
