@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
+
+#include "kvoffload/read_file.h"
 
 namespace kvoffload::webhook {
 
@@ -37,28 +39,16 @@ std::string OpenSslDetail() {
   return std::string(" (") + buf + ")";
 }
 
-// The whole of `path`, or why it cannot be read ("Permission denied", "is a directory"): a
-// file the process may not read (a Secret's defaultMode against the pod's uid) was reported as
-// holding no PEM.
-Result<std::string> ReadWhole(const std::string& flag, const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) {
-    return Status::InvalidArgument(flag + "=" + path + ": cannot read: " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(::fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-    std::fclose(f);
+// The whole of `path`, or why it cannot be read, naming the flag: a directory or a file the
+// process may not read (a Secret's defaultMode against the pod's uid) was reported as holding
+// no PEM.
+Result<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
     return Status::InvalidArgument(flag + "=" + path + ": is a directory, not a PEM file");
   }
-  std::string text;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  const int error = errno;
-  std::fclose(f);
-  if (failed) {
-    return Status::InvalidArgument(flag + "=" + path + ": cannot read: " + std::strerror(error));
-  }
+  Result<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return Status::InvalidArgument(flag + "=" + path + ": " + text.status().message());
   return text;
 }
 
@@ -119,7 +109,7 @@ std::string CertReloader::FileSignature() const {
 }
 
 Status CertReloader::Read(Pair* pair) const {
-  Result<std::string> cert_text = ReadWhole("--tls-cert-file", cert_file_);
+  Result<std::string> cert_text = ReadPem("--tls-cert-file", cert_file_);
   if (!cert_text.ok()) return cert_text.status();
   {
     std::unique_ptr<BIO, decltype(&BIO_free)> in(
@@ -146,7 +136,7 @@ Status CertReloader::Read(Pair* pair) const {
     return Status::InvalidArgument("--tls-cert-file=" + cert_file_ +
                                    ": no PEM certificate in it" + OpenSslDetail());
   }
-  Result<std::string> key_text = ReadWhole("--tls-key-file", key_file_);
+  Result<std::string> key_text = ReadPem("--tls-key-file", key_file_);
   if (!key_text.ok()) return key_text.status();
   if (key_text->find("ENCRYPTED") != std::string::npos) {
     return Status::InvalidArgument("--tls-key-file=" + key_file_ +
