@@ -745,14 +745,17 @@ CheckedMutation CheckMutation(const MutationInput& in) {
 
   plan.from_spec = Derive(in, plan.mode, c_name);
 
-  // Reinvocation and re-apply: our own status with the same hash means nothing to do.
-  if (const std::string status = StringAt(annotations, kAnnotationStatus);
-      !status.empty() && denials.empty()) {
+  // Reinvocation and re-apply: our own status with the same hash means nothing to do; under
+  // another hash, Mutate() takes our earlier parts out first.
+  if (const std::string status = StringAt(annotations, kAnnotationStatus); !status.empty()) {
     Result<json> parsed = ParseJson(status, kAnnotationStatus);
-    if (parsed.ok() && StringAt(*parsed, "configHash") == plan.from_spec->config_hash) {
-      plan.already_injected = true;
-      plan.warnings.clear();
-      return out;
+    if (parsed.ok() && parsed->is_object() && !StringAt(*parsed, "configHash").empty()) {
+      if (StringAt(*parsed, "configHash") == plan.from_spec->config_hash && denials.empty()) {
+        plan.already_injected = true;
+        plan.warnings.clear();
+        return out;
+      }
+      plan.earlier_status = std::move(*parsed);
     }
   }
 
@@ -1037,17 +1040,6 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
 
 namespace {
 
-// The status annotation of an earlier injection of ours, when the pod carries one.
-std::optional<json> OurStatus(const JsonView& pod) {
-  const std::string text = StringAt(pod["metadata"]["annotations"], kAnnotationStatus);
-  if (text.empty()) return std::nullopt;  // a pod we never saw: most admissions
-  Result<json> status = ParseJson(text, kAnnotationStatus);
-  if (!status.ok() || !status->is_object() || StringAt(*status, "configHash").empty()) {
-    return std::nullopt;
-  }
-  return *status;
-}
-
 // Erases the items of the array `obj[key]` that `drop` picks; the key goes when none is left.
 template <typename Drop>
 void EraseItems(json& obj, const char* key, Drop drop) {
@@ -1222,9 +1214,7 @@ Mutation Finish(const MutationInput& in, CheckedMutation checked) {
 
 Mutation Mutate(const MutationInput& in) {
   CheckedMutation checked = CheckMutation(in);
-  if (checked.plan.already_injected) return Mutation{};
-  const std::optional<json> old = OurStatus(in.pod);
-  if (!old) return Finish(in, std::move(checked));
+  if (!checked.plan.earlier_status) return Finish(in, std::move(checked));
   // Injected before under another spec, mode or agent image (a GitOps repository re-running
   // inject over its output, a template injected offline whose service changed since): our
   // earlier parts come out first, so that the pod ends as a fresh injection leaves it. Kept,
@@ -1232,7 +1222,7 @@ Mutation Mutate(const MutationInput& in) {
   // and the kubelet evicted the pod), a removed tier's volume, or the agent after a switch to
   // vllm-native. The patch is the difference between the pod and that result.
   const json original = in.pod.ToJson();
-  const json stripped = WithoutOurEarlierParts(original, *old);
+  const json stripped = WithoutOurEarlierParts(original, *checked.plan.earlier_status);
   Resolution resolution;
   resolution.spec = in.spec;
   resolution.source = in.source;

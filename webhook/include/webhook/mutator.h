@@ -159,6 +159,9 @@ struct MutationPlan {
   std::vector<std::string_view> mount_paths;
   // The status annotation already carries config_hash: nothing to patch.
   bool already_injected = false;
+  // Our status annotation under another hash: an earlier injection whose parts Mutate() takes
+  // out before injecting again.
+  std::optional<nlohmann::json> earlier_status;
   std::vector<std::string> warnings;  // the checks' warnings, first in the answer
 };
 
