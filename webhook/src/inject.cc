@@ -206,11 +206,10 @@ bool SelectedOffline(const JsonView& pod, const std::string& ns, ClusterReader& 
   if (ns == "kube-system" || ns == "kv-offload-system") return false;
   Result<std::optional<json>> found = reader.Get(ObjectRef{ObjectKind::kNamespace, ns, ns});
   if (!found.ok() || !found->has_value()) return true;
-  const json& labels = (**found)["metadata"].is_object() && (**found)["metadata"].contains("labels")
-                           ? (**found)["metadata"]["labels"]
-                           : json();
-  if (!labels.is_object() || !labels.contains("kvoffload.io/injection")) return OptedIn(pod);
-  return StringAt(labels, "kvoffload.io/injection") == "enabled";
+  const json& namespace_object = **found;
+  const json::json_pointer label("/metadata/labels/kvoffload.io~1injection");
+  if (!namespace_object.contains(label)) return OptedIn(pod);
+  return namespace_object[label] == "enabled";
 }
 
 Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,

@@ -29,6 +29,11 @@ PvcInfo ReadPvc(const json& pvc) {
   return info;
 }
 
+// A lookup the API server did not answer: Unavailable, naming the object.
+Status CouldNotRead(const ObjectRef& ref, const Status& why) {
+  return Status::Unavailable("could not read " + ref.ToString() + ": " + why.message());
+}
+
 }  // namespace
 
 const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role, int* replicas) {
@@ -98,8 +103,7 @@ Result<ServiceSpec> EffectiveServiceSpec(const json& llmisvc, const std::string&
         const ObjectRef at{ObjectKind::kLLMInferenceServiceConfig, ns, name};
         Result<std::optional<json>> got = reader->Get(at);
         if (!got.ok()) {
-          return Status::Unavailable("could not read " + at.ToString() + ": " +
-                                     got.status().message());
+          return CouldNotRead(at, got.status());
         }
         if (got->has_value()) {
           config = std::move(**got);
@@ -135,8 +139,7 @@ Result<std::map<std::string, PvcInfo>> LookupPvcs(const OffloadSpec& spec,
     const ObjectRef ref{ObjectKind::kPersistentVolumeClaim, namespace_name, tier.ref_name};
     Result<std::optional<json>> pvc = reader->Get(ref);
     if (!pvc.ok()) {
-      return Status::Unavailable("could not read " + ref.ToString() + ": " +
-                                 pvc.status().message());
+      return CouldNotRead(ref, pvc.status());
     }
     if (pvc->has_value()) {
       pvcs[tier.ref_name] = ReadPvc(**pvc);
@@ -170,8 +173,7 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
       const ObjectRef ref{ObjectKind::kLLMInferenceService, namespace_name, name};
       Result<std::optional<json>> svc = reader->Get(ref);
       if (!svc.ok()) {
-        return Status::Unavailable("could not read " + ref.ToString() + ": " +
-                                   svc.status().message());
+        return CouldNotRead(ref, svc.status());
       }
       if (svc->has_value()) {
         Result<ServiceSpec> merged = EffectiveServiceSpec(
@@ -192,7 +194,7 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
     const ObjectRef ref{ObjectKind::kNamespace, namespace_name, namespace_name};
     Result<std::optional<json>> ns = reader->Get(ref);
     if (!ns.ok()) {
-      return Status::Unavailable("could not read " + ref.ToString() + ": " + ns.status().message());
+      return CouldNotRead(ref, ns.status());
     }
     if (ns->has_value()) {
       const std::string text =
