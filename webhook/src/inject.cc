@@ -66,7 +66,9 @@ struct Documents {
 
 // One file's documents onto `out->docs`; a parse error names the file when it has a name.
 // The top-level JSON values of `input` when it is a stream of them ({...}{...}, or one per
-// line, as kubectl reads them); nullopt when it is not.
+// line, as kubectl reads them); nullopt when it is not. Only their bounds are found here (each
+// is parsed by ParseJson): simdjson's parse_many gives a document's text only through an API
+// it marks experimental, and needs a batch window larger than the largest document.
 std::optional<std::vector<std::string_view>> JsonStream(std::string_view input) {
   std::vector<std::string_view> values;
   size_t depth = 0, start = 0;
