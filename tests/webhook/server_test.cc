@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <ctime>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -364,6 +365,44 @@ TEST_F(ServerTest, CertificateRotationFailsNoRequest) {
   // The new pair is really served: only its CA verifies now.
   EXPECT_TRUE(Client((dir_ / "second-ca.crt").string())->Get("/healthz"));
   EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+}
+
+// An expired pair in the files (a renewal that failed, an old Secret restored) is not served
+// over the working one; one not valid yet is (clock skew), and the metric tells its expiry.
+TEST_F(ServerTest, ExpiredRotationKeepsThePairServedAndTheExpiryIsExported) {
+  StartServer();
+  const int64_t first_expiry = metrics_.cert_not_after();
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  EXPECT_GT(first_expiry, now + 3000);
+  EXPECT_LE(first_expiry, now + 3600);
+
+  const Pki expired = MakePki("expired", -7200, -60);
+  WriteFileAtomic(dir_ / "expired-ca.crt", expired.ca_pem);
+  WriteFileAtomic(dir_ / "tls.crt", expired.cert_pem);
+  WriteFileAtomic(dir_ / "tls.key", expired.key_pem);
+  for (int i = 0; i < 100 && metrics_.cert_reloads(false) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(metrics_.cert_reloads(false), 1u);
+  EXPECT_TRUE(Client((dir_ / "ca.crt").string())->Get("/healthz")) << "the first pair is gone";
+  EXPECT_EQ(metrics_.cert_not_after(), first_expiry);
+
+  const Pki early = MakePki("early", 30, 7200);
+  WriteFileAtomic(dir_ / "tls.crt", early.cert_pem);
+  WriteFileAtomic(dir_ / "tls.key", early.key_pem);
+  for (int i = 0; i < 100 && metrics_.cert_reloads(true) < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(metrics_.cert_reloads(true), 2u);
+  EXPECT_GT(metrics_.cert_not_after(), now + 7000);
+
+  httplib::Client metrics("127.0.0.1", server_->metrics_port());
+  httplib::Result m = metrics.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("kvoffload_cert_expiry_timestamp_seconds " +
+                         std::to_string(metrics_.cert_not_after()) + "\n"),
+            std::string::npos)
+      << m->body;
 }
 
 // A client in the middle of its handshake when the server stops (the listener is closed, the

@@ -165,6 +165,16 @@ TEST_F(StartupTest, EncryptedKeyCutChainAndDirectoryAreOneLine) {
   EXPECT_FALSE(whole.exited) << whole.code << " " << whole.err;
 }
 
+// Found from outside the tests: an expired certificate was served without a word, and the
+// API server refused every handshake (its log, not ours, said why).
+TEST_F(StartupTest, ExpiredCertificate) {
+  const testing::Pki expired = testing::MakePki("expired", -7200, -3600);
+  testing::WriteFileAtomic(dir_ / "expired.crt", expired.cert_pem);
+  testing::WriteFileAtomic(dir_ / "expired.key", expired.key_pem);
+  ExpectOneLineError(Serve("expired.crt", "expired.key"),
+                     "--tls-cert-file=" + File("expired.crt") + ": the certificate expired at ");
+}
+
 TEST_F(StartupTest, UnknownLogLevel) {
   std::vector<std::string> args = Serve("tls.crt", "tls.key");
   args.push_back("--log-level=verbose");

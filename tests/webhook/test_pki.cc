@@ -45,13 +45,14 @@ void AddExt(X509* cert, X509* issuer, int nid, const char* value) {
   X509_EXTENSION_free(ext);
 }
 
-X509* NewCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issuer_key) {
+X509* NewCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issuer_key,
+              long not_before_s, long not_after_s) {
   static std::atomic<long> serial{1};
   X509* cert = X509_new();
   X509_set_version(cert, 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++);
-  X509_gmtime_adj(X509_getm_notBefore(cert), -60);
-  X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
+  X509_gmtime_adj(X509_getm_notBefore(cert), not_before_s);
+  X509_gmtime_adj(X509_getm_notAfter(cert), not_after_s);
   X509_set_pubkey(cert, key);
   X509_NAME* name = X509_get_subject_name(cert);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
@@ -72,11 +73,11 @@ X509* NewCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issu
 
 }  // namespace
 
-Pki MakePki(const std::string& name) {
+Pki MakePki(const std::string& name, long not_before_s, long not_after_s) {
   EVP_PKEY* ca_key = NewKey();
-  X509* ca = NewCert(name + " CA", ca_key, nullptr, nullptr);
+  X509* ca = NewCert(name + " CA", ca_key, nullptr, nullptr, -3600, 86400);
   EVP_PKEY* key = NewKey();
-  X509* leaf = NewCert(name + " server", key, ca, ca_key);
+  X509* leaf = NewCert(name + " server", key, ca, ca_key, not_before_s, not_after_s);
   Pki pki{ToPem(ca), ToPem(leaf), ToPem(key)};
   X509_free(leaf);
   X509_free(ca);

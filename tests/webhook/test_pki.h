@@ -14,8 +14,9 @@ struct Pki {
   std::string key_pem;
 };
 
-// A fresh CA and leaf; `name` goes into the subjects so two Pkis are told apart.
-Pki MakePki(const std::string& name);
+// A fresh CA and leaf; `name` goes into the subjects so two Pkis are told apart. The leaf is
+// valid from `not_before_s` to `not_after_s` seconds from now (an hour, a minute back).
+Pki MakePki(const std::string& name, long not_before_s = -60, long not_after_s = 3600);
 
 // Writes via a temp file + rename, as Secret volume updates and cert-manager do.
 void WriteFileAtomic(const std::filesystem::path& path, const std::string& content);

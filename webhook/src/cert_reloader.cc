@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -20,6 +21,8 @@ struct CertReloader::Pair {
   X509* cert = nullptr;
   EVP_PKEY* key = nullptr;
   STACK_OF(X509)* chain = nullptr;  // intermediates after the leaf, may be empty
+  int64_t not_before = 0;           // the leaf's validity, Unix seconds
+  int64_t not_after = 0;
   ~Pair() {
     X509_free(cert);
     EVP_PKEY_free(key);
@@ -52,11 +55,29 @@ Result<std::string> ReadPem(const std::string& flag, const std::string& path) {
   return text;
 }
 
+// `t` in Unix seconds; false where OpenSSL cannot read it.
+bool UnixSeconds(const ASN1_TIME* t, int64_t* out) {
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(t, &tm) != 1) return false;
+  *out = static_cast<int64_t>(timegm(&tm));
+  return true;
+}
+
+
 // Refuses to ask for a passphrase: OpenSSL's default callback prompts on the terminal, which
 // printed into the log, or blocked the reloader for good where stdin is a terminal.
 int NoPassphrase(char*, int, int, void*) { return -1; }
 
 }  // namespace
+
+std::string CertReloader::Rfc3339(int64_t unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 CertReloader::CertReloader(std::string cert_file, std::string key_file, ReloadObserver observer)
     : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)), observer_(std::move(observer)) {}
@@ -84,7 +105,7 @@ Result<std::unique_ptr<CertReloader>> CertReloader::Create(std::string cert_file
     r->current_ = std::move(pair);
     r->loaded_signature_ = sig;
   }
-  if (r->observer_) r->observer_(true, r->cert_file_);
+  r->Notify(*r->Current());
   return r;
 }
 
@@ -136,6 +157,21 @@ Status CertReloader::Read(Pair* pair) const {
     return Status::InvalidArgument("--tls-cert-file=" + cert_file_ +
                                    ": no PEM certificate in it" + OpenSslDetail());
   }
+  if (!UnixSeconds(X509_get0_notBefore(pair->cert), &pair->not_before) ||
+      !UnixSeconds(X509_get0_notAfter(pair->cert), &pair->not_after)) {
+    return Status::InvalidArgument("--tls-cert-file=" + cert_file_ +
+                                   ": the certificate's validity times cannot be read" +
+                                   OpenSslDetail());
+  }
+  // The API server refuses an expired certificate, so every admission would fail with it.
+  // One not valid yet is served (the warning is the caller's): the node's clock may trail
+  // the issuer's by seconds, and it becomes valid by itself.
+  if (pair->not_after <= static_cast<int64_t>(std::time(nullptr))) {
+    return Status::InvalidArgument("--tls-cert-file=" + cert_file_ +
+                                   ": the certificate expired at " + Rfc3339(pair->not_after) +
+                                   "; renew it (cert-manager: see the Certificate's status and "
+                                   "events) or put a current pair in the Secret");
+  }
   Result<std::string> key_text = ReadPem("--tls-key-file", key_file_);
   if (!key_text.ok()) return key_text.status();
   if (key_text->find("ENCRYPTED") != std::string::npos) {
@@ -178,16 +214,20 @@ bool CertReloader::ReloadIfChanged() {
       std::lock_guard<std::mutex> lock(mu_);
       failed_signature_ = sig;
     }
-    if (observer_ && !read.ok()) observer_(false, read.message());
+    if (observer_ && !read.ok()) observer_(Load{false, read.message(), 0, 0});
     return false;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    current_ = std::move(pair);
+    current_ = pair;
     loaded_signature_ = sig;
   }
-  if (observer_) observer_(true, cert_file_);
+  Notify(*pair);
   return true;
+}
+
+void CertReloader::Notify(const Pair& loaded) const {
+  if (observer_) observer_(Load{true, cert_file_, loaded.not_before, loaded.not_after});
 }
 
 std::shared_ptr<const CertReloader::Pair> CertReloader::Current() {

@@ -114,8 +114,9 @@ void Metrics::RecordLookup(ObjectKind kind, LookupResult result) {
       1, std::memory_order_relaxed);
 }
 
-void Metrics::RecordCertReload(bool ok) {
+void Metrics::RecordCertReload(bool ok, int64_t not_after) {
   (ok ? cert_reloads_ok_ : cert_reloads_failed_).fetch_add(1, std::memory_order_relaxed);
+  if (ok) cert_not_after_.store(not_after, std::memory_order_relaxed);
 }
 
 uint64_t Metrics::admissions(Outcome outcome) const {
@@ -208,6 +209,13 @@ std::string Metrics::Render() const {
          "\n";
   out += "kvoffload_cert_reloads_total{result=\"error\"} " +
          std::to_string(cert_reloads_failed_.load()) + "\n";
+  // Absent until a certificate is served: 0 would read as one expired in 1970.
+  if (const int64_t not_after = cert_not_after_.load(); not_after != 0) {
+    out += "# HELP kvoffload_cert_expiry_timestamp_seconds When the served certificate expires "
+           "(Unix seconds).\n";
+    out += "# TYPE kvoffload_cert_expiry_timestamp_seconds gauge\n";
+    out += "kvoffload_cert_expiry_timestamp_seconds " + std::to_string(not_after) + "\n";
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "webhook/log.h"
 
@@ -77,11 +78,21 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   }
   // After the other files' checks: a bad one is then the only line, not one after "loaded".
   Result<std::unique_ptr<CertReloader>> certs = CertReloader::Create(
-      s->options_.cert_file, s->options_.key_file, [metrics](bool ok, const std::string& detail) {
-        metrics->RecordCertReload(ok);
-        LogEvent(ok ? spdlog::level::info : spdlog::level::warn,
-                 ok ? "serving certificate loaded" : "serving certificate not reloaded",
-                 {{"detail", detail}});
+      s->options_.cert_file, s->options_.key_file, [metrics](const CertReloader::Load& load) {
+        metrics->RecordCertReload(load.ok, load.not_after);
+        if (!load.ok) {
+          LogEvent(spdlog::level::warn, "serving certificate not reloaded",
+                   {{"detail", load.detail}});
+        } else if (load.not_before > static_cast<int64_t>(std::time(nullptr))) {
+          // Served all the same (see CertReloader): the API server refuses it until then.
+          LogEvent(spdlog::level::warn,
+                   "serving certificate loaded, not valid yet: is this node's clock behind its "
+                   "issuer's?",
+                   {{"detail", load.detail}, {"not_before", CertReloader::Rfc3339(load.not_before)}});
+        } else {
+          LogEvent(spdlog::level::info, "serving certificate loaded",
+                   {{"detail", load.detail}, {"not_after", CertReloader::Rfc3339(load.not_after)}});
+        }
       });
   if (!certs.ok()) return certs.status();
   s->certs_ = std::move(*certs);

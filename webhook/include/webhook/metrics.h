@@ -80,7 +80,8 @@ class Metrics {
     return validations_[static_cast<size_t>(verdict)].load(std::memory_order_relaxed);
   }
   void RecordLookup(ObjectKind kind, LookupResult result);
-  void RecordCertReload(bool ok);
+  // `not_after`: the loaded certificate's expiry (Unix seconds), read only when `ok`.
+  void RecordCertReload(bool ok, int64_t not_after);
   uint64_t admissions(Outcome outcome) const;
   uint64_t skips(SkipReason reason) const {
     return skips_[static_cast<size_t>(reason)].load(std::memory_order_relaxed);
@@ -90,6 +91,7 @@ class Metrics {
   }
   uint64_t lookups(ObjectKind kind, LookupResult result) const;
   uint64_t cert_reloads(bool ok) const { return (ok ? cert_reloads_ok_ : cert_reloads_failed_).load(); }
+  int64_t cert_not_after() const { return cert_not_after_.load(); }
   std::string Render() const;
 
  private:
@@ -113,6 +115,7 @@ class Metrics {
   std::array<std::array<std::atomic<uint64_t>, kLookupResults>, kObjectKinds> lookups_{};
   std::atomic<uint64_t> cert_reloads_ok_{0};
   std::atomic<uint64_t> cert_reloads_failed_{0};
+  std::atomic<int64_t> cert_not_after_{0};  // the served certificate's; 0 before the first
 };
 
 }  // namespace kvoffload::webhook
