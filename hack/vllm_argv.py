@@ -83,9 +83,12 @@ def kv_transfer_configs(argv: list[str]) -> list:
     return configs
 
 
-def run(pod: dict, container: str | None = None, vllm_version: str = "0.32.0") -> dict:
+def run(pod: dict, container: str | None = None, vllm_version: str = "0.32.0",
+        env_from: dict | None = None) -> dict:
+    """`env_from`: what the container's envFrom sources hold (a ConfigMap, a Secret), which the
+    pod does not show; its env entries override them, as the kubelet's do."""
     c = target_container(pod, container)
-    env = {}
+    env = dict(env_from or {})
     for e in c.get("env", []):
         if "value" in e:
             env[e["name"]] = expand(e["value"], env)

@@ -210,6 +210,92 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual((status["vllmFlag"], status.get("vllmFlagReason")), ("user", "user-flag"))
         self.assertEqual(vllm_argv.run(patched)["kvTransferConfigs"], [{"kv_connector": "Mine"}])
 
+    def test_more_launch_forms_found_from_outside(self):
+        """A second exploratory run of bash over patched pods: bundled shell options with a
+        value (`-euo pipefail`), a wrapper we did not know in front of the shell (taskset,
+        stdbuf), an eval string with a command before the launch (`cd /x; exec vllm ...`), a
+        nested `bash -c "... $*"`, a trailing comment naming the flag, and `bash -c -- SCRIPT`.
+        Before, vLLM got no flag while the status said it did, or five broken ones and did
+        not start, or the flag was taken for the user's. Each must give vLLM exactly our flag
+        and every argument of the user's."""
+        plain = 'exec vllm serve /mnt/models "$@"'
+        forms = {
+            # Without arguments after the script: our flag must not become its $0.
+            "bash -euo pipefail": ["/bin/bash", "-euo", "pipefail", "-c", plain],
+            "bash -eo pipefail, eval": ["/bin/bash", "-eo", "pipefail", "-c",
+                                        'eval "exec vllm serve /mnt/models $@"', "--"],
+            "bash -O extglob": ["/bin/bash", "-O", "extglob", "-c", plain],
+            "taskset wrapper": ["taskset", "-c", "0", "bash", "-c", plain],
+            "stdbuf wrapper, eval": ["stdbuf", "-oL", "bash", "-c",
+                                     'eval "exec vllm serve /mnt/models $@"', "--"],
+            "eval after cd": ["/bin/bash", "-c",
+                              'eval "cd /tmp; exec vllm serve /mnt/models $@"', "--"],
+            "eval after &&": ["/bin/bash", "-c",
+                              'eval "true && exec vllm serve /mnt/models $@"', "--"],
+            "nested bash -c": ["/bin/bash", "-c",
+                               'exec bash -c "exec vllm serve /mnt/models $*"', "--"],
+            "trailing comment": ["/bin/sh", "-c",
+                                 plain + "  # the webhook adds --kv-transfer-config", "--"],
+            "bash -c --": ["/bin/bash", "-c", "--", plain, "--"],
+        }
+        for name, command in forms.items():
+            with self.subTest(form=name):
+                pod = {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "p", "annotations": {
+                           "kvoffload.io/config": '{"cpu":"1Gi"}',
+                           "kvoffload.io/mode": "agent",
+                           "kvoffload.io/vllm": "true"}},
+                       "spec": {"containers": [{"name": "main", "image": "vllm",
+                                                "command": command}]}}
+                if command[-1] == "--":
+                    pod["spec"]["containers"][0]["args"] = ["--port", "8000", "a-b"]
+                before = vllm_argv.run(pod)["argv"]
+                self.assertEqual(before[:2], ["serve", "/mnt/models"])
+                patched = inject(pod, {"agentImage": "kv-offload/offload-agent:test"})
+                status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
+                self.assertEqual(status["vllmFlag"], "args", status)
+                ran = vllm_argv.run(patched)
+                self.assertEqual(ran["kvTransferConfigs"], [AGENT], ran["argv"])
+                self.assertEqual(ran["argv"][:len(before)], before, ran["argv"])
+                self.assertEqual(shutdown_timeouts(ran["argv"]), [20], ran["argv"])
+
+    def test_launches_our_flag_cannot_reach_whole_are_left_alone(self):
+        """Where adding our flag would break the launch or lose the user's arguments, the pod
+        is left as it was and warned: "$VLLM_ADDITIONAL_ARGS" in double quotes (our flag
+        would join the user's arguments into one word), and VLLM_ADDITIONAL_ARGS that may come
+        from envFrom (a literal entry of ours would replace the ConfigMap's value). The
+        user's own flag in vLLM's dotted form (--kv-transfer-config.kv_connector=X) is theirs:
+        ours next to it was merged into it by vLLM."""
+        def pod(command, env=None, env_from=None, args=None):
+            c = {"name": "main", "image": "vllm", "command": command}
+            for key, value in (("env", env), ("envFrom", env_from), ("args", args)):
+                if value is not None:
+                    c[key] = value
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "annotations": {
+                        "kvoffload.io/config": '{"cpu":"1Gi"}', "kvoffload.io/mode": "agent",
+                        "kvoffload.io/vllm": "true"}},
+                    "spec": {"containers": [c]}}
+        cluster = {"agentImage": "kv-offload/offload-agent:test"}
+        quoted = pod(["/bin/sh", "-c", 'exec vllm serve /mnt/models "$VLLM_ADDITIONAL_ARGS"'],
+                     env=[{"name": "VLLM_ADDITIONAL_ARGS", "value": "--enforce-eager"}])
+        env_from = pod(["/bin/sh", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS"],
+                       env_from=[{"configMapRef": {"name": "vllm-args"}}])
+        from_config_map = {"VLLM_ADDITIONAL_ARGS": "--max-model-len 4096 --enforce-eager"}
+        dotted = pod(["vllm", "serve", "/mnt/models"],
+                     args=["--kv-transfer-config.kv_connector=LMCacheConnectorV1",
+                           "--kv-transfer-config.kv_role=kv_both"])
+        for name, before, env_values, how in (("quoted", quoted, {}, "not-injected"),
+                                              ("envFrom", env_from, from_config_map,
+                                               "not-injected"),
+                                              ("dotted", dotted, {}, "user")):
+            with self.subTest(case=name):
+                patched = inject(before, cluster)
+                status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
+                self.assertEqual(status["vllmFlag"], how, status)
+                self.assertEqual(vllm_argv.run(patched, env_from=env_values)["argv"],
+                                 vllm_argv.run(before, env_from=env_values)["argv"])
+
     def test_reinjection_after_a_spec_or_mode_change_replaces_our_flag(self):
         """A pod (or template) injected once, then injected again after its spec or mode
         changed, as a GitOps repository re-runs `inject` over its own output: our earlier flag

@@ -69,21 +69,31 @@ size_t ProgramIndex(const std::vector<std::string_view>& argv) {
 }
 
 // Index of the `-c` option (also bundled: `-ec`, `-lc`) in the argv of a shell at `shell`, or
-// nullopt when the shell runs a script file instead. `-o NAME` takes the next word; bash's long
-// options are no `-c` (`--norc`, `--rcfile FILE` and `--init-file FILE` with theirs).
+// nullopt when the shell runs a script file instead. `-o NAME` and bash's `-O NAME` take the
+// next word, also bundled (`-euo pipefail`, which once hid the `-c`: the script was read as
+// `pipefail`'s and our flag became the shell's $0); bash's long options are no `-c`
+// (`--norc`, `--rcfile FILE` and `--init-file FILE` with theirs).
 std::optional<size_t> ShellCommandOption(const std::vector<std::string_view>& argv,
                                          size_t shell) {
   for (size_t i = shell + 1; i < argv.size(); ++i) {
     const std::string_view a = argv[i];
-    if (a == "-o" || a == "+o" || a == "--rcfile" || a == "--init-file") {
+    if (a == "--rcfile" || a == "--init-file") {
       ++i;
       continue;
     }
     if (a.size() < 2 || (a[0] != '-' && a[0] != '+') || a == "--") return std::nullopt;
     if (a.starts_with("--")) continue;
     if (a.find('c') != std::string_view::npos) return i;
+    i += static_cast<size_t>(std::count_if(a.begin() + 1, a.end(),
+                                           [](char c) { return c == 'o' || c == 'O'; }));
   }
   return std::nullopt;
+}
+
+// Whether `argv[program]` starts vLLM itself rather than a wrapper around a shell.
+bool StartsVllm(std::string_view program) {
+  const std::string_view base = BaseName(program);
+  return base == "vllm" || base.starts_with("python");
 }
 
 // Reads one shell word as the shell would without expansions: quotes removed, backslash
@@ -139,26 +149,47 @@ std::string FlagValueAt(std::string_view text, size_t pos, size_t flag_len,
   return split_only ? std::string(word) : UnquoteWord(word);
 }
 
-// Finds a flag in a list of arguments: `--kv-transfer-config X` or `--kv-transfer-config=X`.
+// Finds a flag in a list of arguments: `--kv-transfer-config X` or `--kv-transfer-config=X`,
+// or vLLM's dotted form, one key each (`--kv-transfer-config.kv_connector=X`), gathered into
+// the object vLLM builds from them (values that are JSON as JSON, the rest as strings): ours
+// next to those was merged with the user's by vLLM.
 // `parsed_by_shell`: the arguments reach vLLM through eval, which removes a layer of quoting.
 bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_shell,
                     std::string* value) {
+  nlohmann::json dotted;
   for (size_t i = 0; i < args.size(); ++i) {
     for (std::string_view flag : kFlagNames) {
+      const std::string_view a = args[i];
+      if (!a.starts_with(flag)) continue;
       std::string_view raw;
-      if (args[i] == flag) {
+      const bool with_equals = a.size() > flag.size() && a.find('=') != std::string_view::npos;
+      if (a.size() == flag.size() || (a[flag.size()] == '.' && !with_equals)) {
         raw = i + 1 < args.size() ? args[i + 1] : std::string_view();
-      } else if (args[i].size() > flag.size() && args[i].starts_with(flag) &&
-                 args[i][flag.size()] == '=') {
-        raw = args[i].substr(flag.size() + 1);
+      } else if (a[flag.size()] == '=' || a[flag.size()] == '.') {
+        raw = a.substr(a.find('=') + 1);
       } else {
         continue;
       }
-      *value = parsed_by_shell ? UnquoteWord(raw) : std::string(raw);
-      return true;
+      std::string text = parsed_by_shell ? UnquoteWord(raw) : std::string(raw);
+      if (a.size() == flag.size() || a[flag.size()] == '=') {
+        *value = std::move(text);
+        return true;
+      }
+      const std::string_view path =
+          a.substr(flag.size() + 1, (with_equals ? a.find('=') : a.size()) - flag.size() - 1);
+      nlohmann::json* at = &dotted;
+      for (size_t from = 0; from <= path.size();) {
+        const size_t dot = std::min(path.find('.', from), path.size());
+        at = &(*at)[std::string(path.substr(from, dot - from))];
+        from = dot + 1;
+      }
+      *at = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (at->is_discarded()) *at = text;
     }
   }
-  return false;
+  if (dotted.is_null()) return false;
+  *value = dotted.dump();
+  return true;
 }
 
 // Finds a flag anywhere in free text (a script, an env value). `checks_only` is set when every
@@ -187,30 +218,79 @@ bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
 }
 
 // A script's logical lines: backslash-newline continuations joined (inside double quotes too,
-// where KServe's `eval "exec vllm serve \` spans many lines), comment lines dropped.
+// where KServe's `eval "exec vllm serve \` spans many lines), a quoted string's newlines kept
+// on its line, comments dropped (whole lines, and from a word starting with # to the end of
+// its line: a trailing comment naming the flag was taken for the user's own). A here-document's
+// body lines are kept as they stand, each a line of its own, and outside every quote: its text
+// is no shell syntax (an apostrophe in it quoted the rest of the script).
 std::vector<std::string> LogicalLines(std::string_view script) {
   std::vector<std::string> kept;
   std::string cur;
   auto keep = [&kept](std::string& line) {
-    const size_t first = line.find_first_not_of(" \t");
-    if (first != std::string::npos && line[first] != '#') kept.push_back(std::move(line));
+    if (line.find_first_not_of(" \t") != std::string::npos) kept.push_back(std::move(line));
     line.clear();
   };
-  // Copies the text between newlines whole rather than a character at a time.
-  for (size_t at = 0;;) {
-    const size_t nl = script.find('\n', at);
-    if (nl == std::string_view::npos) {
-      cur += script.substr(at);
-      break;
-    }
-    if (nl > at && script[nl - 1] == '\\') {
-      cur += script.substr(at, nl - 1 - at);
-      cur += ' ';
-    } else {
-      cur += script.substr(at, nl - at);
+  std::vector<std::string> heredoc_ends;  // delimiters of the here-documents opened on `cur`
+  char quote = 0;
+  for (size_t i = 0; i < script.size(); ++i) {
+    const char c = script[i];
+    if (quote == '\'') {
+      if (c == '\'') quote = 0;
+      cur += c == '\n' ? ' ' : c;
+    } else if (c == '\\' && i + 1 < script.size()) {
+      if (script[i + 1] == '\n') {
+        cur += ' ';
+      } else {
+        cur += c;
+        cur += script[i + 1];
+      }
+      ++i;
+    } else if (quote == '"') {
+      if (c == '"') quote = 0;
+      cur += c == '\n' ? ' ' : c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      cur += c;
+    } else if (c == '#' && (cur.empty() || std::string_view(" \t;&|()").find(cur.back()) !=
+                                               std::string_view::npos)) {
+      const size_t nl = script.find('\n', i);
+      i = (nl == std::string_view::npos ? script.size() : nl) - 1;
+    } else if (c == '<' && i + 2 < script.size() && script[i + 1] == '<' &&
+               script[i + 2] != '<') {
+      // `<<WORD`, `<<-WORD`, `<< 'WORD'`: the body ends at a line that is WORD alone.
+      size_t w = i + 2;
+      if (script[w] == '-') ++w;
+      while (w < script.size() && (script[w] == ' ' || script[w] == '\t')) ++w;
+      std::string word;
+      for (; w < script.size() && std::string_view(" \t\n;&|<>()").find(script[w]) ==
+                                      std::string_view::npos;
+           ++w) {
+        if (script[w] != '\'' && script[w] != '"' && script[w] != '\\') word += script[w];
+      }
+      if (!word.empty()) heredoc_ends.push_back(std::move(word));
+      cur.append(script.substr(i, w - i));
+      i = w - 1;
+    } else if (c == '\n') {
       keep(cur);
+      for (const std::string& end : heredoc_ends) {
+        // The body, line by line, up to its delimiter (leading tabs allowed, as <<- strips).
+        while (i + 1 < script.size()) {
+          const size_t from = i + 1;
+          const size_t nl = std::min(script.find('\n', from), script.size());
+          std::string_view body_line = script.substr(from, nl - from);
+          i = nl;
+          if (body_line.substr(std::min(body_line.find_first_not_of('\t'), body_line.size())) ==
+              end) {
+            break;
+          }
+          std::string line(body_line);
+          keep(line);
+        }
+      }
+      heredoc_ends.clear();
+    } else {
+      cur += c;
     }
-    at = nl + 1;
   }
   keep(cur);
   return kept;
@@ -221,14 +301,15 @@ bool IsWordChar(char c) {
 }
 
 // The words of the simple command around `pos`: from the last separator (; && || | and the
-// keywords that start a command list) before it.
-std::vector<std::string> CommandWordsBefore(std::string_view line, size_t pos) {
+// keywords that start a command list) before it, at `floor` or after.
+std::vector<std::string> CommandWordsBefore(std::string_view line, size_t pos,
+                                            size_t floor = 0) {
   // Walks back from `pos` to the nearest end of a separator: one pass, where searching for each
   // separator separately read the line seven times for every match in a long eval line.
   static constexpr std::array<std::string_view, 7> kSeparators = {
       ";", "&&", "||", "|", " then ", " do ", " else "};
-  size_t start = 0;
-  for (size_t end = pos; end > 0 && start == 0; --end) {
+  size_t start = floor;
+  for (size_t end = pos; end > floor && start == floor; --end) {
     const char last = line[end - 1];
     if (last != ';' && last != '&' && last != '|' && last != ' ') continue;
     for (std::string_view sep : kSeparators) {
@@ -306,14 +387,54 @@ bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value,
   return found;
 }
 
+// The quote `pos` of a logical line stands in: 0 (none), '\'' or '"', and where it opens.
+struct Quote {
+  char mark = 0;
+  size_t start = 0;
+};
+Quote QuoteAt(std::string_view line, size_t pos) {
+  Quote q;
+  for (size_t i = 0; i < pos; ++i) {
+    const char c = line[i];
+    if (q.mark == '\'') {
+      if (c == '\'') q.mark = 0;
+    } else if (c == '\\') {
+      ++i;
+    } else if (c == q.mark) {
+      q.mark = 0;
+    } else if (q.mark == 0 && (c == '\'' || c == '"')) {
+      q = {c, i};
+    }
+  }
+  return q;
+}
+
+// Whether the command `words` parses its quoted argument as shell text again: eval, or a
+// shell's `-c` script (`exec bash -c "vllm serve $*"`), whose expansions of our flag then lose
+// a layer of quoting.
+bool ReparsesArgument(const std::vector<std::string>& words) {
+  if (HasWord(words, "eval")) return true;
+  if (words.size() < 2) return false;
+  std::vector<std::string_view> argv(words.begin(), words.end());
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (IsShell(argv[i])) {
+      const std::optional<size_t> c = ShellCommandOption(argv, i);
+      return c && *c == argv.size() - 1;
+    }
+  }
+  return false;
+}
+
 struct Expansion {
   bool found = false;
-  bool for_eval = false;  // expanded, then parsed again by eval
+  bool for_eval = false;  // expanded, then parsed again by eval or a nested shell
+  bool one_word = false;  // expanded in double quotes, not parsed again: one word to vLLM
 };
 
 // Finds where the script launches something with one of `patterns` expanded, and whether eval
-// parses that expansion a second time. An escaped `\$@` inside an eval string is expanded by
-// eval itself, once, so it needs no extra quoting.
+// (or a nested `sh -c`) parses that expansion a second time. An escaped `\$@` inside an eval
+// string is expanded by eval itself, once, so it needs no extra quoting; one in single quotes
+// is not expanded here at all (a nested shell's own, or text).
 Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
                               std::initializer_list<std::string_view> patterns) {
   for (const std::string& line : lines) {
@@ -325,10 +446,23 @@ Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
             IsWordChar(line[end])) {
           continue;
         }
+        const Quote q = QuoteAt(line, pos);
+        if (q.mark == '\'') continue;
+        const bool escaped = pos > 0 && line[pos - 1] == '\\';
+        if (q.mark == '"') {
+          // The command the quoted string belongs to, and, where that command parses the
+          // string again (eval "cd /x; exec vllm serve $@"), the one inside it.
+          const std::vector<std::string> outer = CommandWordsBefore(line, q.start);
+          if (ReparsesArgument(outer)) {
+            if (!IsLaunch(CommandWordsBefore(line, pos, q.start + 1))) continue;
+            return {true, !escaped, false};
+          }
+          if (!IsLaunch(outer)) continue;
+          return {true, false, true};
+        }
         const std::vector<std::string> words = CommandWordsBefore(line, pos);
         if (!IsLaunch(words)) continue;
-        const bool escaped = pos > 0 && line[pos - 1] == '\\';
-        return {true, !escaped && HasWord(words, "eval")};
+        return {true, !escaped && HasWord(words, "eval"), false};
       }
     }
   }
@@ -362,55 +496,80 @@ std::string FlagArgument(FlagRoute route, std::string_view config_json) {
 namespace {
 
 // What PlanLaunch reads: the command and args as one argv (the first `command_size` elements
-// are the command), VLLM_ADDITIONAL_ARGS as a literal value, and whether it is set through
-// valueFrom (then there is nothing we can append to).
+// are the command), VLLM_ADDITIONAL_ARGS as a literal value, and whether its value is out of
+// sight (valueFrom, or envFrom with no entry of its own: then there is nothing we can append
+// to, as an entry of ours would replace the ConfigMap's value and the user's arguments in it).
 LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_size,
-                    std::string_view additional_args, bool additional_args_from_ref) {
+                    std::string_view additional_args, bool additional_args_unseen) {
   LaunchPlan plan;
-  // Anywhere in the launch: an element, a script's text (KServe's renders one from the pod's
-  // termination grace period) or the variable.
-  for (std::string_view text : argv) {
-    for (std::string_view flag : {"--shutdown-timeout", "--shutdown_timeout"}) {
-      if (text.find(flag) != std::string_view::npos) plan.has_shutdown_timeout = true;
-    }
-  }
-  for (std::string_view flag : {"--shutdown-timeout", "--shutdown_timeout"}) {
-    if (additional_args.find(flag) != std::string_view::npos) plan.has_shutdown_timeout = true;
-  }
   auto user_flag = [&plan](std::string where, std::string value) {
     plan.has_user_flag = true;
     plan.user_flag_where = std::move(where);
     plan.user_flag_value = std::move(value);
   };
+  auto note_shutdown_timeout = [&plan](std::string_view text) {
+    for (std::string_view flag : {"--shutdown-timeout", "--shutdown_timeout"}) {
+      if (text.find(flag) != std::string_view::npos) plan.has_shutdown_timeout = true;
+    }
+  };
+  note_shutdown_timeout(additional_args);
 
   std::optional<size_t> dash_c;
-  if (const size_t program = ProgramIndex(argv);
-      command_size > 0 && program < argv.size() && IsShell(argv[program])) {
-    dash_c = ShellCommandOption(argv, program);
+  if (size_t program = ProgramIndex(argv); command_size > 0 && program < argv.size()) {
+    if (!IsShell(argv[program]) && !StartsVllm(argv[program])) {
+      // A wrapper not known to ProgramIndex (taskset -c 0-7, numactl, gosu USER, stdbuf,
+      // busybox) in front of a shell: the first shell with a -c script after it.
+      for (size_t i = program + 1; i < argv.size(); ++i) {
+        if (IsShell(argv[i]) && ShellCommandOption(argv, i)) {
+          program = i;
+          break;
+        }
+      }
+    }
+    if (IsShell(argv[program])) dash_c = ShellCommandOption(argv, program);
   }
   if (!dash_c) {
     // Exec form (or an image entrypoint, or a script file we cannot read): vLLM, or whatever
     // stands in front of it, gets our argument as written.
     // VLLM_ADDITIONAL_ARGS is not read here: vLLM itself never reads it, only scripts that
     // expand it do (a flag there was taken for the user's, and vLLM got none).
+    for (std::string_view text : argv) note_shutdown_timeout(text);
     plan.route = FlagRoute::kArgs;
     std::string value;
     if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value)) user_flag("args", value);
     return plan;
   }
 
-  if (*dash_c + 1 >= argv.size()) return plan;  // `sh -c` with no script: nothing runs vLLM
-  const std::string_view script = argv[*dash_c + 1];
-  const std::vector<std::string_view> positional(argv.begin() + static_cast<long>(*dash_c) + 2,
+  // `sh -c -- SCRIPT`: the -- ends the options, the script follows.
+  size_t script_at = *dash_c + 1;
+  if (script_at < argv.size() && argv[script_at] == "--") ++script_at;
+  if (script_at >= argv.size()) return plan;  // `sh -c` with no script: nothing runs vLLM
+  const std::vector<std::string_view> positional(argv.begin() + static_cast<long>(script_at) + 1,
                                                  argv.end());
   plan.needs_arg0 = positional.empty();
 
-  const std::vector<std::string> lines = LogicalLines(script);
+  const std::vector<std::string> lines = LogicalLines(argv[script_at]);
+  // The script without its comments (a "TODO: --shutdown-timeout" comment once kept ours
+  // out), the other words whole.
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (i != script_at) note_shutdown_timeout(argv[i]);
+  }
+  for (const std::string& line : lines) note_shutdown_timeout(line);
+
   const Expansion v =
       FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"});
+  plan.additional_args_unseen = v.found && additional_args_unseen;
   if (Expansion e = FindLaunchExpansion(lines, {"$@", "${@}", "$*", "${*}"}); e.found) {
     plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
-  } else if (v.found && !additional_args_from_ref) {
+  } else if (v.found && v.one_word) {
+    plan.unreachable_why = "expands \"$VLLM_ADDITIONAL_ARGS\" in double quotes, which makes it "
+                           "one word to vLLM, so a flag added to it would join the arguments "
+                           "there; expand it unquoted, add \"$@\" to the vllm command,";
+  } else if (v.found && additional_args_unseen) {
+    plan.unreachable_why = "expands VLLM_ADDITIONAL_ARGS, set through valueFrom or envFrom, "
+                           "which the webhook cannot read or add to; set it in env (an empty "
+                           "value will do), add \"$@\" to the vllm command,";
+  } else if (v.found) {
     plan.route =
         v.for_eval ? FlagRoute::kAdditionalArgsEnvForEval : FlagRoute::kAdditionalArgsEnv;
   }
@@ -442,7 +601,9 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
   std::vector<std::string_view> argv = command;
   for (std::string_view arg : container["args"].Strings()) argv.push_back(arg);
   const std::string_view additional_args = additional_args_entry["value"].String();
-  const bool additional_args_from_ref = additional_args_entry.Contains("valueFrom");
+  const bool additional_args_unseen =
+      additional_args_entry.Contains("valueFrom") ||
+      (additional_args_entry.IsNull() && container["envFrom"].Size() > 0);
 
   // The pods of one workload share their launch, and splitting and scanning a KServe script of
   // a few KB was a sixth of their admission: each thread keeps its last plan with everything
@@ -451,17 +612,17 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
     std::vector<std::string> argv;
     size_t command_size = 0;
     std::string additional_args;
-    bool additional_args_from_ref = false;
+    bool additional_args_unseen = false;
     LaunchPlan plan;
   };
   thread_local std::optional<Last> last;
   if (!last || last->command_size != command.size() ||
-      last->additional_args_from_ref != additional_args_from_ref ||
+      last->additional_args_unseen != additional_args_unseen ||
       last->additional_args != additional_args ||
       !std::equal(argv.begin(), argv.end(), last->argv.begin(), last->argv.end())) {
     last = Last{std::vector<std::string>(argv.begin(), argv.end()), command.size(),
-                std::string(additional_args), additional_args_from_ref,
-                PlanArgv(argv, command.size(), additional_args, additional_args_from_ref)};
+                std::string(additional_args), additional_args_unseen,
+                PlanArgv(argv, command.size(), additional_args, additional_args_unseen)};
   }
   return last->plan;
 }

@@ -952,12 +952,20 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         vllm_flag = env_route ? "VLLM_ADDITIONAL_ARGS" : "args";  // ours, from an earlier admission
       }
     } else if (launch.route == FlagRoute::kUnreachable) {
-      warnings->push_back("container " + c_name +
-                             ": its script passes vLLM no args; add \"$@\" to its vllm command or "
-                             "pass --kv-transfer-config yourself");
+      warnings->push_back("container " + c_name + ": its script " +
+                          (launch.unreachable_why.empty()
+                               ? "passes vLLM no args; add \"$@\" to its vllm command"
+                               : launch.unreachable_why) +
+                          " or pass --kv-transfer-config yourself");
       vllm_flag = "not-injected";
       vllm_flag_reason = kFlagReasonLaunchDropsArgs;
     } else {
+      if (launch.additional_args_unseen) {
+        warnings->push_back("container " + c_name +
+                            ": VLLM_ADDITIONAL_ARGS comes through valueFrom or envFrom, which "
+                            "the webhook cannot read; a --kv-transfer-config there reaches vLLM "
+                            "before ours, and ours wins");
+      }
       const bool evals = RouteEvals(launch.route);
       const FromSpec& derived = *plan.from_spec;
       // What follows our flag: the agent's write-back needs vLLM to wait for it on SIGTERM.

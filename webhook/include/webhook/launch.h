@@ -35,11 +35,16 @@ struct LaunchPlan {
   std::string user_flag_value;
   // vLLM already gets a --shutdown-timeout (in args, the script, or VLLM_ADDITIONAL_ARGS).
   bool has_shutdown_timeout = false;
+  // kUnreachable for a reason other than a script that forwards nothing: what, and the fix.
+  std::string unreachable_why;
+  // The script expands VLLM_ADDITIONAL_ARGS, whose value comes through valueFrom or envFrom
+  // and so cannot be read: a --kv-transfer-config there is not seen.
+  bool additional_args_unseen = false;
 };
 
-// Reads `container` (a Pod's container object) and `additional_args`, its env entry that sets
-// VLLM_ADDITIONAL_ARGS (the last one where the name repeats, as the kubelet keeps the last;
-// absent when none). The caller passes the entry because it has searched the env already, and
+// Reads `container` (a Pod's container object, its envFrom too) and `additional_args`, its env
+// entry that sets VLLM_ADDITIONAL_ARGS (the last one where the name repeats, as the kubelet
+// keeps the last; absent when none). The caller passes the entry because it has searched the env already, and
 // a KServe container's env has about a hundred entries. Never fails: what it cannot reach is
 // kUnreachable, and the caller warns.
 LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args);
