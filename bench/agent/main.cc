@@ -137,7 +137,8 @@ constexpr const char* kUsage = R"(usage: kvoffload-bench SUBCOMMAND [--flag=valu
           --store-batch --store-jobs --demote-batch (default --qd; 0: no demoter)
   cpu     store+load bandwidth of the pinned tier (host device) against memcpy
           --block-size --total --batch --jobs --reps
-          --memcpy-threads (memcpy's threads; default min(4, usable CPUs), the device's)
+          --memcpy-threads (the memcpy's threads; default min(4, usable CPUs), as many as
+          the host device copies with)
   policy  ns per lookup/insert/evict of a policy at --blocks resident (default 1M)
           --policy=NAME (any registered) --ops --batch --loop=N (store keys 0..N-1 again in a
           cycle instead of new ones) --lookup-calls=chain|each (one lookup call per chain of
