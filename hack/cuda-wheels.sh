@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the CUDA 13.0.x runtime headers and libcudart from NVIDIA's PyPI wheels into a cache
-# directory outside the repo, so the agent's CUDA backend compiles on machines without a CUDA
-# toolkit (CI). Prints the toolkit root (the directory holding include/ and lib/) on stdout.
+# directory outside the repo (KVOFFLOAD_CUDA_CACHE; default cuda-13.0 under KVOFFLOAD_CACHE,
+# /var/cache/kv-offload, else ~/.cache/kv-offload), so the agent's CUDA backend compiles on
+# machines without a CUDA toolkit (CI). Prints the toolkit root (the directory holding include/ and lib/) on stdout.
 # 13.0.x matches the driver of the GPU machine; a newer runtime would not load there.
 # Idempotent: does nothing but print the path when the headers are already there.
 set -euo pipefail
 
-CACHE_DIR=${KVOFFLOAD_CUDA_CACHE:-/var/cache/kv-offload/cuda-13.0}
+CACHE_ROOT=${KVOFFLOAD_CACHE:-/var/cache/kv-offload}
+if ! mkdir -p "$CACHE_ROOT" 2>/dev/null || [[ ! -w "$CACHE_ROOT" ]]; then CACHE_ROOT="$HOME/.cache/kv-offload"; fi
+CACHE_DIR=${KVOFFLOAD_CUDA_CACHE:-$CACHE_ROOT/cuda-13.0}
 RUNTIME_VERSION=13.0.96
 CRT_VERSION=13.0.88
 root="$CACHE_DIR/nvidia/cu13"

