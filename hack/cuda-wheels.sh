@@ -2,7 +2,8 @@
 # Installs the CUDA 13.0.x runtime headers and libcudart from NVIDIA's PyPI wheels into a cache
 # directory outside the repo (KVOFFLOAD_CUDA_CACHE; default cuda-13.0 under KVOFFLOAD_CACHE,
 # /var/cache/kv-offload, else ~/.cache/kv-offload), so the agent's CUDA backend compiles on
-# machines without a CUDA toolkit (CI). Prints the toolkit root (the directory holding include/ and lib/) on stdout.
+# machines without a CUDA toolkit (CI). Prints the toolkit root (the directory holding include/
+# and lib/) on stdout.
 # 13.0.x matches the driver of the GPU machine; a newer runtime would not load there.
 # Idempotent: does nothing but print the path when the headers are already there.
 set -euo pipefail
