@@ -237,6 +237,8 @@ class LaunchTest(unittest.TestCase):
             "trailing comment": ["/bin/sh", "-c",
                                  plain + "  # the webhook adds --kv-transfer-config", "--"],
             "bash -c --": ["/bin/bash", "-c", "--", plain, "--"],
+            # eval parses the single-quoted string once: "$@" in it is expanded once.
+            "eval single-quoted": ["/bin/bash", "-c", "eval '" + plain + "'", "--"],
         }
         for name, command in forms.items():
             with self.subTest(form=name):

@@ -433,8 +433,8 @@ struct Expansion {
 
 // Finds where the script launches something with one of `patterns` expanded, and whether eval
 // (or a nested `sh -c`) parses that expansion a second time. An escaped `\$@` inside an eval
-// string is expanded by eval itself, once, so it needs no extra quoting; one in single quotes
-// is not expanded here at all (a nested shell's own, or text).
+// string is expanded by eval itself, once, so it needs no extra quoting, as one in an eval's
+// single-quoted string; other single-quoted text is not expanded here at all.
 Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
                               std::initializer_list<std::string_view> patterns) {
   for (const std::string& line : lines) {
@@ -447,7 +447,16 @@ Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
           continue;
         }
         const Quote q = QuoteAt(line, pos);
-        if (q.mark == '\'') continue;
+        if (q.mark == '\'') {
+          // Not expanded by this shell; eval expands it once as it parses the string (our
+          // flag needs no extra quoting then). A nested `sh -c '...'` has positional
+          // parameters of its own: what this shell passes it comes later on the line.
+          if (HasWord(CommandWordsBefore(line, q.start), "eval") &&
+              IsLaunch(CommandWordsBefore(line, pos, q.start + 1))) {
+            return {true, false, false};
+          }
+          continue;
+        }
         const bool escaped = pos > 0 && line[pos - 1] == '\\';
         if (q.mark == '"') {
           // The command the quoted string belongs to, and, where that command parses the
