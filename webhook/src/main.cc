@@ -382,13 +382,15 @@ int Serve(const Flags& flags) {
   // The certificate is loaded here: a bad one is the only line printed before exit 1.
   Result<std::unique_ptr<Server>> server = Server::Create(so, &handler, &metrics);
   if (!server.ok()) return Fail(server.status());
+  // Listening is the last check that can fail: nothing is logged before it, so a port in use
+  // is one line.
+  if (Status s = (*server)->Start(); !s.ok()) return Fail(s);
   if (conn.ok()) {
     LogEvent(spdlog::level::info, "API server lookups on", {{"host", conn->host}, {"port", conn->port}});
   } else {
     LogEvent(spdlog::level::warn, "API server lookups off: only pod annotation specs are served",
              {{"reason", conn.status().message()}});
   }
-  if (Status s = (*server)->Start(); !s.ok()) return Fail(s);
   int sig = 0;
   while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
     LogEvent(spdlog::level::info,

@@ -78,8 +78,12 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   }
   // After the other files' checks: a bad one is then the only line, not one after "loaded".
   Result<std::unique_ptr<CertReloader>> certs = CertReloader::Create(
-      s->options_.cert_file, s->options_.key_file, [metrics](const CertReloader::Load& load) {
+      s->options_.cert_file, s->options_.key_file,
+      [metrics, self = s.get()](const CertReloader::Load& load) {
         metrics->RecordCertReload(load.ok, load.not_after);
+        // The first load is named by Start()'s "serving" line: a start that then fails (the
+        // port in use) prints its error alone.
+        const bool first = !self->ready_.load();
         if (!load.ok) {
           LogEvent(spdlog::level::warn, "serving certificate not reloaded",
                    {{"detail", load.detail}});
@@ -89,7 +93,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
                    "serving certificate loaded, not valid yet: is this node's clock behind its "
                    "issuer's?",
                    {{"detail", load.detail}, {"not_before", CertReloader::Rfc3339(load.not_before)}});
-        } else {
+        } else if (!first) {
           LogEvent(spdlog::level::info, "serving certificate loaded",
                    {{"detail", load.detail}, {"not_after", CertReloader::Rfc3339(load.not_after)}});
         }
@@ -252,6 +256,8 @@ Status Server::Start() {
   ready_ = true;
   LogEvent(spdlog::level::info, "serving",
            {{"port", port_},
+            {"certificate", options_.cert_file},
+            {"certificateNotAfter", CertReloader::Rfc3339(metrics_->cert_not_after())},
             {"metricsPort", metrics_port_},
             {"threads", options_.threads},
             {"ioThreads", https_->io_threads()},
@@ -276,7 +282,8 @@ void Server::Shutdown() {
     metrics_http_->stop();
     metrics_thread_.join();
   }
-  LogEvent(spdlog::level::info, "stopped");
+  // Only after "serving": a start that failed prints its error alone.
+  if (ready_.load()) LogEvent(spdlog::level::info, "stopped");
 }
 
 }  // namespace kvoffload::webhook
