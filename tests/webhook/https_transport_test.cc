@@ -52,7 +52,7 @@ class HttpsTransportTest : public ::testing::Test {
         [this](const HttpsRequest& req) {
           std::lock_guard<std::mutex> lock(mu_);
           seen_.push_back({req.body, req.body.capacity() - req.body.size()});
-          return HttpsResponse{200, "text/plain", std::to_string(req.body.size())};
+          return HttpsResponse{200, "text/plain", std::to_string(req.body.size()), ""};
         },
         [] { return false; });
     ASSERT_TRUE(transport_->Start().ok());

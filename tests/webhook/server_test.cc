@@ -146,8 +146,24 @@ TEST_F(ServerTest, QueryStringsUnknownRoutesAndExpectContinue) {
       client->Post("/mutate-pods?timeout=5s", AnnotatedPodReview(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(client->Get("/mutate-pods")->status, 404);
   EXPECT_EQ(client->Post("/nope", AnnotatedPodReview(), "application/json")->status, 404);
+  // A known route with another method: 405 and the method it takes (was 404, or 400 on the
+  // metrics port), on both ports.
+  httplib::Result get_mutate = client->Get("/mutate-pods");
+  ASSERT_TRUE(get_mutate);
+  EXPECT_EQ(get_mutate->status, 405);
+  EXPECT_EQ(get_mutate->get_header_value("Allow"), "POST");
+  httplib::Result post_health = client->Post("/healthz", "", "text/plain");
+  ASSERT_TRUE(post_health);
+  EXPECT_EQ(post_health->status, 405);
+  EXPECT_EQ(post_health->get_header_value("Allow"), "GET");
+  httplib::Client metrics("127.0.0.1", server_->metrics_port());
+  for (const char* path : {"/metrics", "/healthz"}) {
+    httplib::Result post_metrics = metrics.Post(path, "", "text/plain");
+    ASSERT_TRUE(post_metrics);
+    EXPECT_EQ(post_metrics->status, 405) << path;
+    EXPECT_EQ(post_metrics->get_header_value("Allow"), "GET") << path;
+  }
   // curl sends Expect: 100-continue for bodies over 1 KiB and waits for the interim answer.
   const std::string body = AnnotatedPodReview();
   const std::string cmd = "curl -s -o /dev/null -w '%{http_code} %{time_total}' --cacert " +

@@ -367,7 +367,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return server_->handler_(req);
     } catch (const std::exception&) {
       // Unreachable by design (every layer returns Status); kept so nothing can crash the server.
-      return HttpsResponse{500, "text/plain", "internal error\n"};
+      return HttpsResponse{500, "text/plain", "internal error\n", ""};
     }
   }
 
@@ -380,6 +380,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     out_.append("HTTP/1.1 ").append(std::to_string(res.status)).append(" ").append(reason.data(), reason.size());
     out_.append("\r\nContent-Type: ").append(res.content_type);
     out_.append("\r\nContent-Length: ").append(std::to_string(res.body.size()));
+    if (!res.allow.empty()) out_.append("\r\nAllow: ").append(res.allow);
     // While draining, the API server reconnects and reaches a replica that is still ready.
     if (close) out_.append("\r\nConnection: close");
     out_.append("\r\n\r\n").append(res.body);

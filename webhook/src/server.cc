@@ -160,12 +160,21 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
   const std::string_view path = PathOf(req.target);
   const bool post = req.method == "POST";
   if (req.method == "GET" && (path == "/healthz" || path == "/readyz")) {
-    if (path == "/healthz" || ready()) return {200, "text/plain", "ok\n"};
-    return {503, "text/plain", draining_.load() ? "draining\n" : "starting\n"};
+    if (path == "/healthz" || ready()) return {200, "text/plain", "ok\n", ""};
+    return {503, "text/plain", draining_.load() ? "draining\n" : "starting\n", ""};
   }
   const bool validation = IsValidationPath(path);
+  // A known path asked with another method is a 405 naming the one it takes, not a 404 that
+  // reads as a wrong URL in the webhook configuration.
+  const bool probe = path == "/healthz" || path == "/readyz";
+  if (probe || ((path == "/mutate-pods" || validation) && !post)) {
+    return {405, "text/plain",
+            req.method + " " + std::string(path) + ": method not allowed, use " +
+                (probe ? "GET" : "POST") + "\n",
+            probe ? "GET" : "POST"};
+  }
   if (!post || (path != "/mutate-pods" && !validation)) {
-    return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n"};
+    return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n", ""};
   }
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [start] {
@@ -185,7 +194,7 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
     } else {
       metrics_->RecordAdmission(AdmissionResult::Failed(FailureType::kInternal), elapsed());
     }
-    return {500, "text/plain", "internal error\n"};
+    return {500, "text/plain", "internal error\n", ""};
   }
   const double seconds = elapsed();
   if (validation) {
@@ -207,7 +216,7 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
   LogEvent(quiet ? spdlog::level::debug : spdlog::level::info,
            validation ? "validation" : "admission", fields);
   return {answer.status, answer.status == 200 ? "application/json" : "text/plain",
-          std::move(answer.body)};
+          std::move(answer.body), ""};
 }
 
 // The metrics port: two routes, scraped every few seconds from inside the cluster.
@@ -232,6 +241,17 @@ void Server::Routes() {
   });
   metrics_http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
+  });
+  // Another method on either route is a 405 naming GET (it was a 400 or a 404).
+  metrics_http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if ((req.path != "/metrics" && req.path != "/healthz") || req.method == "GET" ||
+        req.method == "HEAD") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = 405;
+    res.set_header("Allow", "GET");
+    res.set_content(req.method + " " + req.path + ": method not allowed, use GET\n", "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
   });
 }
 

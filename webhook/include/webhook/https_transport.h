@@ -33,6 +33,7 @@ struct HttpsResponse {
   int status = 200;
   std::string content_type = "text/plain";
   std::string body;
+  std::string allow;  // a 405's Allow header: the methods the path takes
 };
 
 struct HttpsTransportOptions {
