@@ -13,6 +13,10 @@
 # 4. agent: 100 SIGKILL trials with restart and content check, and a 60 s two-process hammer
 #    on one shared tier (the crash test at full size; prints its figures).
 set -euo pipefail
+if [[ $# -ne 1 || ! -x "$1/webhook/kv-offload-webhook" ]]; then
+  echo "usage: tests/reliability/run.sh BUILD_DIR (a built tree, e.g. build after make build)" >&2
+  exit 1
+fi
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/webhook_load.py" "$build/webhook/kv-offload-webhook" \

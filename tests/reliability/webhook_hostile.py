@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+import trial_args  # beside this file
+
 TESTDATA = pathlib.Path(__file__).resolve().parents[1] / "webhook" / "testdata"
 KINDS = ("silent", "tls-idle", "headers", "body")
 
@@ -233,7 +235,7 @@ def idle_memory(port, pid, count):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("binary")
+    ap.add_argument("binary", type=trial_args.webhook_binary)
     ap.add_argument("--hostile", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=50)
     ap.add_argument("--seconds", type=float, default=5)

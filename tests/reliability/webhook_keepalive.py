@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+import trial_args  # beside this file
+
 from webhook_hostile import free_port, make_pki, review_body, wait_listening
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -66,7 +68,7 @@ def run(binary, client, d, body_file, name, requests):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("binary")
+    ap.add_argument("binary", type=trial_args.webhook_binary)
     ap.add_argument("--requests", type=int, default=1000)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:

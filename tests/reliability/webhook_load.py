@@ -27,6 +27,8 @@ import tempfile
 import threading
 import time
 
+import trial_args  # beside this file
+
 TESTDATA = pathlib.Path(__file__).resolve().parents[1] / "webhook" / "testdata"
 
 
@@ -249,7 +251,7 @@ def phase_sigterm(binary, d, args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("binary")
+    p.add_argument("binary", type=trial_args.webhook_binary)
     p.add_argument("--requests", type=int, default=100000)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--rotate", type=float, default=10)
