@@ -2,6 +2,7 @@
 // becomes an InvalidArgument naming the line, the field, the value and what to write instead.
 #include "trace_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,22 @@ Status ParseLine(const std::string& line, const std::string& where, size_t block
                                      " is not a non-negative integer block id");
     }
     out->blocks.push_back(BlockKey{kTraceFileKeyTag, id.get<uint64_t>()});
+  }
+  // A block's hash covers its whole prefix, so one request never holds it twice; a replay
+  // counted the second as a hit on the request's own block. Where: sorted positions.
+  std::vector<size_t> order(out->blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair(out->blocks[a].lo, a) < std::pair(out->blocks[b].lo, b);
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (out->blocks[order[k]].lo == out->blocks[order[k - 1]].lo) {
+      return Status::InvalidArgument(
+          where + ": hash_ids[" + std::to_string(order[k]) + "]: " +
+          std::to_string(out->blocks[order[k]].lo) + " is hash_ids[" +
+          std::to_string(order[k - 1]) + "] again; a block's hash covers its whole prefix, so "
+          "a request holds each id once");
+    }
   }
   if (auto ts = j.find("timestamp"); ts != j.end()) {
     if (!ts->is_number() || !std::isfinite(ts->get<double>())) {

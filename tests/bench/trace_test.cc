@@ -339,6 +339,9 @@ TEST(TraceFileTest, BadLinesNameTheLineFieldAndValue) {
   ExpectError("{\"hash_ids\": [1, -2]}\n",
               "t.jsonl:1: hash_ids[1]: -2 is not a non-negative integer");
   ExpectError("{\"hash_ids\": [1, 2.5]}\n", "hash_ids[1]: 2.5");
+  // A block's hash covers its whole prefix: one request cannot hold it twice, and a replay
+  // counted the second as a hit on the request's own block.
+  ExpectError("{\"hash_ids\": [7, 8, 7]}\n", "t.jsonl:1: hash_ids[2]: 7 is hash_ids[0] again");
   ExpectError("{\"timestamp\": \"now\", \"hash_ids\": [1]}\n",
               "timestamp: \"now\" is not a number");
   ExpectError("{\"input_length\": -4, \"hash_ids\": [1]}\n", "input_length: -4");
