@@ -119,6 +119,18 @@ Status DiskTier::Init() {
                                    " holds no block of " + std::to_string(stored_bytes_) +
                                    " bytes");
   }
+  // The tier's directory is its volume's mount. Created here, a tier whose volume is not
+  // mounted would fill the container's own file system, and a persistent one would lose its
+  // blocks at every restart.
+  struct stat st {};
+  const int stat_errno = ::stat(c.path.c_str(), &st) == 0 ? 0 : errno;
+  if (stat_errno != 0 || !S_ISDIR(st.st_mode)) {
+    const std::string what = stat_errno == ENOENT ? "does not exist"
+                             : stat_errno != 0    ? std::strerror(stat_errno)
+                                                  : "is not a directory";
+    return Status::InvalidArgument(options_.field + ".path=\"" + c.path + "\": " + what +
+                                   ": mount the tier's volume there");
+  }
   std::error_code ec;
   // A fresh pod starts empty; a shared directory is never wiped (other replicas are using it).
   if (!c.persistent && !c.shared) fs::remove_all(FormatRoot(c.path), ec);

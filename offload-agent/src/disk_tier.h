@@ -43,7 +43,8 @@
 namespace kvoffload {
 
 struct DiskTierOptions {
-  std::string name;  // "disk0"
+  std::string name;   // "disk0"
+  std::string field;  // where its configuration came from, for errors: "KVOFFLOAD_TIERS[0]"
   DiskTierConfig config;
   size_t block_bytes = 0;
   BlockKey fingerprint;  // ModelFingerprint::Scope(block_bytes)
@@ -63,7 +64,8 @@ class DiskTier {
   // sink: its victims are dropped (and counted).
   using EvictSink = std::function<bool(const BlockKey& key, std::byte* file)>;
 
-  // Creates the directories, probes O_DIRECT, then either clears the tier and creates its slot
+  // Refuses a tier directory that does not exist (its volume is not mounted there), creates
+  // the format directories below it, probes O_DIRECT, then either clears the tier and creates its slot
   // file (neither persistent nor shared), or lists it so its blocks are served again
   // (persistent); their files are checked and put in eviction order in the background (a write
   // that needs one of them evicted waits for that).

@@ -91,7 +91,9 @@ class EngineImpl final : public Engine {
       std::unique_ptr<DiskIo> backend = std::move(io).value();
       if (i == 0) registration = backend->RegistrationFd();
       if (hooks.wrap_disk_io) backend = hooks.wrap_disk_io(i, std::move(backend));
-      DiskTierOptions options{"disk" + std::to_string(i), config_.tiers[i], config_.block_bytes,
+      DiskTierOptions options{"disk" + std::to_string(i),
+                              "KVOFFLOAD_TIERS[" + std::to_string(i) + "]",
+                              config_.tiers[i], config_.block_bytes,
                               fingerprint_,    config_.eviction_policy,
                               kTierCpu + 1 + static_cast<int>(i),
                               &holds_,         events_.get()};

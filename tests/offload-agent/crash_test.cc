@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -58,6 +59,7 @@ TEST(CrashTest, KilledWriterThenRestartServesNoWrongBlock) {
   const int trials = EnvInt("KVO_CRASH_TRIALS", 5);
   TempDir dir;
   const std::string tier = dir.path() + "/tier";
+  std::filesystem::create_directory(tier);  // the volume the replicas mount
   std::mt19937 rng(20261129);
   uint64_t exact = 0, wrong = 0, missed = 0;
   std::vector<uint64_t> recovery_us;
@@ -94,6 +96,7 @@ TEST(CrashTest, TwoProcessesHammeringOneSharedTierNeverReadTornBlocks) {
   const int seconds = EnvInt("KVO_HAMMER_SECONDS", 3);
   TempDir dir;
   const std::string tier = dir.path() + "/tier";
+  std::filesystem::create_directory(tier);  // the volume the replicas mount
   const pid_t a = SpawnHelper({"hammer", tier, std::to_string(seconds), "1", dir.path() + "/a.result"});
   const pid_t b = SpawnHelper({"hammer", tier, std::to_string(seconds), "2", dir.path() + "/b.result"});
   ASSERT_EQ(Reap(a), 0);

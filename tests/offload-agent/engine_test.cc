@@ -662,6 +662,24 @@ TEST(EngineTest, NonPersistentTierStartsEmpty) {
   EXPECT_EQ(testing::FilesUnder(d0.path(), ".tmp"), 1u) << "only the new engine's slot file";
 }
 
+// A tier's directory is its volume's mount: one that does not exist is a volume not mounted,
+// and creating it would put "persistent" blocks on the container's own file system. What is
+// below it (the format directories) is the engine's to create.
+TEST(EngineTest, MissingTierDirectoryIsRefusedNotCreated) {
+  TempDir d0;
+  const std::string missing = d0.path() + "/not-mounted/rank0";
+  Result<std::unique_ptr<Engine>> e = Engine::Open(Config(1, {Tier(missing, 8, true)}));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().message(), "KVOFFLOAD_TIERS[0].path=\"" + missing +
+                                      "\": does not exist: mount the tier's volume there");
+  EXPECT_FALSE(std::filesystem::exists(d0.path() + "/not-mounted"));
+  std::ofstream(d0.path() + "/file") << "not a directory";
+  e = Engine::Open(Config(1, {Tier(d0.path() + "/file", 8)}));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("is not a directory"), std::string::npos)
+      << e.status().message();
+}
+
 // Another block size with the same file size (4000 and 4032 bytes both make 4 KiB files): the
 // blocks were once reported as hits and then refused and deleted by the load. The geometry is
 // part of the scope, so they are never hits, and the old ones are the first to be evicted.

@@ -5,6 +5,7 @@
 // exits 0 when it ran to the end.
 //   share_helper <dir> <serve|churn|churn-until> <role> <first> <count> <all_first> <all_count>
 //                <capacity_blocks>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -33,6 +34,7 @@ int Run(int argc, char** argv) {
   const size_t capacity = std::stoul(argv[8]);
   const std::string other = role == "a" ? "b" : "a";
 
+  std::filesystem::create_directory(dir + "/tier");  // the volume every replica mounts
   Result<std::unique_ptr<Engine>> opened =
       Engine::Open(Config(1, {Tier(dir + "/tier", capacity, /*persistent=*/true, /*shared=*/true)}));
   if (!opened.ok()) {

@@ -59,6 +59,7 @@ def fill(tier_dir: pathlib.Path, env: dict) -> dict:
     env = dict(env, KVOFFLOAD_TIERS=env["KVOFFLOAD_TIERS"].replace("/mnt/kv-cache-0",
                                                                    str(tier_dir)))
     s = settings.from_env(env)
+    tier_dir.mkdir(exist_ok=True)  # the tier's volume: libkvoffload refuses a missing one
     opts = EngineOptions(block_bytes=BLOCK, cpu_bytes=s.cpu_bytes,
                          eviction_policy=s.eviction_policy, tiers_json=s.tiers_json(),
                          fingerprint=Fingerprint("fill/model", "r1", "uint8", "test", 0))

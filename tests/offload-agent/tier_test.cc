@@ -197,7 +197,7 @@ class DiskTierTest : public ::testing::Test {
                                  std::shared_ptr<testing::FaultPlan> faults = nullptr,
                                  bool persistent = false, bool shared = false,
                                  const HoldSet* holds = nullptr) {
-    DiskTierOptions o{"disk0", testing::Tier(dir_.path(), blocks, persistent, shared), kBlock,
+    DiskTierOptions o{"disk0", "KVOFFLOAD_TIERS[0]", testing::Tier(dir_.path(), blocks, persistent, shared), kBlock,
                       testing::TestModel().Digest(), "lru"};
     o.named_temp_files = named_temp_files;
     o.holds = holds;

@@ -731,9 +731,10 @@ class KVOffloadAgentSpec(OffloadingSpec):
             write_back_s = self._write_back_s()
             p = self.config.parallel
             # A tier's directory is its volume's mount (the webhook mounts /mnt/kv-cache-<i>);
-            # libkvoffload creates what is missing below it (a rank's directory). Missing
-            # itself, the volume is not mounted there, and the tier would fill the container's
-            # own file system, and a persistent one would lose its blocks at every restart.
+            # the rank's directory below it is made here, and libkvoffload refuses a directory
+            # that does not exist. Missing itself, the volume is not mounted there, and the
+            # tier would fill the container's own file system, and a persistent one would lose
+            # its blocks at every restart.
             for i, t in enumerate(self.settings.tiers):
                 if not os.path.isdir(t.path):
                     raise ValueError(
@@ -742,6 +743,8 @@ class KVOffloadAgentSpec(OffloadingSpec):
                         "/mnt/kv-cache-<i>)")
             engine, engines = pod_engines(p, get_current_vllm_config_or_none())
             s = rank_share(self.settings, p.rank, p.world_size, engine, engines)
+            for t in s.tiers:
+                os.makedirs(t.path, exist_ok=True)
             # Here, not in __init__: only the worker's engine uses it, and the weights' digest
             # reads the model's files.
             core = TransferCore([t.tensor for t in kv_caches.tensors],
