@@ -3,6 +3,7 @@
 #include "disk_tier.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,6 +86,10 @@ Status ProbeWritable(const std::string& dir) {
 
 }  // namespace
 
+DiskTier::DirLock::~DirLock() {
+  if (fd >= 0) ::close(fd);
+}
+
 DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
     : options_(options),
       file_bytes_(BlockFileBytes(options.block_bytes)),
@@ -130,6 +135,24 @@ Status DiskTier::Init() {
                                                   : "is not a directory";
     return Status::InvalidArgument(options_.field + ".path=\"" + c.path + "\": " + what +
                                    ": mount the tier's volume there");
+  }
+  // One engine per private tier: FORMAT.md's reuse renames over victims' files assuming no
+  // other writer, each engine would count the directory's capacity as its own, and one that
+  // starts empty removes kvoffload-v1, the other's blocks with it. The lock is flock'ed, so it
+  // goes with the descriptor, at close or at the process's death; read-only, so that it does
+  // not keep the file system from being remounted read-only. Shared tiers lock it shared:
+  // their replicas open together, and a private opener is refused while they are there.
+  const std::string lock_path = c.path + "/kvoffload.lock";
+  dir_lock_.fd = ::open(lock_path.c_str(), O_CREAT | O_RDONLY | O_CLOEXEC, 0644);
+  if (dir_lock_.fd < 0) {
+    return Status::IOError(options_.field + ".path=\"" + c.path + "\": cannot create " +
+                           lock_path + ": " + std::strerror(errno) + "; the tier must be writable");
+  }
+  if (::flock(dir_lock_.fd, (c.shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+    return Status::FailedPrecondition(
+        options_.field + ".path=\"" + c.path + "\": another engine has this directory open" +
+        (c.shared ? " as a private tier" : "") +
+        ": set shared:true for a tier several engines use, or give each engine its own directory");
   }
   std::error_code ec;
   // A fresh pod starts empty; a shared directory is never wiped (other replicas are using it).

@@ -209,6 +209,13 @@ class DiskTier {
   std::string TempPath(std::string_view stem) const;
   int OpenFlags(int base) const;
 
+  // The descriptor of <tier>/kvoffload.lock, flock'ed while the tier is open: exclusively by
+  // a private tier's one engine, shared by the engines of a shared tier. Declared first so it
+  // is closed last, after the slot file and spares are gone.
+  struct DirLock {
+    int fd = -1;
+    ~DirLock();
+  } dir_lock_;
   const DiskTierOptions options_;
   const size_t file_bytes_;
   // What one block takes in this tier: a block file, or a slot (the payload rounded up to

@@ -680,6 +680,40 @@ TEST(EngineTest, MissingTierDirectoryIsRefusedNotCreated) {
       << e.status().message();
 }
 
+// A private tier is one engine's (FORMAT.md, Reuse): a second engine on its directory would
+// count the same room again, and one that starts empty removed the first's blocks as it
+// opened. It is refused while the first has the directory open, whatever its own kind; the
+// engines of a shared tier open it together, and keep a private opener out.
+TEST(EngineTest, APrivateTierDirectoryTakesOneEngineAtATime) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 4);
+  auto first = Open(Config(1, {Tier(d0.path(), 8)}));
+  ASSERT_TRUE(StoreAndWait(*first, b).ok());
+  const std::string fix =
+      ": set shared:true for a tier several engines use, or give each engine its own directory";
+  const std::string at = "KVOFFLOAD_TIERS[0].path=\"" + d0.path() + "\": ";
+  for (bool persistent : {false, true}) {
+    Result<std::unique_ptr<Engine>> second =
+        Engine::Open(Config(1, {Tier(d0.path(), 8, persistent)}));
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().message(), at + "another engine has this directory open" + fix);
+  }
+  Result<std::unique_ptr<Engine>> shared =
+      Engine::Open(Config(1, {Tier(d0.path(), 8, true, true)}));
+  ASSERT_FALSE(shared.ok());
+  EXPECT_EQ(shared.status().message(),
+            at + "another engine has this directory open as a private tier" + fix);
+  EXPECT_TRUE(LoadAndWait(*first, b).ok()) << "the refused openers removed nothing";
+  first.reset();
+
+  auto a = Open(Config(1, {Tier(d0.path(), 8, true, true)}));
+  auto b2 = Open(Config(1, {Tier(d0.path(), 8, true, true)}));
+  EXPECT_FALSE(Engine::Open(Config(1, {Tier(d0.path(), 8, true)})).ok());
+  a.reset();
+  b2.reset();
+  EXPECT_TRUE(Engine::Open(Config(1, {Tier(d0.path(), 8)})).ok()) << "closing released it";
+}
+
 // Another block size with the same file size (4000 and 4032 bytes both make 4 KiB files): the
 // blocks were once reported as hits and then refused and deleted by the load. The geometry is
 // part of the scope, so they are never hits, and the old ones are the first to be evicted.
@@ -726,6 +760,7 @@ TEST(EngineTest, BlocksOfAnotherFingerprintAreNeverServed) {
   for (const auto& d : out.data) EXPECT_EQ(d, std::vector<std::byte>(testing::kBlock));
 
   // Even a file planted under the new fingerprint's name is refused by its trailer.
+  e.reset();  // a private tier takes one engine at a time
   const std::string old_dir = FingerprintDir(d0.path(), testing::TestModel().Scope(testing::kBlock));
   const std::string new_dir = FingerprintDir(d0.path(), other.fingerprint.Scope(other.block_bytes));
   std::filesystem::copy_file(BlockPath(old_dir, b.keys[0]), BlockPath(new_dir, b.keys[0]));

@@ -16,6 +16,7 @@ from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from kvoffload import ranks, settings
+from kvoffload.engine import KvoError
 from kvoffload.vllm import rank_share
 from test_vllm_spec import (END_OF_STEP, MEDIUM_OF_TIER, PAGE, SLOT, TENSORS, agent_extra,
                             kv_caches, offload_keys, offloading_config, residency, scaled_env)
@@ -197,6 +198,11 @@ def test_a_second_worker_of_one_engine_and_rank_is_refused(tmp_path, monkeypatch
     config = rank_config(f"twice-{uuid.uuid4().hex}", 1)
     first = OffloadingSpecFactory.create_spec(config).get_worker(kv_caches())
     try:
+        # Its engine meets the first's at the rank's private tier directory, which one engine
+        # at a time may have open; without disk tiers, at the rank's address.
+        with pytest.raises(KvoError, match="another engine has this directory open"):
+            OffloadingSpecFactory.create_spec(config).get_worker(kv_caches())
+        monkeypatch.delenv("KVOFFLOAD_TIERS")
         with pytest.raises(ValueError, match="needs its own kv_transfer_config.engine_id"):
             OffloadingSpecFactory.create_spec(config).get_worker(kv_caches())
     finally:
