@@ -152,10 +152,13 @@ Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
 }
 
 Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env) {
+  // An empty variable is an unset one, for all three: `KVOFFLOAD_TIERS=` in a shell or a
+  // pod's `value: ""` means no value, and the Python adapter then reads its extra config's.
   std::optional<std::string> cpu = env("KVOFFLOAD_CPU_BYTES");
-  if (!cpu) {
+  if (!cpu || cpu->empty()) {
     return Status::InvalidArgument(
-        "KVOFFLOAD_CPU_BYTES is not set; the webhook sets it from kvCacheOffloading.cpu");
+        "KVOFFLOAD_CPU_BYTES is not set (or empty); the webhook sets it from "
+        "kvCacheOffloading.cpu");
   }
   Result<uint64_t> cpu_bytes = ParseBytes("KVOFFLOAD_CPU_BYTES", *cpu);
   if (!cpu_bytes.ok()) return cpu_bytes.status();

@@ -51,6 +51,22 @@ TEST(ConfigTest, PolicyDefaultsToLruAndTiersToNone) {
   EXPECT_TRUE(c->tiers.empty());
 }
 
+// An empty variable is an unset one, as the Python adapter reads it (settings.py): the same
+// pod env means the same engine from either side.
+TEST(ConfigTest, AnEmptyVariableIsAnUnsetOne) {
+  Result<EngineConfig> c = ConfigFromEnv(
+      Base(), FakeEnv({{"KVOFFLOAD_CPU_BYTES", "65536"},
+                       {"KVOFFLOAD_EVICTION_POLICY", ""},
+                       {"KVOFFLOAD_TIERS", ""}}));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eviction_policy, "lru");
+  EXPECT_TRUE(c->tiers.empty());
+  c = ConfigFromEnv(Base(), FakeEnv({{"KVOFFLOAD_CPU_BYTES", ""}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "KVOFFLOAD_CPU_BYTES is not set (or empty); the webhook sets "
+                                  "it from kvCacheOffloading.cpu");
+}
+
 // The environment accepts every registered policy, not a list of its own.
 TEST(ConfigTest, AcceptsEveryRegisteredPolicy) {
   for (const std::string& name : EvictionPolicyNames()) {

@@ -195,7 +195,7 @@ def test_env_errors_name_the_variable():
 def test_sizes_are_plain_digits_within_64_bits():
     """A size is read as libkvoffload's own parser reads it, and one past 64 bits is refused,
     not handed to the C API to wrap around (2^64 + 65536 was a 64 KiB tier)."""
-    for text in ("+65536", " 65536 ", "65_536", "\u0666\u0665\u0665\u0663\u0666", "", "-"):
+    for text in ("+65536", " 65536 ", "65_536", "\u0666\u0665\u0665\u0663\u0666", "-"):
         with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES=.*: want an integer"):
             settings.from_env({"KVOFFLOAD_CPU_BYTES": text})
     with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES='-5': must be at least 1"):
@@ -246,6 +246,15 @@ def test_extra_config_settings_take_json_values_and_name_their_keys():
     with pytest.raises(ValueError, match=r"kv_connector_extra_config.secondary_tiers is the key "
                                          r"of vLLM's TieringOffloadingSpec"):
         resolve_settings({"cpu_bytes_to_use": 65536, "secondary_tiers": vllm_tiers}, env={})
+    # An empty variable is an unset one, as libkvoffload reads it: the extra config's tiers
+    # and policy stay (an empty KVOFFLOAD_TIERS dropped them), and an empty size is no size.
+    s = resolve_settings({"cpu_bytes_to_use": 65536, "kvoffload_tiers": tiers,
+                          "eviction_policy": "arc"},
+                         env={"KVOFFLOAD_TIERS": "", "KVOFFLOAD_EVICTION_POLICY": "",
+                              "KVOFFLOAD_CPU_BYTES": ""})
+    assert (s.cpu_bytes, s.eviction_policy, len(s.tiers)) == (65536, "arc", 1)
+    with pytest.raises(ValueError, match="KVOFFLOAD_CPU_BYTES is not set \\(or empty\\)"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": ""})
     # The webhook's env wins over the extra config, whatever the latter holds.
     s = resolve_settings({"cpu_bytes_to_use": 1e9, "secondary_tiers": vllm_tiers},
                          env={"KVOFFLOAD_CPU_BYTES": "4096", "KVOFFLOAD_TIERS": json.dumps(tiers)})

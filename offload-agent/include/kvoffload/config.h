@@ -55,7 +55,8 @@ struct KVOFFLOAD_EXPORT EngineConfig {
 };
 
 // Reads KVOFFLOAD_CPU_BYTES (required), KVOFFLOAD_EVICTION_POLICY (default lru) and
-// KVOFFLOAD_TIERS (JSON array, default none) into `base`. Errors name the variable and value.
+// KVOFFLOAD_TIERS (JSON array, default none) into `base`; an empty variable is an unset one.
+// Errors name the variable and value.
 using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
 KVOFFLOAD_EXPORT Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env);
 // The process environment.

@@ -1,6 +1,7 @@
 """The agent's environment contract (docs/design.md, set by the webhook in agent mode):
 KVOFFLOAD_CPU_BYTES (required, integer bytes), KVOFFLOAD_EVICTION_POLICY (default lru),
 KVOFFLOAD_TIERS (JSON array of {path, kind, capacityBytes, persistent, shared}; default none).
+An empty variable is an unset one, as libkvoffload reads it (config.cc).
 Parsed here, not with the C API's from_env, so that a bad value fails at vLLM start with the
 variable named, and so tests can check a golden pod's env without building an engine. The
 policies accepted are those the loaded libkvoffload registers (engine.policy_names), the list
@@ -126,9 +127,10 @@ def from_env(env: Mapping[str, str], names: Mapping[str, str] | None = None) -> 
         return (names or {}).get(var, var)
 
     cpu = env.get("KVOFFLOAD_CPU_BYTES")
-    if cpu is None:
-        raise ValueError("KVOFFLOAD_CPU_BYTES is not set; the webhook sets it in agent mode "
-                         "(kvCacheOffloading.cpu), set it by hand to run without the webhook")
+    if cpu is None or cpu == "":
+        raise ValueError("KVOFFLOAD_CPU_BYTES is not set (or empty); the webhook sets it in "
+                         "agent mode (kvCacheOffloading.cpu), set it by hand to run without the "
+                         "webhook")
     policy = env.get("KVOFFLOAD_EVICTION_POLICY") or "lru"
     policies = engine.policy_names()
     if policy not in policies:

@@ -142,7 +142,9 @@ def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
     if unknown:
         raise ValueError(f"kv_connector_extra_config.{unknown[0]}: unknown key; the keys of "
                          f"KVOffloadAgentSpec's own are {', '.join(sorted(ours))}")
-    merged, names = dict(env), {}
+    # An empty variable is an unset one (libkvoffload reads it so too): KVOFFLOAD_TIERS=""
+    # left by a shell or a pod spec does not drop the tiers the extra config gives.
+    merged, names = {var: value for var, value in env.items() if value != ""}, {}
     for var, key in _EXTRA_SETTINGS.items():
         if var in merged or key not in extra_config:
             continue
