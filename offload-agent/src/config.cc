@@ -121,13 +121,15 @@ Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
       return Status::InvalidArgument(at + ".path must be a non-empty string in " + where);
     }
     tier.path = t["path"].get<std::string>();
-    if (t.contains("kind")) {
-      if (!t["kind"].is_string()) return Status::InvalidArgument(at + ".kind must be a string");
-      tier.kind = t["kind"].get<std::string>();
-      if (tier.kind != "emptyDir" && tier.kind != "pvcSpec" && tier.kind != "pvcRef") {
-        return Status::InvalidArgument(at + ".kind=" + Quote(tier.kind) +
-                                       " must be emptyDir, pvcSpec or pvcRef");
-      }
+    // Required, as the Python adapter requires it: the default of persistent hangs on it.
+    if (!t.contains("kind") || !t["kind"].is_string()) {
+      return Status::InvalidArgument(at + ".kind must be a string, one of emptyDir, pvcSpec or "
+                                     "pvcRef, in " + where);
+    }
+    tier.kind = t["kind"].get<std::string>();
+    if (tier.kind != "emptyDir" && tier.kind != "pvcSpec" && tier.kind != "pvcRef") {
+      return Status::InvalidArgument(at + ".kind=" + Quote(tier.kind) +
+                                     " must be emptyDir, pvcSpec or pvcRef");
     }
     if (!t.contains("capacityBytes") || !t["capacityBytes"].is_number_unsigned()) {
       return Status::InvalidArgument(at + ".capacityBytes must be a non-negative integer in " +

@@ -192,6 +192,16 @@ def test_env_errors_name_the_variable():
                            '{"path":"/mnt/b/../a/","kind":"emptyDir","capacityBytes":1}]'})
 
 
+def test_tier_json_is_read_as_libkvoffload_reads_it():
+    """A size as text and a missing kind: refused here and by the C parser (config_test.cc),
+    so a tier the adapter accepts is one the engine accepts."""
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].capacityBytes='65536': want a "
+                                         r"JSON integer"):
+        settings.parse_tiers('[{"path":"/x","kind":"emptyDir","capacityBytes":"65536"}]')
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].kind=None: want one of"):
+        settings.parse_tiers('[{"path":"/x","capacityBytes":65536}]')
+
+
 def test_sizes_are_plain_digits_within_64_bits():
     """A size is read as libkvoffload's own parser reads it, and one past 64 bits is refused,
     not handed to the C API to wrap around (2^64 + 65536 was a 64 KiB tier)."""

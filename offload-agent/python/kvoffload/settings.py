@@ -112,7 +112,12 @@ def parse_tiers(text: str, name: str = "KVOFFLOAD_TIERS") -> tuple[Tier, ...]:
         for flag in ("persistent", "shared"):
             if not isinstance(t.get(flag, False), bool):
                 raise ValueError(f"{where}.{flag}={t.get(flag)!r}: want true or false")
-        capacity = _int(f"{where}.capacityBytes", t.get("capacityBytes"), 0)
+        # A JSON number, as libkvoffload takes it: "65536" (text) is refused by both.
+        capacity = t.get("capacityBytes")
+        if isinstance(capacity, bool) or not isinstance(capacity, int):
+            raise ValueError(f"{where}.capacityBytes={capacity!r}: want a JSON integer number "
+                             "of bytes")
+        capacity = _int(f"{where}.capacityBytes", capacity, 0)
         tiers.append(Tier(path=path, kind=kind,
                           capacity_bytes=capacity or _file_system_capacity(where, path),
                           persistent=t.get("persistent", kind == "pvcRef"),
