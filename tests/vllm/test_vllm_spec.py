@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -631,11 +632,25 @@ def test_data_parallel_engines_of_one_pod_share_its_tiers(tmp_path, monkeypatch)
 
 
 def test_write_back_seconds_must_be_a_duration(tmp_path, monkeypatch):
+    """Refused at start, naming the key: inf (or 1e20) s was accepted and overflowed at
+    shutdown, before the engine closed, so nothing was written back and nothing closed."""
     scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
-    spec = OffloadingSpecFactory.create_spec(
-        offloading_config({**agent_extra(), "write_back_seconds": "soon"}))
-    with pytest.raises(ValueError, match="write_back_seconds='soon' is not a number"):
-        spec.get_worker(kv_caches())
+    for key, value in [("write_back_seconds", "soon"), ("write_back_seconds", float("inf")),
+                       ("write_back_seconds", 1e20), ("write_back_seconds", float("nan")),
+                       ("metrics_interval_seconds", float("inf"))]:
+        with pytest.raises(ValueError, match=re.escape(f"{key}={value!r}") +
+                           " is not a number of seconds from 0 to 3600"):
+            OffloadingSpecFactory.create_spec(offloading_config({**agent_extra(), key: value}))
+
+
+def test_a_failed_write_back_still_closes_the_engine(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    core = TransferCore([torch.zeros(4, PAGE, dtype=torch.uint8)],
+                        engine.Fingerprint("m", "", "u8", "L", 0), cpu_bytes=SLOT)
+    with pytest.raises(ValueError, match="write_back budget_s=inf"):
+        core.close(float("inf"))
+    with pytest.raises(RuntimeError, match="used after close"):
+        core.engine.stats()
 
 
 def test_a_tier_whose_volume_is_not_mounted_is_refused(tmp_path, monkeypatch):

@@ -310,6 +310,9 @@ class Engine:
     def write_back(self, budget_s: float) -> dict:
         """Writes the blocks only the pinned tier has to the first persistent disk tier,
         starting no write after budget_s; {"written", "failed", "left"} block counts."""
+        if not 0 <= budget_s < 2**64 / 1000:  # the C API's milliseconds; NaN fails too
+            raise ValueError(f"write_back budget_s={budget_s!r}: want seconds >= 0 that fit "
+                             "the engine's 64-bit milliseconds")
         written, failed, left = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
         _check("kvo_write_back", self._lib.kvo_write_back(
             self._live(), int(budget_s * 1000), ctypes.byref(written), ctypes.byref(failed),

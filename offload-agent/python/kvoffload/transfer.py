@@ -102,9 +102,12 @@ class TransferCore:
         """Closes the engine. With write_back_s > 0 it first writes the blocks only the
         pinned tier has to the first persistent disk tier, for at most that long, and returns
         the engine's report ({"written", "failed", "left"})."""
-        report = self.engine.write_back(write_back_s) if write_back_s > 0 else None
-        self.engine.close()
-        return report
+        # The engine closes whatever the write-back does: unclosed, its pinned pool and its
+        # tiers' locks would outlive the worker's shutdown.
+        try:
+            return self.engine.write_back(write_back_s) if write_back_s > 0 else None
+        finally:
+            self.engine.close()
 
     @staticmethod
     def _keys(block_keys: Sequence[bytes], generation: int) -> list[tuple[int, int]]:

@@ -95,6 +95,10 @@ EVENT_CAPACITY = 1 << 20
 # tier before its engine closes (extra config "write_back_seconds"). Kubernetes gives a pod 30 s
 # between SIGTERM and SIGKILL by default, and vLLM needs some of it for itself.
 DEFAULT_WRITE_BACK_SECONDS = 10.0
+# The most either duration of the extra config may be: an hour is past any pod's grace period
+# and any sensible metrics interval, and inf (or 1e20) s overflowed the engine's milliseconds
+# at shutdown, after the last step, leaving the engine unclosed and nothing written back.
+MAX_SECONDS = 3600.0
 
 # How often the manager reads the engines' counters for vLLM's metrics (extra config
 # "metrics_interval_seconds"; 0 = every scheduler step). vLLM asks every step; a read walks
@@ -661,6 +665,9 @@ class KVOffloadAgentSpec(OffloadingSpec):
                 "offloads one vLLM block per key, remove block_size/blocks_per_chunk from "
                 "kv_connector_extra_config")
         self.settings = resolve_settings(self.extra_config)
+        # Checked at start: a bad write_back_seconds would otherwise surface at shutdown.
+        self._write_back_s()
+        self._metrics_interval_s()
         self._manager: KVOffloadManager | None = None
         self._worker: KVOffloadWorker | None = None
 
@@ -670,25 +677,27 @@ class KVOffloadAgentSpec(OffloadingSpec):
             seconds = float(value)
         except (TypeError, ValueError):
             seconds = -1.0
-        if not seconds >= 0:
+        if not 0 <= seconds <= MAX_SECONDS:
             raise ValueError(f"KVOffloadAgentSpec: kv_connector_extra_config.{key}="
-                             f"{value!r} is not a number of seconds >= 0; {zero_means}")
+                             f"{value!r} is not a number of seconds from 0 to {MAX_SECONDS:g}; "
+                             f"{zero_means}")
         return seconds
 
     def _write_back_s(self) -> float:
         return self._seconds("write_back_seconds", DEFAULT_WRITE_BACK_SECONDS,
                              "0 turns the shutdown write-back off")
 
+    def _metrics_interval_s(self) -> float:
+        return self._seconds("metrics_interval_seconds", DEFAULT_METRICS_INTERVAL_SECONDS,
+                             "0 reads the engines' counters every scheduler step")
+
     def _events_enabled(self) -> bool:
         return bool(self.kv_events_config.enable_kv_cache_events)
 
     def get_manager(self) -> OffloadingManager:
         if self._manager is None:
-            interval = self._seconds("metrics_interval_seconds",
-                                     DEFAULT_METRICS_INTERVAL_SECONDS,
-                                     "0 reads the engines' counters every scheduler step")
             self._manager = KVOffloadManager(self._connect_ranks(), self._events_enabled(),
-                                             interval)
+                                             self._metrics_interval_s())
         return self._manager
 
     def _connect_ranks(self) -> ranks_mod.RankGroup:
