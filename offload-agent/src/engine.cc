@@ -67,7 +67,13 @@ class EngineImpl final : public Engine {
                                      " + trailer, 4 KiB aligned)");
     }
     Result<std::unique_ptr<PinnedRegion>> pool = device_->AllocatePinned(slots * slot_bytes);
-    if (!pool.ok()) return pool.status();
+    if (!pool.ok()) {
+      // Most often a size past what the pod may have: say which setting asked for it.
+      return Status::ResourceExhausted(
+          "KVOFFLOAD_CPU_BYTES=" + std::to_string(config_.cpu_bytes) +
+          ": the pinned tier cannot be allocated (" + pool.status().message() +
+          "); lower kvCacheOffloading.cpu or raise the pod's memory");
+    }
     Result<std::unique_ptr<EvictionPolicy>> policy =
         NewEvictionPolicy(config_.eviction_policy, slots);
     if (!policy.ok()) return policy.status();

@@ -662,6 +662,20 @@ TEST(EngineTest, NonPersistentTierStartsEmpty) {
   EXPECT_EQ(testing::FilesUnder(d0.path(), ".tmp"), 1u) << "only the new engine's slot file";
 }
 
+// A pinned tier no machine holds: the error names the variable and the fix, not just mmap's.
+TEST(EngineTest, AnUnallocatablePinnedTierNamesItsVariable) {
+  EngineConfig c = Config(1);
+  c.cpu_bytes = UINT64_MAX;
+  Result<std::unique_ptr<Engine>> e = Engine::Open(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().message().rfind("KVOFFLOAD_CPU_BYTES=18446744073709551615: the pinned "
+                                       "tier cannot be allocated (", 0), 0u)
+      << e.status().message();
+  EXPECT_NE(e.status().message().find("; lower kvCacheOffloading.cpu or raise the pod's memory"),
+            std::string::npos)
+      << e.status().message();
+}
+
 // A tier's directory is its volume's mount: one that does not exist is a volume not mounted,
 // and creating it would put "persistent" blocks on the container's own file system. What is
 // below it (the format directories) is the engine's to create.
