@@ -196,6 +196,9 @@ int RunDisk(Flags& flags) {
     return 2;
   }
   const std::string dir = std::filesystem::absolute(dir_flag).string();  // tiers need absolute paths
+  // A scratch directory: made here, where the engine takes only a tier's existing mount.
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
   const size_t cpu_blocks = 4 * qd;
   // Mixed: at least 32 x qd blocks, so that its loads stay clear of the pinned tier and of
   // the evictions (below).

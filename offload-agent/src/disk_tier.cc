@@ -118,11 +118,13 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
 
 Status DiskTier::Init() {
   const DiskTierConfig& c = options_.config;
-  const std::string where = options_.name + " (" + c.path + ")";
+  // Start-up errors name the configuration entry first (the tier's name is what its metrics
+  // and log lines call it).
+  const std::string where = options_.field + " (" + options_.name + ", " + c.path + ")";
   if (c.capacity_bytes < stored_bytes_) {
     return Status::InvalidArgument(where + ": capacityBytes=" + std::to_string(c.capacity_bytes) +
                                    " holds no block of " + std::to_string(stored_bytes_) +
-                                   " bytes");
+                                   " bytes; give it at least that, or leave the tier out");
   }
   // The tier's directory is its volume's mount. Created here, a tier whose volume is not
   // mounted would fill the container's own file system, and a persistent one would lose its
@@ -139,20 +141,37 @@ Status DiskTier::Init() {
   // One engine per private tier: FORMAT.md's reuse renames over victims' files assuming no
   // other writer, each engine would count the directory's capacity as its own, and one that
   // starts empty removes kvoffload-v1, the other's blocks with it. The lock is flock'ed, so it
-  // goes with the descriptor, at close or at the process's death; read-only, so that it does
-  // not keep the file system from being remounted read-only. Shared tiers lock it shared:
-  // their replicas open together, and a private opener is refused while they are there.
+  // goes with the descriptor, at close or at the process's death. Read-only, so that it does
+  // not keep the file system from being remounted read-only; NFS turns flock into a POSIX
+  // lock, whose exclusive form needs a descriptor open for writing (EBADF): one is opened there.
+  // Shared tiers lock it shared: their replicas open together, and a private opener is refused
+  // while they are there.
   const std::string lock_path = c.path + "/kvoffload.lock";
+  const int lock_op = (c.shared ? LOCK_SH : LOCK_EX) | LOCK_NB;
   dir_lock_.fd = ::open(lock_path.c_str(), O_CREAT | O_RDONLY | O_CLOEXEC, 0644);
+  int locked = dir_lock_.fd < 0 ? -1 : ::flock(dir_lock_.fd, lock_op);
+  if (locked != 0 && errno == EBADF) {
+    ::close(dir_lock_.fd);
+    dir_lock_.fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+    locked = dir_lock_.fd < 0 ? -1 : ::flock(dir_lock_.fd, lock_op);
+  }
   if (dir_lock_.fd < 0) {
     return Status::IOError(options_.field + ".path=\"" + c.path + "\": cannot create " +
                            lock_path + ": " + std::strerror(errno) + "; the tier must be writable");
   }
-  if (::flock(dir_lock_.fd, (c.shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
-    return Status::FailedPrecondition(
-        options_.field + ".path=\"" + c.path + "\": another engine has this directory open" +
-        (c.shared ? " as a private tier" : "") +
-        ": set shared:true for a tier several engines use, or give each engine its own directory");
+  if (locked != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Status::FailedPrecondition(
+          options_.field + ".path=\"" + c.path + "\": another engine has this directory open" +
+          (c.shared ? " as a private tier" : "") +
+          ": set shared:true for a tier several engines use, or give each engine its own "
+          "directory");
+    }
+    // A file system without locks (NFS mounted nolock): the tier still works; only the
+    // guard against a second engine is gone, which the log says.
+    WriteLog(options_.log, options_.field + ".path=\"" + c.path + "\": cannot lock " + lock_path +
+                               " (" + std::strerror(errno) +
+                               "); make sure no other engine opens this directory");
   }
   std::error_code ec;
   // A fresh pod starts empty; a shared directory is never wiped (other replicas are using it).

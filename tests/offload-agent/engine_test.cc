@@ -692,6 +692,17 @@ TEST(EngineTest, MissingTierDirectoryIsRefusedNotCreated) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("is not a directory"), std::string::npos)
       << e.status().message();
+  // A tier too small for one block names its entry, as the env gave it, and the fix.
+  DiskTierConfig tiny = Tier(d0.path(), 1);
+  tiny.capacity_bytes = 100;
+  e = Engine::Open(Config(1, {tiny}));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().message().rfind("KVOFFLOAD_TIERS[0] (disk0, " + d0.path() +
+                                           "): capacityBytes=100 holds no block of ",
+                                       0),
+            0u)
+      << e.status().message();
+  EXPECT_NE(e.status().message().find("; give it at least that"), std::string::npos);
 }
 
 // A private tier is one engine's (FORMAT.md, Reuse): a second engine on its directory would
