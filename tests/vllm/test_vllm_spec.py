@@ -667,6 +667,24 @@ def test_a_tier_whose_volume_is_not_mounted_is_refused(tmp_path, monkeypatch):
     assert not os.path.exists(missing)
 
 
+def test_engine_errors_name_the_extra_config_key_the_value_came_by(tmp_path, monkeypatch):
+    """Without the webhook's env the extra config sizes the engine; the library's refusal named
+    KVOFFLOAD_CPU_BYTES, which the user never set, and an unknown disk_io named no key."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    for var in ("KVOFFLOAD_CPU_BYTES", "KVOFFLOAD_TIERS", "KVOFFLOAD_EVICTION_POLICY"):
+        monkeypatch.delenv(var)
+    spec = OffloadingSpecFactory.create_spec(offloading_config({**agent_extra(),
+                                                                "cpu_bytes_to_use": 1.5}))
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.cpu_bytes_to_use=1 holds "
+                                         r"no block of \d+ bytes; raise it$") as refused:
+        spec.get_worker(kv_caches())
+    assert "KVOFFLOAD_CPU_BYTES" not in str(refused.value)
+    spec = OffloadingSpecFactory.create_spec(offloading_config(
+        {**agent_extra(), "cpu_bytes_to_use": 2 * SLOT, "disk_io": "aio"}))
+    with pytest.raises(ValueError, match=r"kv_connector_extra_config.disk_io=\"aio\""):
+        spec.get_worker(kv_caches())
+
+
 def test_cache_groups_over_different_tensors_are_refused(tmp_path, monkeypatch):
     """A block id is a row of every KV tensor to the engine: right where the groups share
     their tensors (test_real_engine's sliding-window model), wrong where each group owns its

@@ -34,6 +34,18 @@ class Settings:
     cpu_bytes: int
     eviction_policy: str
     tiers: tuple[Tier, ...]
+    # (variable, where its value came from) for each value not from the variable itself
+    # (kv_connector_extra_config.<key>): the library's errors name the variable.
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def as_configured(self, message: str) -> str:
+        """`message` (the library's) with each variable named as the value was given."""
+        for var, source in self.sources:
+            message = message.replace(var, source)
+            if var == "KVOFFLOAD_CPU_BYTES":
+                # The webhook's fix does not apply to a value it did not set.
+                message = message.replace("raise kvCacheOffloading.cpu", "raise it")
+        return message
 
     def tiers_json(self) -> str | None:
         """KVOFFLOAD_TIERS as the C API takes it; None when there is no disk tier."""
@@ -143,4 +155,5 @@ def from_env(env: Mapping[str, str], names: Mapping[str, str] | None = None) -> 
                          f"{', '.join(policies)} (the policies of {engine.library_path()})")
     tiers_text = env.get("KVOFFLOAD_TIERS")
     return Settings(cpu_bytes=_int(name("KVOFFLOAD_CPU_BYTES"), cpu, 1), eviction_policy=policy,
-                    tiers=parse_tiers(tiers_text, name("KVOFFLOAD_TIERS")) if tiers_text else ())
+                    tiers=parse_tiers(tiers_text, name("KVOFFLOAD_TIERS")) if tiers_text else (),
+                    sources=tuple(sorted((names or {}).items())))

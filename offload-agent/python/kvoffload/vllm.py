@@ -758,13 +758,24 @@ class KVOffloadAgentSpec(OffloadingSpec):
                 os.makedirs(t.path, exist_ok=True)
             # Here, not in __init__: only the worker's engine uses it, and the weights' digest
             # reads the model's files.
-            core = TransferCore([t.tensor for t in kv_caches.tensors],
-                                fingerprint(self.config, self.extra_config),
-                                cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
-                                tiers_json=s.tiers_json(),
-                                disk_io=str(self.extra_config.get("disk_io", "auto")),
-                                page_bytes=pages.pop(),
-                                event_capacity=EVENT_CAPACITY if self._events_enabled() else 0)
+            try:
+                core = TransferCore([t.tensor for t in kv_caches.tensors],
+                                    fingerprint(self.config, self.extra_config),
+                                    cpu_bytes=s.cpu_bytes, eviction_policy=s.eviction_policy,
+                                    tiers_json=s.tiers_json(),
+                                    disk_io=str(self.extra_config.get("disk_io", "auto")),
+                                    page_bytes=pages.pop(),
+                                    event_capacity=EVENT_CAPACITY if self._events_enabled()
+                                    else 0)
+            except KvoError as e:
+                # The library names its own inputs; these came by the extra config (disk_io
+                # always does), and a rank's sizes are its share of the pod's.
+                message = re.sub(r"(?<![\w.])disk_io=", "kv_connector_extra_config.disk_io=",
+                                 s.as_configured(str(e)))
+                if s is not self.settings:
+                    message += (f" (rank {p.rank}'s share: the pod's sizes are divided among "
+                                "its ranks and data-parallel engines)")
+                raise ValueError(message) from e
             try:
                 worker = KVOffloadWorker(core, self.config.engine_id, self.config.parallel.rank,
                                          write_back_s,
