@@ -287,7 +287,17 @@ class LaunchTest(unittest.TestCase):
         dotted = pod(["vllm", "serve", "/mnt/models"],
                      args=["--kv-transfer-config.kv_connector=LMCacheConnectorV1",
                            "--kv-transfer-config.kv_role=kv_both"])
-        for name, before, env_values, how in (("quoted", quoted, {}, "not-injected"),
+        lmcache = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
+        # The user's flag with its value in a variable, and the whole flag in an env var the
+        # kubelet expands into args ($(VAR)): theirs, where vLLM got two before or was told
+        # to "quote it".
+        in_variable = pod(["/bin/bash", "-c", "KV='" + lmcache + "'; exec vllm serve "
+                           '/mnt/models --kv-transfer-config "$KV" "$@"', "--"])
+        by_reference = pod(["vllm", "serve", "/mnt/models"], args=["$(KV_FLAG)"],
+                           env=[{"name": "KV_FLAG", "value": "--kv-transfer-config=" + lmcache}])
+        for name, before, env_values, how in (("in a variable", in_variable, {}, "user"),
+                                              ("$(VAR) in args", by_reference, {}, "user"),
+                                              ("quoted", quoted, {}, "not-injected"),
                                               ("envFrom", env_from, from_config_map,
                                                "not-injected"),
                                               ("dotted", dotted, {}, "user")):
@@ -295,6 +305,8 @@ class LaunchTest(unittest.TestCase):
                 patched = inject(before, cluster)
                 status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
                 self.assertEqual(status["vllmFlag"], how, status)
+                if how == "user":
+                    self.assertEqual(status.get("vllmFlagReason"), "user-flag", status)
                 self.assertEqual(vllm_argv.run(patched, env_from=env_values)["argv"],
                                  vllm_argv.run(before, env_from=env_values)["argv"])
 

@@ -514,6 +514,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   auto user_flag = [&plan](std::string where, std::string value) {
     plan.has_user_flag = true;
     plan.user_flag_where = std::move(where);
+    plan.user_flag_expanded = value.starts_with('$');
     plan.user_flag_value = std::move(value);
   };
   auto note_shutdown_timeout = [&plan](std::string_view text) {
@@ -604,6 +605,68 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
 
 }  // namespace
 
+namespace {
+
+// The literal value of the container's env entry `name` (the last of that name), or nullopt
+// where there is none or it is set through valueFrom.
+std::optional<std::string_view> LiteralEnv(const JsonView& env, std::string_view name) {
+  std::optional<std::string_view> value;
+  for (size_t e = 0; e < env.Size(); ++e) {
+    const JsonView entry = env.At(e);
+    if (entry["name"].String() != name) continue;
+    value = entry.Contains("value") ? std::optional(entry["value"].String()) : std::nullopt;
+  }
+  return value;
+}
+
+// Whether the kubelet may change `text`: a $$, or a $(NAME) where NAME looks like an env
+// entry's name ([A-Za-z_][A-Za-z0-9_]*). Known without the env, so that a launch without
+// either (KServe's: its $(...) are command substitutions) keeps its cached plan.
+bool MayHoldKubeReference(std::string_view text) {
+  for (size_t at = text.find('$'); at != std::string_view::npos && at + 1 < text.size();
+       at = text.find('$', at + 1)) {
+    if (text[at + 1] == '$') return true;
+    if (text[at + 1] != '(') continue;
+    const size_t close = text.find(')', at + 2);
+    if (close == std::string_view::npos) return false;
+    const std::string_view name = text.substr(at + 2, close - at - 2);
+    if (!name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
+        std::all_of(name.begin(), name.end(), IsWordChar)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// `text` with the kubelet's expansion of command and args: $(NAME) of a literal env entry of
+// the container is its value (the last entry of that name), $$ is $, anything else stays as
+// written (an entry set through valueFrom or envFrom is not known here).
+std::string ExpandKubeReferences(std::string_view text, const JsonView& env) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '$' || i + 1 >= text.size()) {
+      out += text[i];
+    } else if (text[i + 1] == '$') {
+      out += '$';
+      ++i;
+    } else if (const size_t close = text.find(')', i + 2);
+               text[i + 1] == '(' && close != std::string_view::npos) {
+      if (const std::optional<std::string_view> value =
+              LiteralEnv(env, text.substr(i + 2, close - i - 2))) {
+        out += *value;
+        i = close;
+      } else {
+        out += '$';
+      }
+    } else {
+      out += '$';
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args_entry) {
   // Views into the pod's own strings: the launch script is a few KB and is only read.
   const std::vector<std::string_view> command = container["command"].Strings();
@@ -622,6 +685,7 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
     size_t command_size = 0;
     std::string additional_args;
     bool additional_args_unseen = false;
+    bool references = false;  // holds what the kubelet may expand: planned from the env each time
     LaunchPlan plan;
   };
   thread_local std::optional<Last> last;
@@ -629,11 +693,23 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
       last->additional_args_unseen != additional_args_unseen ||
       last->additional_args != additional_args ||
       !std::equal(argv.begin(), argv.end(), last->argv.begin(), last->argv.end())) {
+    const bool references = std::any_of(argv.begin(), argv.end(), MayHoldKubeReference);
     last = Last{std::vector<std::string>(argv.begin(), argv.end()), command.size(),
-                std::string(additional_args), additional_args_unseen,
-                PlanArgv(argv, command.size(), additional_args, additional_args_unseen)};
+                std::string(additional_args), additional_args_unseen, references,
+                references ? LaunchPlan()
+                           : PlanArgv(argv, command.size(), additional_args,
+                                      additional_args_unseen)};
   }
-  return last->plan;
+  if (!last->references) return last->plan;
+  // The kubelet expands $(NAME) in command and args before anything runs: a flag held in an
+  // env entry and referenced in args was not seen, and vLLM got two. What it expands to
+  // depends on the env, so this rare launch is planned afresh.
+  const JsonView env = container["env"];
+  std::vector<std::string> expanded;
+  expanded.reserve(argv.size());
+  for (std::string_view a : argv) expanded.push_back(ExpandKubeReferences(a, env));
+  return PlanArgv(std::vector<std::string_view>(expanded.begin(), expanded.end()),
+                  command.size(), additional_args, additional_args_unseen);
 }
 
 }  // namespace kvoffload::webhook

@@ -938,12 +938,12 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
                               ? ParseJson(launch.user_flag_value, "--kv-transfer-config")
                               : Result<json>(json());
     if (launch.has_user_flag) {
-      if (!theirs.ok()) {
+      if (!theirs.ok() && !launch.user_flag_expanded) {
         warnings->push_back("container " + c_name + ": its own --kv-transfer-config in " +
                                launch.user_flag_where + " reaches vLLM as invalid JSON; quote it");
         vllm_flag = "user";
         vllm_flag_reason = kFlagReasonUserFlagInvalid;
-      } else if (DumpJson(*theirs) != ours) {
+      } else if (!theirs.ok() || DumpJson(*theirs) != ours) {
         warnings->push_back("container " + c_name + " already passes --kv-transfer-config in " +
                                launch.user_flag_where + "; kept it instead of ours");
         vllm_flag = "user";

@@ -33,6 +33,9 @@ struct LaunchPlan {
   bool has_user_flag = false;
   std::string user_flag_where;
   std::string user_flag_value;
+  // Its value is a shell expansion (`--kv-transfer-config "$KV"`): set at run time, not
+  // readable here.
+  bool user_flag_expanded = false;
   // vLLM already gets a --shutdown-timeout (in args, the script, or VLLM_ADDITIONAL_ARGS).
   bool has_shutdown_timeout = false;
   // kUnreachable for a reason other than a script that forwards nothing: what, and the fix.
