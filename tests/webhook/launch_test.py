@@ -63,6 +63,19 @@ def cases():
             load(TESTDATA / f"{name}.cluster.json") or {}
 
 
+def agent_pod(command, env=None, env_from=None, args=None) -> dict:
+    """A pod whose container "main" runs vLLM with `command`, in agent mode, 1Gi of cpu."""
+    c = {"name": "main", "image": "vllm", "command": command}
+    for key, value in (("env", env), ("envFrom", env_from), ("args", args)):
+        if value is not None:
+            c[key] = value
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {
+                "kvoffload.io/config": '{"cpu":"1Gi"}', "kvoffload.io/mode": "agent",
+                "kvoffload.io/vllm": "true"}},
+            "spec": {"containers": [c]}}
+
+
 class LaunchTest(unittest.TestCase):
     def expected_config(self, pod: dict, status: dict) -> dict:
         if status["mode"] == "agent":
@@ -178,14 +191,7 @@ class LaunchTest(unittest.TestCase):
         for name, command in forms.items():
             command, env = command if isinstance(command, tuple) else (command, [])
             with self.subTest(form=name):
-                pod = {"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": "p", "annotations": {
-                           "kvoffload.io/config": '{"cpu":"1Gi"}',
-                           "kvoffload.io/mode": "agent",
-                           "kvoffload.io/vllm": "true"}},
-                       "spec": {"containers": [{"name": "main", "image": "vllm",
-                                                "command": command, "env": env,
-                                                "args": ["--port", "8000", "a b"]}]}}
+                pod = agent_pod(command, env=env, args=["--port", "8000", "a b"])
                 patched = inject(pod, {"agentImage": "kv-offload/offload-agent:test"})
                 status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
                 self.assertEqual(status["vllmFlag"], "args", status)
@@ -242,15 +248,8 @@ class LaunchTest(unittest.TestCase):
         }
         for name, command in forms.items():
             with self.subTest(form=name):
-                pod = {"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": "p", "annotations": {
-                           "kvoffload.io/config": '{"cpu":"1Gi"}',
-                           "kvoffload.io/mode": "agent",
-                           "kvoffload.io/vllm": "true"}},
-                       "spec": {"containers": [{"name": "main", "image": "vllm",
-                                                "command": command}]}}
-                if command[-1] == "--":
-                    pod["spec"]["containers"][0]["args"] = ["--port", "8000", "a-b"]
+                pod = agent_pod(command, args=["--port", "8000", "a-b"]
+                                if command[-1] == "--" else None)
                 before = vllm_argv.run(pod)["argv"]
                 self.assertEqual(before[:2], ["serve", "/mnt/models"])
                 patched = inject(pod, {"agentImage": "kv-offload/offload-agent:test"})
@@ -268,33 +267,26 @@ class LaunchTest(unittest.TestCase):
         from envFrom (a literal entry of ours would replace the ConfigMap's value). The
         user's own flag in vLLM's dotted form (--kv-transfer-config.kv_connector=X) is theirs:
         ours next to it was merged into it by vLLM."""
-        def pod(command, env=None, env_from=None, args=None):
-            c = {"name": "main", "image": "vllm", "command": command}
-            for key, value in (("env", env), ("envFrom", env_from), ("args", args)):
-                if value is not None:
-                    c[key] = value
-            return {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": "p", "annotations": {
-                        "kvoffload.io/config": '{"cpu":"1Gi"}', "kvoffload.io/mode": "agent",
-                        "kvoffload.io/vllm": "true"}},
-                    "spec": {"containers": [c]}}
         cluster = {"agentImage": "kv-offload/offload-agent:test"}
-        quoted = pod(["/bin/sh", "-c", 'exec vllm serve /mnt/models "$VLLM_ADDITIONAL_ARGS"'],
-                     env=[{"name": "VLLM_ADDITIONAL_ARGS", "value": "--enforce-eager"}])
-        env_from = pod(["/bin/sh", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS"],
-                       env_from=[{"configMapRef": {"name": "vllm-args"}}])
+        quoted = agent_pod(
+            ["/bin/sh", "-c", 'exec vllm serve /mnt/models "$VLLM_ADDITIONAL_ARGS"'],
+            env=[{"name": "VLLM_ADDITIONAL_ARGS", "value": "--enforce-eager"}])
+        env_from = agent_pod(
+            ["/bin/sh", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS"],
+            env_from=[{"configMapRef": {"name": "vllm-args"}}])
         from_config_map = {"VLLM_ADDITIONAL_ARGS": "--max-model-len 4096 --enforce-eager"}
-        dotted = pod(["vllm", "serve", "/mnt/models"],
-                     args=["--kv-transfer-config.kv_connector=LMCacheConnectorV1",
-                           "--kv-transfer-config.kv_role=kv_both"])
+        dotted = agent_pod(["vllm", "serve", "/mnt/models"],
+                           args=["--kv-transfer-config.kv_connector=LMCacheConnectorV1",
+                                 "--kv-transfer-config.kv_role=kv_both"])
         lmcache = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
         # The user's flag with its value in a variable, and the whole flag in an env var the
         # kubelet expands into args ($(VAR)): theirs, where vLLM got two before or was told
         # to "quote it".
-        in_variable = pod(["/bin/bash", "-c", "KV='" + lmcache + "'; exec vllm serve "
-                           '/mnt/models --kv-transfer-config "$KV" "$@"', "--"])
-        by_reference = pod(["vllm", "serve", "/mnt/models"], args=["$(KV_FLAG)"],
-                           env=[{"name": "KV_FLAG", "value": "--kv-transfer-config=" + lmcache}])
+        in_variable = agent_pod(["/bin/bash", "-c", "KV='" + lmcache + "'; exec vllm serve "
+                                 '/mnt/models --kv-transfer-config "$KV" "$@"', "--"])
+        by_reference = agent_pod(
+            ["vllm", "serve", "/mnt/models"], args=["$(KV_FLAG)"],
+            env=[{"name": "KV_FLAG", "value": "--kv-transfer-config=" + lmcache}])
         for name, before, env_values, how in (("in a variable", in_variable, {}, "user"),
                                               ("$(VAR) in args", by_reference, {}, "user"),
                                               ("quoted", quoted, {}, "not-injected"),
