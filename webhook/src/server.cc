@@ -92,7 +92,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
           LogEvent(spdlog::level::warn,
                    "serving certificate loaded, not valid yet: is this node's clock behind its "
                    "issuer's?",
-                   {{"detail", load.detail}, {"not_before", CertReloader::Rfc3339(load.not_before)}});
+                   {{"detail", load.detail},
+                    {"not_before", CertReloader::Rfc3339(load.not_before)}});
         } else if (!first) {
           LogEvent(spdlog::level::info, "serving certificate loaded",
                    {{"detail", load.detail}, {"not_after", CertReloader::Rfc3339(load.not_after)}});
