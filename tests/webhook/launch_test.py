@@ -245,7 +245,44 @@ class LaunchTest(unittest.TestCase):
             "bash -c --": ["/bin/bash", "-c", "--", plain, "--"],
             # eval parses the single-quoted string once: "$@" in it is expanded once.
             "eval single-quoted": ["/bin/bash", "-c", "eval '" + plain + "'", "--"],
+            # A third run, of generated launches: a print in a function, a subshell or a
+            # brace group taken for the launch (our flag unquoted for the eval after it), and
+            # a here-document's body read as script ("don't" quoting the rest; its
+            # --kv-transfer-config taken for the user's).
+            "print in a subshell, then eval": [
+                "/bin/bash", "-c", '( echo "$@" ) >&2\neval "exec vllm serve /mnt/models $@"',
+                "--"],
+            "print in a function, then eval": [
+                "/bin/bash", "-c", 'die() { echo "error: $*" >&2; exit 1; }\n'
+                'eval "exec vllm serve /mnt/models $@"', "--"],
+            "here-document": ["/bin/bash", "-c", "cat <<EOF >&2\ndon't pass "
+                              "--kv-transfer-config here\nEOF\n" + plain, "--"],
         }
+        # Through VLLM_ADDITIONAL_ARGS: a here-document's "$@" was taken for the launch's (our
+        # flag went to args the script drops), and a --shutdown-timeout or a
+        # --kv-transfer-config in those dropped args was taken for one that reaches vLLM.
+        additional = [{"name": "VLLM_ADDITIONAL_ARGS", "value": "--enforce-eager"}]
+        through_env = {
+            "here-document's $@, then the variable": (
+                ["/bin/sh", "-c", "python3 - <<'EOF'\nprint(\"not the shell's: $@\")\nEOF\n"
+                 "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS"], None),
+            "a dropped --shutdown-timeout": (
+                ["/bin/bash", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS", "--"],
+                ["--shutdown-timeout", "45"]),
+            # Taken for the user's flag, so vLLM got none.
+            "a dropped --kv-transfer-config": (
+                ["/bin/bash", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS", "--"],
+                ['--kv-transfer-config={"kv_connector":"LMCacheConnectorV1"}']),
+        }
+        for name, (command, args) in through_env.items():
+            with self.subTest(form=name):
+                pod = agent_pod(command, env=additional, args=args)
+                patched = inject(pod, {"agentImage": "kv-offload/offload-agent:test"})
+                status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
+                self.assertEqual(status["vllmFlag"], "VLLM_ADDITIONAL_ARGS", status)
+                ran = vllm_argv.run(patched)
+                self.assertEqual(ran["kvTransferConfigs"], [AGENT], ran["argv"])
+                self.assertEqual(shutdown_timeouts(ran["argv"]), [20], ran["argv"])
         for name, command in forms.items():
             with self.subTest(form=name):
                 pod = agent_pod(command, args=["--port", "8000", "a-b"]

@@ -221,8 +221,9 @@ bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
 // where KServe's `eval "exec vllm serve \` spans many lines), a quoted string's newlines kept
 // on its line, comments dropped (whole lines, and from a word starting with # to the end of
 // its line: a trailing comment naming the flag was taken for the user's own). A here-document's
-// body lines are kept as they stand, each a line of its own, and outside every quote: its text
-// is no shell syntax (an apostrophe in it quoted the rest of the script).
+// body is left out: it is data for the command it feeds (python3 - <<EOF, cat >&2 <<EOF), whose
+// "$@" or --kv-transfer-config was taken for the launch's, and an apostrophe in it quoted the
+// rest of the script.
 std::vector<std::string> LogicalLines(std::string_view script) {
   std::vector<std::string> kept;
   std::string cur;
@@ -273,7 +274,7 @@ std::vector<std::string> LogicalLines(std::string_view script) {
     } else if (c == '\n') {
       keep(cur);
       for (const std::string& end : heredoc_ends) {
-        // The body, line by line, up to its delimiter (leading tabs allowed, as <<- strips).
+        // Past the body, up to its delimiter (leading tabs allowed, as <<- strips).
         while (i + 1 < script.size()) {
           const size_t from = i + 1;
           const size_t nl = std::min(script.find('\n', from), script.size());
@@ -283,8 +284,6 @@ std::vector<std::string> LogicalLines(std::string_view script) {
               end) {
             break;
           }
-          std::string line(body_line);
-          keep(line);
         }
       }
       heredoc_ends.clear();
@@ -306,12 +305,14 @@ std::vector<std::string> CommandWordsBefore(std::string_view line, size_t pos,
                                             size_t floor = 0) {
   // Walks back from `pos` to the nearest end of a separator: one pass, where searching for each
   // separator separately read the line seven times for every match in a long eval line.
-  static constexpr std::array<std::string_view, 7> kSeparators = {
-      ";", "&&", "||", "|", " then ", " do ", " else "};
+  // A brace group, a subshell or a command substitution starts a command too: the echo in
+  // `log() { echo "$*" >&2; }` was taken for a launch of `log()`.
+  static constexpr std::array<std::string_view, 10> kSeparators = {
+      ";", "&&", "||", "|", " then ", " do ", " else ", "{ ", "( ", "$("};
   size_t start = floor;
   for (size_t end = pos; end > floor && start == floor; --end) {
     const char last = line[end - 1];
-    if (last != ';' && last != '&' && last != '|' && last != ' ') continue;
+    if (last != ';' && last != '&' && last != '|' && last != ' ' && last != '(') continue;
     for (std::string_view sep : kSeparators) {
       if (end >= sep.size() && line.substr(end - sep.size(), sep.size()) == sep) {
         start = end;
@@ -522,7 +523,6 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
       if (text.find(flag) != std::string_view::npos) plan.has_shutdown_timeout = true;
     }
   };
-  note_shutdown_timeout(additional_args);
 
   std::optional<size_t> dash_c;
   if (size_t program = ProgramIndex(argv); command_size > 0 && program < argv.size()) {
@@ -559,17 +559,19 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   plan.needs_arg0 = positional.empty();
 
   const std::vector<std::string> lines = LogicalLines(argv[script_at]);
-  // The script without its comments (a "TODO: --shutdown-timeout" comment once kept ours
-  // out), the other words whole.
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (i != script_at) note_shutdown_timeout(argv[i]);
-  }
-  for (const std::string& line : lines) note_shutdown_timeout(line);
-
   const Expansion v =
       FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"});
+  const Expansion e = FindLaunchExpansion(lines, {"$@", "${@}", "$*", "${*}"});
+  // What reaches vLLM: the script without its comments (a "TODO: --shutdown-timeout" comment
+  // once kept ours out), the arguments only where it forwards them, the variable only where
+  // it expands it (a --shutdown-timeout in args the script drops kept ours out too).
+  for (const std::string& line : lines) note_shutdown_timeout(line);
+  if (e.found) {
+    for (size_t i = 1; i < positional.size(); ++i) note_shutdown_timeout(positional[i]);  // $1...
+  }
+  if (v.found) note_shutdown_timeout(additional_args);
   plan.additional_args_unseen = v.found && additional_args_unseen;
-  if (Expansion e = FindLaunchExpansion(lines, {"$@", "${@}", "$*", "${*}"}); e.found) {
+  if (e.found) {
     plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
   } else if (v.found && v.one_word) {
     plan.unreachable_why = "expands \"$VLLM_ADDITIONAL_ARGS\" in double quotes, which makes it "
@@ -590,7 +592,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   // as eval reads it, or split at blanks as a plain expansion is.
   std::string value;
   bool defers = false;
-  if (positional.size() > 1 &&
+  if (e.found && positional.size() > 1 &&
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
                      plan.route == FlagRoute::kArgsForEval, &value)) {
     user_flag("args", value);
