@@ -257,6 +257,10 @@ class LaunchTest(unittest.TestCase):
                 'eval "exec vllm serve /mnt/models $@"', "--"],
             "here-document": ["/bin/bash", "-c", "cat <<EOF >&2\ndon't pass "
                               "--kv-transfer-config here\nEOF\n" + plain, "--"],
+            # The first "$@" is a log call's, not the launch's.
+            "log \"$@\", then eval": [
+                "/bin/bash", "-c", 'log() { echo "[launch] $*" >&2; }\nlog "$@"\n'
+                'eval "exec vllm serve /mnt/models $@"', "--"],
         }
         # Through VLLM_ADDITIONAL_ARGS: a here-document's "$@" was taken for the launch's (our
         # flag went to args the script drops), and a --shutdown-timeout or a
@@ -269,6 +273,9 @@ class LaunchTest(unittest.TestCase):
             "a dropped --shutdown-timeout": (
                 ["/bin/bash", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS", "--"],
                 ["--shutdown-timeout", "45"]),
+            "log \"$@\", then the variable": (
+                ["/bin/bash", "-c", 'log() { echo "[launch] $*" >&2; }\nlog "$@"\n'
+                 "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS", "--"], None),
             # Taken for the user's flag, so vLLM got none.
             "a dropped --kv-transfer-config": (
                 ["/bin/bash", "-c", "exec vllm serve /mnt/models $VLLM_ADDITIONAL_ARGS", "--"],

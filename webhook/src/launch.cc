@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "webhook/json_util.h"
@@ -559,9 +561,24 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   plan.needs_arg0 = positional.empty();
 
   const std::vector<std::string> lines = LogicalLines(argv[script_at]);
-  const Expansion v =
-      FindLaunchExpansion(lines, {"$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"});
-  const Expansion e = FindLaunchExpansion(lines, {"$@", "${@}", "$*", "${*}"});
+  // The expansions that reach vLLM are those of its launch line, where the script has one
+  // (`vllm serve`, `-m vllm.entrypoints...`): a `log "$@"` before `eval "exec vllm serve ...
+  // $@"` was taken for the launch, and our flag went unquoted to the eval. Elsewhere only
+  // where that line expands neither (`exec "$@"` with vllm in the args, a function).
+  std::vector<std::string> launch_lines;
+  for (const std::string& line : lines) {
+    if (line.find("vllm serve") != std::string::npos ||
+        line.find("vllm.entrypoints") != std::string::npos) {
+      launch_lines.push_back(line);
+    }
+  }
+  auto expansions = [](const std::vector<std::string>& where) {
+    return std::pair{
+        FindLaunchExpansion(where, {"$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"}),
+        FindLaunchExpansion(where, {"$@", "${@}", "$*", "${*}"})};
+  };
+  auto [v, e] = expansions(launch_lines);
+  if (!v.found && !e.found) std::tie(v, e) = expansions(lines);
   // What reaches vLLM: the script without its comments (a "TODO: --shutdown-timeout" comment
   // once kept ours out), the arguments only where it forwards them, the variable only where
   // it expands it (a --shutdown-timeout in args the script drops kept ours out too).
