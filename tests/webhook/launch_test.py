@@ -331,7 +331,13 @@ class LaunchTest(unittest.TestCase):
         by_reference = agent_pod(
             ["vllm", "serve", "/mnt/models"], args=["$(KV_FLAG)"],
             env=[{"name": "KV_FLAG", "value": "--kv-transfer-config=" + lmcache}])
+        # The script's own flag on its launch line, after a test of "$*" that only logs:
+        # taken for one that defers to the user's, and vLLM got two.
+        after_a_test = agent_pod(["/bin/sh", "-c", 'case "$*" in *--kv-transfer-config*) '
+                                  'echo "user flag" >&2;; esac\nexec vllm serve /mnt/models '
+                                  "--kv-transfer-config '" + lmcache + "' \"$@\"", "--"])
         for name, before, env_values, how in (("in a variable", in_variable, {}, "user"),
+                                              ("after a test", after_a_test, {}, "user"),
                                               ("$(VAR) in args", by_reference, {}, "user"),
                                               ("quoted", quoted, {}, "not-injected"),
                                               ("envFrom", env_from, from_config_map,

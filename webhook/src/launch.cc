@@ -613,7 +613,11 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
                      plan.route == FlagRoute::kArgsForEval, &value)) {
     user_flag("args", value);
-  } else if (FindFlagInScript(lines, &value, &defers) && !defers) {
+  } else if ((FindFlagInScript(launch_lines, &value, &defers) && !defers) ||
+             (FindFlagInScript(lines, &value, &defers) && !defers)) {
+    // Written on the launch line itself, the flag always reaches vLLM, whatever the script
+    // tests elsewhere (a `case "$*" in *--kv-transfer-config*` that only logs read as
+    // deferring to the user's, and vLLM got two).
     user_flag("the launch script", value);
   } else if (v.found && FindFlagInText(additional_args, &value, &defers, nullptr,
                                        /*split_only=*/!v.for_eval)) {
