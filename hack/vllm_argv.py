@@ -84,9 +84,11 @@ def kv_transfer_configs(argv: list[str]) -> list:
 
 
 def run(pod: dict, container: str | None = None, vllm_version: str = "0.32.0",
-        env_from: dict | None = None) -> dict:
+        env_from: dict | None = None, timeout: float = 30) -> dict:
     """`env_from`: what the container's envFrom sources hold (a ConfigMap, a Secret), which the
-    pod does not show; its env entries override them, as the kubelet's do."""
+    pod does not show; its env entries override them, as the kubelet's do. `timeout`: seconds
+    the launch may run before subprocess.TimeoutExpired is raised (a launch that waits for
+    something the stand-in never gives would otherwise hang its caller)."""
     c = target_container(pod, container)
     env = dict(env_from or {})
     for e in c.get("env", []):
@@ -104,7 +106,7 @@ def run(pod: dict, container: str | None = None, vllm_version: str = "0.32.0",
         proc_env = dict(env, PATH=f"{bindir}:/usr/local/bin:/usr/bin:/bin", HOME=tmp,
                         VLLM_STANDIN_RECORD=str(record), VLLM_STANDIN_VERSION=vllm_version)
         proc = subprocess.run(argv, env=proc_env, cwd=tmp, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=timeout)
         got = record.read_text().split("\0")[:-1] if record.exists() else None
     return {"argv": got, "kvTransferConfigs": kv_transfer_configs(got or []),
             "exitCode": proc.returncode, "output": proc.stdout + proc.stderr}
