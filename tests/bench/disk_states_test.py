@@ -66,8 +66,12 @@ class DiskStatesTest(unittest.TestCase):
         got = self.run_state("--state=mixed")
         self.assertEqual(got["stores"], BLOCKS)
         self.assertEqual(got["loads"], BLOCKS)
-        # Each load reads a block stored a quarter of a tier earlier: on disk, not pinned.
-        self.assertEqual(got["disk_blocks_read"], BLOCKS)
+        # Each load reads a block stored a quarter of a tier earlier: on disk, not pinned. On a
+        # busy machine the demoter can trail the stores, and a load then finds its block still
+        # pinned while the write of it is under way (127 of 128 with the engine tests beside
+        # it): up to one demoter batch (QD).
+        self.assertGreaterEqual(got["disk_blocks_read"], BLOCKS - QD)
+        self.assertLessEqual(got["disk_blocks_read"], BLOCKS)
         self.assertGreaterEqual(got["disk_blocks_written"], BLOCKS - 4 * QD)
         self.assertGreaterEqual(got["disk_evictions"], BLOCKS - 4 * QD)
 
