@@ -257,6 +257,8 @@ class LaunchTest(unittest.TestCase):
                 'eval "exec vllm serve /mnt/models $@"', "--"],
             "here-document": ["/bin/bash", "-c", "cat <<EOF >&2\ndon't pass "
                               "--kv-transfer-config here\nEOF\n" + plain, "--"],
+            # A shift is no here-document (its "body" swallowed the launch).
+            "arithmetic shift": ["/bin/bash", "-c", "PORT=$((1 << 13))\n" + plain, "--"],
             # The first "$@" is a log call's, not the launch's.
             "log \"$@\", then eval": [
                 "/bin/bash", "-c", 'log() { echo "[launch] $*" >&2; }\nlog "$@"\n'

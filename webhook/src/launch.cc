@@ -219,6 +219,10 @@ bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
   return found_flag;
 }
 
+bool IsWordChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
 // A script's logical lines: backslash-newline continuations joined (inside double quotes too,
 // where KServe's `eval "exec vllm serve \` spans many lines), a quoted string's newlines kept
 // on its line, comments dropped (whole lines, and from a word starting with # to the end of
@@ -270,7 +274,11 @@ std::vector<std::string> LogicalLines(std::string_view script) {
            ++w) {
         if (script[w] != '\'' && script[w] != '"' && script[w] != '\\') word += script[w];
       }
-      if (!word.empty()) heredoc_ends.push_back(std::move(word));
+      // A delimiter is a word (EOF, 'PY'); `$((x<<2))` is a shift, not a here-document, whose
+      // "body" would have swallowed the rest of the script.
+      if (!word.empty() && (IsWordChar(word[0]) && !(word[0] >= '0' && word[0] <= '9'))) {
+        heredoc_ends.push_back(std::move(word));
+      }
       cur.append(script.substr(i, w - i));
       i = w - 1;
     } else if (c == '\n') {
@@ -295,10 +303,6 @@ std::vector<std::string> LogicalLines(std::string_view script) {
   }
   keep(cur);
   return kept;
-}
-
-bool IsWordChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
 // The words of the simple command around `pos`: from the last separator (; && || | and the
