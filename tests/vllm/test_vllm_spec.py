@@ -675,13 +675,14 @@ def test_engine_errors_name_the_extra_config_key_the_value_came_by(tmp_path, mon
         monkeypatch.delenv(var)
     spec = OffloadingSpecFactory.create_spec(offloading_config({**agent_extra(),
                                                                 "cpu_bytes_to_use": 1.5}))
-    with pytest.raises(ValueError, match=r"kv_connector_extra_config.cpu_bytes_to_use=1 holds "
-                                         r"no block of \d+ bytes; raise it$") as refused:
+    with pytest.raises(engine.KvoError,
+                       match=r"kv_connector_extra_config.cpu_bytes_to_use=1 holds "
+                             r"no block of \d+ bytes; raise it$") as refused:
         spec.get_worker(kv_caches())
     assert "KVOFFLOAD_CPU_BYTES" not in str(refused.value)
     spec = OffloadingSpecFactory.create_spec(offloading_config(
         {**agent_extra(), "cpu_bytes_to_use": 2 * SLOT, "disk_io": "aio"}))
-    with pytest.raises(ValueError, match=r"kv_connector_extra_config.disk_io=\"aio\""):
+    with pytest.raises(engine.KvoError, match=r"kv_connector_extra_config.disk_io=\"aio\""):
         spec.get_worker(kv_caches())
 
 

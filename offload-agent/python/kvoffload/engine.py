@@ -24,7 +24,9 @@ class KvoError(RuntimeError):
 
     def __init__(self, call: str, status: int, message: str):
         super().__init__(f"{call}: {_STATUS_NAMES.get(status, status)}: {message}")
+        self.call = call
         self.status = status
+        self.message = message
 
 
 class Key(ctypes.Structure):

@@ -771,11 +771,11 @@ class KVOffloadAgentSpec(OffloadingSpec):
                 # The library names its own inputs; these came by the extra config (disk_io
                 # always does), and a rank's sizes are its share of the pod's.
                 message = re.sub(r"(?<![\w.])disk_io=", "kv_connector_extra_config.disk_io=",
-                                 s.as_configured(str(e)))
+                                 s.as_configured(e.message))
                 if s is not self.settings:
                     message += (f" (rank {p.rank}'s share: the pod's sizes are divided among "
                                 "its ranks and data-parallel engines)")
-                raise ValueError(message) from e
+                raise KvoError(e.call, e.status, message) from e
             try:
                 worker = KVOffloadWorker(core, self.config.engine_id, self.config.parallel.rank,
                                          write_back_s,
