@@ -45,6 +45,7 @@ class MemoryLedger final : public CapacityLedger {
     return used_;
   }
   uint64_t capacity() const override { return capacity_; }
+  bool Recount() override { return false; }
 
  private:
   void Sub(uint64_t n) { used_ = n > used_ ? 0 : used_ - n; }
@@ -106,9 +107,9 @@ class FileLedger final : public CapacityLedger {
   bool TryReserve(uint64_t n) override {
     std::lock_guard<std::mutex> guard(mu_);
     FileLock lock(fd_);
-    uint64_t used = ReadU64(fd_);
+    uint64_t used = Load(0).used;
     const auto now = std::chrono::steady_clock::now();
-    if ((used + n > capacity_ || now - last_reap_ > kReapInterval)) {
+    if ((Exceeds(used, n) || now - last_reap_ > kReapInterval)) {
       last_reap_ = now;
       // A writer killed at any point may have charged bytes it never wrote down as in flight
       // (or the reverse): after a death the files, not the arithmetic, say what is used.
@@ -117,7 +118,7 @@ class FileLedger final : public CapacityLedger {
         WriteU64(fd_, used);
       }
     }
-    if (used + n > capacity_) return false;
+    if (Exceeds(used, n)) return false;
     WriteU64(fd_, used + n);
     in_flight_ += n;
     WriteU64(writer_fd_, in_flight_);
@@ -129,14 +130,24 @@ class FileLedger final : public CapacityLedger {
     const bool published = publish();
     in_flight_ = Sub(in_flight_, n);
     WriteU64(writer_fd_, in_flight_);
-    if (!published) WriteU64(fd_, Sub(ReadU64(fd_), n));
+    if (!published) {
+      // Our reservation is in the total: a total below it is damaged. A recount already
+      // leaves our bytes out (they are no longer in flight).
+      const Loaded total = Load(n);
+      if (!total.recounted) WriteU64(fd_, Sub(total.used, n));
+    }
     return published;
   }
   bool Free(uint64_t n, const std::function<bool()>& remove) override {
     std::lock_guard<std::mutex> guard(mu_);
     FileLock lock(fd_);
     const bool removed = remove();
-    if (removed) WriteU64(fd_, Sub(ReadU64(fd_), n));
+    if (removed) {
+      // The file was counted: a total below its size is damaged. A recount made after the
+      // unlink already leaves it out.
+      const Loaded total = Load(n);
+      if (!total.recounted) WriteU64(fd_, Sub(total.used, n));
+    }
     return removed;
   }
   uint64_t used() override {
@@ -145,17 +156,54 @@ class FileLedger final : public CapacityLedger {
     return ReadU64(fd_);
   }
   uint64_t capacity() const override { return capacity_; }
+  bool Recount() override {
+    std::lock_guard<std::mutex> guard(mu_);
+    FileLock lock(fd_);
+    if (!RecountDue()) return false;
+    RecountLocked();
+    return true;
+  }
 
   // REQUIRES: the ledger lock. Sets the total to what is on disk plus what live writers have
-  // in flight.
-  void Recount() {
+  // in flight, and returns it.
+  uint64_t RecountLocked() {
     ReapDeadWriters();
-    WriteU64(fd_, scan_used_() + LiveInFlight());
+    const uint64_t used = scan_used_() + LiveInFlight();
+    WriteU64(fd_, used);
+    return used;
   }
   int fd() const { return fd_; }
 
  private:
   static uint64_t Sub(uint64_t a, uint64_t b) { return b > a ? 0 : a - b; }
+  // Whether n more bytes go past the capacity; no overflow, whatever the total read.
+  bool Exceeds(uint64_t used, uint64_t n) const { return used > capacity_ || n > capacity_ - used; }
+
+  // REQUIRES: mu_. Whether a recount may run now (kRecountInterval since the last one that
+  // was not at open); if so, it counts as run.
+  bool RecountDue() {
+    const auto now = std::chrono::steady_clock::now();
+    if (recounted_ && now - last_recount_ < kRecountInterval) return false;
+    recounted_ = true;
+    last_recount_ = now;
+    return true;
+  }
+
+  struct Loaded {
+    uint64_t used = 0;
+    bool recounted = false;
+  };
+  // REQUIRES: the ledger lock. The stored total; when it cannot be right (a file shorter than
+  // 8 bytes, more than the capacity, or less than `at_least`, which the caller knows it
+  // holds), the recount of the files instead, when one is due. Someone truncating or writing
+  // the ledger while engines run otherwise left the tier over its capacity, or refusing every
+  // write, until the next open.
+  Loaded Load(uint64_t at_least) {
+    uint64_t v = 0;
+    const bool whole = ::pread(fd_, &v, sizeof(v), 0) == static_cast<ssize_t>(sizeof(v));
+    if ((whole && v <= capacity_ && v >= at_least) || !RecountDue()) return {whole ? v : 0, false};
+    return {RecountLocked(), true};
+  }
 
   // Calls f(name, fd, alive) for every other writer file. A writer's file is flock'ed for as
   // long as the writer lives, so getting its lock means the writer is gone.
@@ -207,6 +255,9 @@ class FileLedger final : public CapacityLedger {
   const std::function<uint64_t()> scan_used_;
   uint64_t in_flight_ = 0;
   std::chrono::steady_clock::time_point last_reap_ = std::chrono::steady_clock::now();
+  // The last recount besides the one at open (recounted_: there was one), for the rate limit.
+  bool recounted_ = false;
+  std::chrono::steady_clock::time_point last_recount_;
 };
 
 }  // namespace
@@ -255,7 +306,7 @@ Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, 
     // The files win: whatever the stored total says (a writer killed between reserving and
     // publishing left its bytes counted), the recount is what is on disk and in flight.
     FileLock lock(ledger->fd());
-    ledger->Recount();
+    ledger->RecountLocked();
   }
   return std::unique_ptr<CapacityLedger>(std::move(ledger));
 }

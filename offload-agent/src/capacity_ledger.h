@@ -6,6 +6,7 @@
 #ifndef KVOFFLOAD_SRC_CAPACITY_LEDGER_H_
 #define KVOFFLOAD_SRC_CAPACITY_LEDGER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,7 +31,18 @@ class CapacityLedger {
   virtual bool Free(uint64_t n, const std::function<bool()>& remove) = 0;
   virtual uint64_t used() = 0;
   virtual uint64_t capacity() const = 0;
+  // Sets the total to what the files on disk hold plus what live writers have in flight, under
+  // the lock the open's recount takes, unless it did so less than kRecountInterval ago; true
+  // when it did. A tier calls it when it is full and has nothing of its own to evict: the
+  // total may be wrong (files removed from outside, the ledger damaged). The memory ledger
+  // has nothing to recount from (a private tier gives back a file's bytes when it finds the
+  // file gone): false.
+  virtual bool Recount() = 0;
 };
+
+// At most one recount in this long, per process and tier, besides the one at open: a recount
+// lists and stats every file of the tier.
+inline constexpr std::chrono::seconds kRecountInterval{5};
 
 // In-process ledger starting at `used`.
 std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used);
@@ -39,7 +51,9 @@ std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used
 // files win (`scan_used`: the bytes of blocks and temp files on disk) plus what live writers
 // have in flight. While open, when the tier is full and at most every few seconds otherwise,
 // it looks for writers that died and, if there is one, recounts the same way (a scan, so only
-// after a death). `scan_used` must not call back into the ledger.
+// after a death). It also recounts (Recount's rate limit) when the stored total cannot be
+// right: a file shorter than 8 bytes, more than the capacity, or less than a file it frees
+// (damaged while engines ran). `scan_used` must not call back into the ledger.
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
                                                        const std::function<uint64_t()>& scan_used);
 

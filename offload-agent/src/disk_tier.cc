@@ -228,17 +228,28 @@ Status DiskTier::Init() {
   return Status::Ok();
 }
 
-bool DiskTier::EvictForeignLocked() {
+bool DiskTier::EvictForeignLocked(Status* failure) {
   if (foreign_.empty()) return false;
-  const std::string path = std::move(foreign_.back().first);
-  const uint64_t bytes = foreign_.back().second;
+  const std::string& path = foreign_.back().first;
+  int err = 0;
+  ledger_->Free(foreign_.back().second, [&] { return UnlinkCounted(path, &err); });
+  if (StillThere(err)) {
+    if (failure) *failure = ErrnoStatus(err, "remove " + path);
+    return false;
+  }
+  const fs::path dir = fs::path(path).parent_path();
   foreign_.pop_back();
-  ledger_->Free(bytes, [&path] { return ::unlink(path.c_str()) == 0; });
   ++stats_.evictions;
   // A private tier removes a fingerprint directory with its last file (rmdir fails while
   // another is there). In a shared tier a replica of that fingerprint may still write there.
-  if (!options_.config.shared) ::rmdir(fs::path(path).parent_path().c_str());
+  if (!options_.config.shared) ::rmdir(dir.c_str());
   return true;
+}
+
+bool DiskTier::UnlinkCounted(const std::string& path, int* err) const {
+  const int e = ::unlink(path.c_str()) == 0 ? 0 : errno;
+  if (err) *err = e;
+  return e == 0 || (e == ENOENT && !options_.config.shared);
 }
 
 int DiskTier::OpenFlags(int base) const { return base | O_CLOEXEC | (direct_ ? O_DIRECT : 0); }
@@ -366,10 +377,13 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
     PolicyOn(PolicyCall::kInsert, key);
     Room room;
     if (Status s = Reserve(&room); !s.ok()) {
-      ++stats_.refused;  // every file of ours is pinned, held or being evicted
+      // Full: every file of ours is pinned, held or being evicted. Otherwise a victim's file
+      // could not be removed (a read-only file system), which the state says.
+      const bool full = s.code() == StatusCode::kResourceExhausted;
+      ++(full ? stats_.refused : stats_.io_errors);
       inserting_.erase(key);
       PolicyOn(PolicyCall::kRemove, key);
-      NoteWrite(s, /*no_victim=*/true);
+      NoteWrite(s, /*no_victim=*/full);
       cv_.SignalAll();
       results[i] = s;
       continue;
@@ -428,6 +442,7 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
 
 Status DiskTier::Reserve(Room* room) {
   bool listed = false;
+  bool recounted = false;
   for (;;) {
     if (!spares_.empty()) {
       std::string spare = std::move(spares_.back());
@@ -437,7 +452,7 @@ Status DiskTier::Reserve(Room* room) {
       // that the start-up could not shed them) it goes instead, and with it its bytes, until a
       // write fits again.
       if (ledger_->used() > ledger_->capacity()) {
-        ledger_->Free(file_bytes_, [&spare] { return ::unlink(spare.c_str()) == 0; });
+        ledger_->Free(file_bytes_, [&] { return UnlinkCounted(spare); });
         continue;
       }
       room->spare = std::move(spare);
@@ -450,7 +465,9 @@ Status DiskTier::Reserve(Room* room) {
       if (slots_) room->slot = slots_->Acquire();
       return Status::Ok();
     }
-    if (EvictForeignLocked()) continue;
+    Status foreign_failure;
+    if (EvictForeignLocked(&foreign_failure)) continue;
+    if (!foreign_failure.ok()) return foreign_failure;
     // Our victims only once the recovered blocks are in the policy, oldest first (and any of
     // the wrong size removed, which may leave room).
     if (!settled_) {
@@ -465,13 +482,15 @@ Status DiskTier::Reserve(Room* room) {
       Entry& entry = entries_[*victim];
       entry.evicting = true;
       const SlotRef at = entry.at;
-      ++stats_.evictions;
+      const bool doomed = entry.doomed;
       ++evictions_in_flight_;
       mu_.Unlock();
-      Evict(*victim, at);
+      const Status evicted = Evict(*victim, at, doomed);
       mu_.Lock();
       --evictions_in_flight_;
       cv_.SignalAll();
+      // Its file is still there: so would be the next victim's (the file system is read-only).
+      if (!evicted.ok()) return evicted;
       continue;
     }
     if (evictions_in_flight_ > 0) {  // room is being made by another thread
@@ -499,6 +518,24 @@ Status DiskTier::Reserve(Room* room) {
         continue;
       }
     }
+    // Still nothing to evict: the count may be wrong (files removed from outside, the ledger
+    // damaged), or replicas of another model or block size filled the tier after we listed
+    // it (or a shared tier that lists nothing at open). The files win: recount them under the
+    // ledger's lock, and take the other fingerprints' files there now as victims, first. A
+    // recount lists the whole tier, so the ledger allows one every kRecountInterval (a
+    // private tier counts in memory and has nothing to recount: its files are ours alone).
+    if (!recounted) {
+      recounted = true;
+      mu_.Unlock();
+      const bool due = ledger_->Recount();
+      std::vector<std::pair<std::string, uint64_t>> foreign;
+      if (due) foreign = ListForeign();
+      mu_.Lock();
+      if (due) {
+        foreign_ = std::move(foreign);
+        continue;
+      }
+    }
     return Status::ResourceExhausted(options_.name + " (" + options_.config.path +
                                      ") is full: " + std::to_string(ledger_->used()) + " of " +
                                      std::to_string(ledger_->capacity()) +
@@ -506,11 +543,11 @@ Status DiskTier::Reserve(Room* room) {
   }
 }
 
-void DiskTier::Evict(const BlockKey& key, SlotRef at) {
+Status DiskTier::Evict(const BlockKey& key, SlotRef at, bool doomed) {
   Status result;
   bool taken = false;
   // The last tier drops its victims: reading one first would only cost a whole block of I/O.
-  if (sink_) {
+  if (sink_ && !doomed) {
     AlignedBuffer buf = AllocAligned(file_bytes_);
     std::byte* dst = buf.get();
     ReadFiles(std::span(&key, 1), slots_ ? std::span(&at, 1) : std::span<const SlotRef>(),
@@ -519,13 +556,23 @@ void DiskTier::Evict(const BlockKey& key, SlotRef at) {
   }
   // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks,
   // so its file can be renamed before the lock is taken.
-  std::string spare = SetAside(key);
+  std::string spare = doomed ? std::string() : SetAside(key);
   MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
+  Status failure;
+  if (!spare.empty()) {
+    ForgetLocked(key);
+    spares_.push_back(std::move(spare));
+  } else if (!RemoveLocked(key, &failure)) {
+    // Still here and readable: a victim again later, once the file system takes removals.
+    // SelectVictim took it out of the policy.
+    entries_.at(key).evicting = false;
+    PolicyOn(PolicyCall::kInsert, key);
+    return failure;
+  }
+  ++stats_.evictions;
   if (!taken) ++stats_.dropped;
-  if (spare.empty()) return RemoveLocked(key);
-  ForgetLocked(key);
-  spares_.push_back(std::move(spare));
+  return Status::Ok();
 }
 
 void DiskTier::NoteWrite(const Status& result, bool no_victim) {
@@ -554,15 +601,23 @@ void DiskTier::NoteWrite(const Status& result, bool no_victim) {
   write_state_ = std::move(state);
 }
 
-void DiskTier::RemoveLocked(const BlockKey& key) {
+bool DiskTier::RemoveLocked(const BlockKey& key, Status* failure) {
   if (slots_) {
     FreeSlot(entries_.at(key).at.slot);
-    return ForgetLocked(key);
+    ForgetLocked(key);
+    return true;
   }
-  // Only the process whose unlink succeeds gives the bytes back (shared tiers: exactly one).
+  // Only the process whose unlink succeeds gives the bytes back in a shared tier (exactly one);
+  // a private tier also gives back those of a file already gone (UnlinkCounted).
   const std::string path = BlockPath(dir_, key);
-  ledger_->Free(file_bytes_, [&path] { return ::unlink(path.c_str()) == 0; });
+  int err = 0;
+  ledger_->Free(file_bytes_, [&] { return UnlinkCounted(path, &err); });
+  if (StillThere(err)) {
+    if (failure) *failure = ErrnoStatus(err, "remove " + path);
+    return false;
+  }
   ForgetLocked(key);
+  return true;
 }
 
 void DiskTier::ForgetLocked(const BlockKey& key) {
@@ -657,14 +712,18 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
   const bool reuse = !spare.empty();
   // Without O_TMPFILE: a named temp file, linked and then unlinked.
   const std::string tmp = reuse ? spare : tmpfile_ ? std::string() : TempPath(key.ToHex());
-  const int fd = reuse      ? ::open(tmp.c_str(), OpenFlags(O_WRONLY))
-                 : tmpfile_ ? ::open(dir_.c_str(), OpenFlags(O_TMPFILE | O_WRONLY), 0644)
-                            : ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
+  auto open_temp = [&] {
+    return reuse      ? ::open(tmp.c_str(), OpenFlags(O_WRONLY))
+           : tmpfile_ ? ::open(dir_.c_str(), OpenFlags(O_TMPFILE | O_WRONLY), 0644)
+                      : ::open(tmp.c_str(), OpenFlags(O_CREAT | O_EXCL | O_WRONLY), 0644);
+  };
+  int fd = open_temp();
+  if (fd < 0 && errno == ENOENT && !reuse && RecreateDirs()) fd = open_temp();
   const std::string what = tmp.empty() ? final_path + " (temp file)" : tmp;
   if (fd < 0) {
     const Status s = ErrnoStatus(errno, (reuse ? "open " : "create ") + what);
     if (reuse) {
-      ledger_->Free(file_bytes_, [&tmp] { return ::unlink(tmp.c_str()) == 0; });
+      ledger_->Free(file_bytes_, [&] { return UnlinkCounted(tmp); });
     } else {
       ledger_->Settle(file_bytes_, [] { return false; });
     }
@@ -682,7 +741,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
       rc = ::rename(tmp.c_str(), final_path.c_str());
       err = errno;
     }
-    if (rc != 0) ledger_->Free(file_bytes_, [&tmp] { return ::unlink(tmp.c_str()) == 0; });
+    if (rc != 0) ledger_->Free(file_bytes_, [&] { return UnlinkCounted(tmp); });
   } else {
     // link(2) publishes atomically and, unlike rename, never replaces a block another process
     // published meanwhile (so the shared ledger counts every file exactly once). An O_TMPFILE
@@ -708,6 +767,16 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
   if (rc == 0) return true;
   if (err == EEXIST) return false;
   return ErrnoStatus(err, "publish " + final_path);
+}
+
+bool DiskTier::RecreateDirs() {
+  std::error_code ec;
+  // False without an error: another thread made them first.
+  if (fs::create_directories(dir_, ec)) {
+    WriteLog(options_.log, "kvoffload: " + options_.name + " (" + options_.config.path + "): " +
+                               dir_ + " was removed from outside; created it again");
+  }
+  return !ec;
 }
 
 void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef> at,

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -153,6 +154,9 @@ class DiskTier {
   void Settle(std::vector<Recovered> files);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
   uint64_t ScanUsedBytes() const;
+  // Other fingerprints' block files under the tier now (path, bytes), newest first, as
+  // foreign_ holds them.
+  std::vector<std::pair<std::string, uint64_t>> ListForeign() const;
   // The keys of the blocks in our fingerprint's directory, as named on disk now. In a shared
   // tier these include blocks other replicas stored after we opened, which we learn of only by
   // looking them up.
@@ -162,8 +166,20 @@ class DiskTier {
   // Indexes a block another process published in a shared tier, unless this process has it
   // already or is writing it; true when it was new here.
   bool IndexSharedLocked(const BlockKey& key) REQUIRES(mu_);
-  // Removes the oldest other fingerprint's file, if any is left; true when it did.
-  bool EvictForeignLocked() REQUIRES(mu_);
+  // Removes the oldest other fingerprint's file, if any is left; true when it did. A file that
+  // cannot be removed (read-only file system) stays listed, counted, and *failure says why.
+  bool EvictForeignLocked(Status* failure = nullptr) REQUIRES(mu_);
+  // Unlinks a file whose bytes the ledger counts; true when they are to be given back: this
+  // call removed it, or, in a private tier, it was gone already (removed from outside: nobody
+  // else gives its bytes back, and the files win). In a shared tier a file already gone was
+  // another replica's to give back, or, removed from outside, the recount's. *err: the errno
+  // of a failed unlink, else 0.
+  bool UnlinkCounted(const std::string& path, int* err = nullptr) const;
+  // Whether a file whose unlink failed with `err` is still there, with its bytes: not when it
+  // is gone or is no file (a directory, a path through a non-directory).
+  static bool StillThere(int err) {
+    return err != 0 && err != ENOENT && err != EISDIR && err != ENOTDIR;
+  }
   // Reads and verifies without touching the index (callers pin or own the entries); each
   // block is verified as its read completes, while the others are in flight. at[i]: where
   // block i is (slot files only; empty otherwise). Either way dsts[i] ends up a whole block
@@ -179,10 +195,17 @@ class DiskTier {
   };
   // Makes room for one block; mu_ is released while victims are cascaded.
   Status Reserve(Room* room) REQUIRES(mu_);
-  void Evict(const BlockKey& key, SlotRef at);
+  // Cascades and removes a victim; an error when its file could not be removed (the block
+  // stays, a victim again later). A doomed one (corrupt, its removal failed before) is
+  // removed only: neither cascaded nor written over, as its file may be of any size.
+  Status Evict(const BlockKey& key, SlotRef at, bool doomed);
   // A file per block: true when this call published the file; false when another process
   // had already.
   Result<bool> WriteFile(const BlockKey& key, std::byte* file, const Room& room);
+  // Creates the format and fingerprint directories again, after someone removed them while
+  // the tier was open (rm -rf <tier>/kvoffload-v1): every write would fail until a restart.
+  // True when they are there now.
+  bool RecreateDirs();
   // The slot file's writes, submitted together; each slot whose write fails is given back
   // with its bytes. written(j) runs once file j's write has completed, while the others may
   // still be in flight.
@@ -197,8 +220,10 @@ class DiskTier {
   // Runs the writes and counts their bytes and each one's time; done(k) (if given) runs once
   // op k has completed.
   void TimedWrite(std::span<IoOp> ops, const DiskIo::OpDone& done = {});
-  // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block.
-  void RemoveLocked(const BlockKey& key) REQUIRES(mu_);
+  // REQUIRES: lock held; entry pins == 0. Unlinks the file and forgets the block; true when it
+  // did. A file that cannot be unlinked (read-only file system, no permission) is still there,
+  // readable and using its bytes: the block stays indexed, and *failure says why.
+  bool RemoveLocked(const BlockKey& key, Status* failure = nullptr) REQUIRES(mu_);
   // Forgets the block, leaving its file to the caller.
   void ForgetLocked(const BlockKey& key) REQUIRES(mu_);
   // Renames an evicting block's file out of the index's sight, for the next write to go over

@@ -206,7 +206,9 @@ void DiskTier::Settle(std::vector<Recovered> files) {
       continue;
     }
     ++stats_.corrupt;
-    RemoveLocked(key);
+    // One that cannot be removed yet (a read-only file system) goes with the eviction that
+    // picks it.
+    if (!RemoveLocked(key)) it->second.doomed = true;
   }
   for (const BlockKey& key : not_files) {
     auto it = entries_.find(key);
@@ -230,9 +232,12 @@ void DiskTier::Settle(std::vector<Recovered> files) {
     std::optional<BlockKey> victim = policy_->SelectVictim(
         [this](const BlockKey& k) NO_THREAD_SAFETY_ANALYSIS { return IsPinnedLocked(k); });
     if (!victim) break;
+    if (!RemoveLocked(*victim)) {
+      policy_->OnInsert(*victim);  // still here (a read-only file system): shed later
+      break;
+    }
     ++stats_.evictions;
     ++stats_.dropped;
-    RemoveLocked(*victim);
   }
   cv_.SignalAll();
 }
@@ -264,6 +269,27 @@ uint64_t DiskTier::ScanUsedBytes() const {
     });
   });
   return total;
+}
+
+std::vector<std::pair<std::string, uint64_t>> DiskTier::ListForeign() const {
+  std::vector<std::tuple<int64_t, std::string, uint64_t>> found;  // (mtime, path, bytes)
+  const std::string root = FormatRoot(options_.config.path);
+  ForEachFingerprintDir(root, [&](const BlockKey& fp, const std::string& dir, int fd) {
+    if (fp == options_.fingerprint) return;
+    ForEachEntry(fd, [&](std::string_view name, unsigned char type, ino_t) {
+      BlockKey key;
+      if (!MaybeFile(type) || !ParseBlockFileName(name, &key)) return;
+      const std::string file(name);
+      uint64_t size = 0;
+      int64_t mtime = 0;
+      if (StatFile(fd, file, &size, &mtime)) found.emplace_back(mtime, root + "/" + dir + "/" + file, size);
+    });
+  });
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::pair<std::string, uint64_t>> foreign;
+  foreign.reserve(found.size());
+  for (auto& [mtime, path, size] : found) foreign.emplace_back(std::move(path), size);
+  return foreign;
 }
 
 void DiskTier::PolicyOn(PolicyCall call, const BlockKey& key) {

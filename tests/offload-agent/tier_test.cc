@@ -198,8 +198,12 @@ class DiskTierTest : public ::testing::Test {
                                  bool persistent = false, bool shared = false,
                                  const HoldSet* holds = nullptr) {
     DiskTierOptions o{"disk0", "KVOFFLOAD_TIERS[0]", testing::Tier(dir_.path(), blocks, persistent, shared), kBlock,
-                      testing::TestModel().Digest(), "lru"};
+                      fingerprint_, "lru"};
     o.named_temp_files = named_temp_files;
+    o.log = [this](const std::string& line) {
+      MutexLock lock(&log_mu_);
+      log_.push_back(line);
+    };
     o.holds = holds;
     std::unique_ptr<DiskIo> io = std::move(NewDiskIo("psync", DiskIoOptions{})).value();
     if (faults) io = std::make_unique<testing::FaultyDiskIo>(std::move(io), faults);
@@ -235,7 +239,18 @@ class DiskTierTest : public ::testing::Test {
     return arrived;
   }
   void FailedWriteOverAVictimGivesItsBytesBack(bool persistent);
+  // Whether a line the tiers logged contains `text`.
+  bool Logged(const std::string& text) {
+    MutexLock lock(&log_mu_);
+    return std::ranges::any_of(
+        log_, [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  }
+  std::string FpDir() const { return FingerprintDir(dir_.path(), fingerprint_); }
   testing::TempDir dir_;
+  // The fingerprint of the tiers Open makes from now on (another model's replica: change it).
+  BlockKey fingerprint_ = testing::TestModel().Digest();
+  Mutex log_mu_;
+  std::vector<std::string> log_ GUARDED_BY(log_mu_);
 };
 
 TEST_F(DiskTierTest, PinnedBlockIsNeverEvictedAndAllPinnedRefuses) {
@@ -456,6 +471,163 @@ TEST_F(DiskTierTest, SharedBlockEvictedByAnotherReplicaIsAMissHere) {
   EXPECT_EQ(b->Stats().blocks, 0u) << "forgotten, not counted";
   EXPECT_EQ(testing::BytesUnder(dir_.path()), 2 * kSlot) << "nothing removed or freed twice";
   EXPECT_TRUE(b->Contains(Key(3)));
+}
+
+// Block files removed from outside while the tier runs (rm <fp>/*.blk): a file already gone
+// frees its bytes. Before, the bytes of a block whose unlink said ENOENT were never given back
+// and the tier, holding nothing, refused every write until a restart ("full ... and no block
+// of ours can be evicted"). A private tier gives them back as it finds each file gone; a
+// shared one, where another replica's unlink may have given them back already, recounts the
+// files when it is full with nothing of ours to evict.
+TEST_F(DiskTierTest, BlockFilesRemovedFromOutsideGiveTheirBytesBack) {
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared" : "private");
+    {
+      auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
+      for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+      for (const auto& e : std::filesystem::directory_iterator(FpDir())) {
+        std::filesystem::remove(e.path());
+      }
+      std::vector<Status> results;
+      EXPECT_TRUE(PinAndRead(*t, {Key(1)}, results).empty());
+      EXPECT_EQ(results[0].code(), StatusCode::kNotFound);
+      for (uint64_t k = 5; k <= 8; ++k) {
+        const Status s = Put(*t, k);
+        EXPECT_TRUE(s.ok()) << k << ": " << s.ToString();
+      }
+      EXPECT_EQ(t->Stats().blocks, 4u);
+      EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+      EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot) << "the count and the files agree";
+      EXPECT_EQ(PinAndRead(*t, {Key(5), Key(6), Key(7), Key(8)}, results).size(), 4u);
+    }
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
+}
+
+// The format directory removed from outside while the tier runs (rm -rf <tier>/kvoffload-v1):
+// the next write creates it again (and says so) instead of every block being dropped as
+// "No such file or directory" until a restart; the blocks that went with it give their bytes
+// back as they are found gone. With and without O_TMPFILE.
+TEST_F(DiskTierTest, FormatDirectoryRemovedFromOutsideIsCreatedAgain) {
+  for (const bool named : {false, true}) {
+    SCOPED_TRACE(named ? "named temp files" : "O_TMPFILE where it works");
+    {
+      auto t = Open(8, named, nullptr, /*persistent=*/true);
+      ASSERT_TRUE(Put(*t, 1).ok());
+      ASSERT_TRUE(Put(*t, 2).ok());
+      std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+      const Status s = Put(*t, 3);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_TRUE(Logged("was removed from outside; created it again"));
+      std::vector<Status> results;
+      EXPECT_EQ(PinAndRead(*t, {Key(1), Key(2), Key(3)}, results), std::vector<size_t>{2});
+      EXPECT_EQ(t->Stats().blocks, 1u);
+      EXPECT_EQ(t->Stats().used_bytes, kSlot);
+      EXPECT_EQ(testing::BytesUnder(dir_.path()), kSlot);
+    }
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
+}
+
+// A full tier whose file system turns read-only: its blocks stay, readable, and the state says
+// read-only; once writable again, writes evict as before and the log says so. Before, each
+// failed unlink (EROFS) dropped a good block from the index while its file and bytes stayed,
+// the state said "full (no block can be evicted)", and after the remount the tier held
+// nothing and took nothing. The mount is a bind of the tier onto itself in a mount namespace
+// of this test process's own.
+TEST_F(DiskTierTest, FullTierRemountedReadOnlyKeepsItsBlocksAndSaysSo) {
+  const std::string path = dir_.path();
+  std::string missing;
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount(path.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    missing = std::strerror(errno);
+  }
+  KVO_REQUIRE_CAPABILITY("a mount namespace (root)", missing);
+  auto remount = [&](unsigned long flags) {
+    ASSERT_EQ(::mount(nullptr, path.c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr), 0)
+        << std::strerror(errno);
+  };
+  {
+    auto t = Open(4, false, nullptr, /*persistent=*/true);
+    for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+    remount(MS_RDONLY);
+    for (uint64_t k = 5; k <= 6; ++k) {
+      const Status s = Put(*t, k);
+      EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+      EXPECT_NE(s.message().find(std::strerror(EROFS)), std::string::npos) << s.ToString();
+    }
+    EXPECT_TRUE(Logged("is read-only")) << "not \"full\": nothing was evictable";
+    EXPECT_FALSE(Logged(") is full"));
+    EXPECT_EQ(t->Stats().blocks, 4u);
+    EXPECT_EQ(t->Stats().evictions, 0u);
+    std::vector<Status> results;
+    EXPECT_EQ(PinAndRead(*t, {Key(1), Key(2), Key(3), Key(4)}, results).size(), 4u)
+        << "every block is still here";
+    remount(0);
+    for (uint64_t k = 5; k <= 6; ++k) {
+      const Status s = Put(*t, k);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    EXPECT_TRUE(Logged("is writable again; 2 blocks did not reach it"));
+    EXPECT_EQ(t->Stats().blocks, 4u);
+    EXPECT_EQ(t->Stats().evictions, 2u);
+    EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+    EXPECT_EQ(testing::BytesUnder(path), 4 * kSlot);
+    EXPECT_EQ(PinAndRead(*t, {Key(5), Key(6)}, results).size(), 2u);
+  }
+  ASSERT_EQ(::umount2(path.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+}
+
+// A shared tier's ledger damaged while engines run (truncated, or a total no tier holds) is
+// recounted from the files at the next write, as at open: the tier stays within its capacity
+// and keeps taking writes. Before, a truncated ledger read 0 and the tier held twice its
+// capacity for good; one reading 2^40 made the engine evict all its blocks and then refuse
+// every write.
+TEST_F(DiskTierTest, SharedLedgerDamagedWhileOpenIsRecountedFromTheFiles) {
+  const std::string ledger = dir_.path() + "/kvoffload-v1/ledger";
+  for (const uint64_t damage : {uint64_t{0}, uint64_t{1} << 40}) {
+    SCOPED_TRACE(damage == 0 ? "truncated" : "2^40");
+    {
+      auto t = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+      for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+      if (damage == 0) {
+        std::filesystem::resize_file(ledger, 0);
+      } else {
+        std::ofstream(ledger, std::ios::binary | std::ios::in)
+            .write(reinterpret_cast<const char*>(&damage), sizeof(damage));
+      }
+      for (uint64_t k = 5; k <= 8; ++k) {
+        const Status s = Put(*t, k);
+        EXPECT_TRUE(s.ok()) << k << ": " << s.ToString();
+      }
+      EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot) << "within the capacity";
+      EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+      EXPECT_EQ(t->Stats().blocks, 4u);
+    }
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
+}
+
+// A replica of another model (or block size) fills a shared tier after this one opened: its
+// blocks are foreign here, evicted first. Before, only the foreign files seen at open were
+// victims, so every write of ours was refused for as long as we ran.
+TEST_F(DiskTierTest, SharedTierFilledByAnotherModelAfterOpenEvictsItsBlocks) {
+  auto a = Open(4, false, nullptr, /*persistent=*/false, /*shared=*/true);
+  fingerprint_ = testing::TestModel("another-model").Digest();
+  auto b = Open(4, false, nullptr, /*persistent=*/false, /*shared=*/true);
+  for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*b, k).ok());
+  for (uint64_t k = 11; k <= 13; ++k) {
+    const Status s = Put(*a, k);
+    EXPECT_TRUE(s.ok()) << k << ": " << s.ToString();
+  }
+  EXPECT_EQ(a->Stats().evictions, 3u);
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot) << "within the capacity";
+  EXPECT_EQ(testing::FilesUnder(FpDir()), 1u) << "the other model's oldest went first";
+  EXPECT_TRUE(b->Contains(Key(4)));
+  EXPECT_FALSE(b->Contains(Key(1)));
+  std::vector<Status> results;
+  EXPECT_EQ(PinAndRead(*a, {Key(11), Key(12), Key(13)}, results).size(), 3u);
 }
 
 // The same steady state in a slot file: the new blocks go into the victims' slots, and the file
