@@ -54,6 +54,21 @@ bool SupportsTmpfileLink(const std::string& dir, int flags) {
   return ok;
 }
 
+// Whether `path` names something that is not a regular file (a directory, a symbolic link, a
+// FIFO, ...): no block file, and not ours to read, count or remove (FORMAT.md, Compatibility).
+// False when nothing is there.
+bool NamesNonFile(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+// Open errors that say nothing about the file: the process or the system is short of something
+// for now (EIO too, as a read's EIO: the disk may recover).
+bool Transient(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOMEM || err == EIO || err == EINTR ||
+         err == EAGAIN;
+}
+
 // Whether a tier keeps its blocks in a slot file: one nobody else reads and that never outlives
 // its engine (FORMAT.md, Slot file).
 bool KeepsSlots(const DiskTierConfig& c) { return !c.persistent && !c.shared; }
@@ -269,19 +284,16 @@ bool DiskTier::Protected(const BlockKey& key) {
   if (!HoldsFilesOpen()) return true;
   auto [held, first] = held_files_.try_emplace(key);
   if (first) {
-    held->second.fd = ::open(BlockPath(dir_, key).c_str(), OpenFlags(O_RDONLY));
-    if (held->second.fd < 0) {
-      const int err = errno;
+    Result<int> fd = OpenBlockFile(key);
+    if (!fd.ok()) {
       held_files_.erase(held);
-      if (err != ENOENT) return false;  // a miss for this hold; the file stays (EMFILE, ...)
-      // Another process removed it (and gave its bytes back): it is not here any more.
-      if (it->second.pins == 0) {
-        RemoveLocked(key);
-      } else {
-        it->second.doomed = true;
-      }
+      // Another process removed it (and gave its bytes back), or it is no block file: it is
+      // not here any more. Otherwise (EMFILE, ...) a miss for this hold; the file stays.
+      NoteReadFailureLocked(&it->second, fd.status());
+      if (it->second.doomed && it->second.pins == 0) RemoveDoomedLocked(key);
       return false;
     }
+    held->second.fd = *fd;
   }
   ++held->second.holds;
   return true;
@@ -322,8 +334,10 @@ bool DiskTier::Contains(const BlockKey& key) {
   // Shared tier: another process may have published it since we started, or evicted it since
   // we indexed it (a lookup then reported a block whose load failed).
   auto on_disk = [this, &key] {
+    // lstat: a link, even to a file of the right size, is no block file (FORMAT.md,
+    // Compatibility), and an ext4 directory of one block has a block file's size at 4 KiB.
     struct stat st {};
-    return ::stat(BlockPath(dir_, key).c_str(), &st) == 0 &&
+    return ::lstat(BlockPath(dir_, key).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
            static_cast<uint64_t>(st.st_size) == file_bytes_;
   };
   const bool there = on_disk();
@@ -554,13 +568,18 @@ Status DiskTier::Evict(const BlockKey& key, SlotRef at, bool doomed) {
               std::span(&dst, 1), std::span(&result, 1), {});
     taken = result.ok() && sink_(key, dst);
   }
+  // A name replaced by something else (a FIFO, a link) is left where it is: renamed to a spare,
+  // a FIFO would hang the write that opens it.
+  const bool non_file = !slots_ && NamesNonFile(BlockPath(dir_, key));
   // No reader can hold the victim: it was unpinned when chosen and Pin refuses evicting blocks,
   // so its file can be renamed before the lock is taken.
-  std::string spare = doomed ? std::string() : SetAside(key);
+  std::string spare = doomed || non_file ? std::string() : SetAside(key);
   MutexLock lock(&mu_);
   if (result.code() == StatusCode::kCorruption) ++stats_.corrupt;
   Status failure;
-  if (!spare.empty()) {
+  if (non_file) {
+    DropNonFileLocked(key);
+  } else if (!spare.empty()) {
     ForgetLocked(key);
     spares_.push_back(std::move(spare));
   } else if (!RemoveLocked(key, &failure)) {
@@ -625,6 +644,19 @@ void DiskTier::ForgetLocked(const BlockKey& key) {
   entries_.erase(key);
   if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
   cv_.SignalAll();
+}
+
+void DiskTier::RemoveDoomedLocked(const BlockKey& key) {
+  if (!slots_ && NamesNonFile(BlockPath(dir_, key))) return DropNonFileLocked(key);
+  RemoveLocked(key);
+}
+
+void DiskTier::DropNonFileLocked(const BlockKey& key) {
+  ForgetLocked(key);
+  // A private tier counted the block's bytes when it wrote or listed its file, which is gone
+  // now. A shared tier's ledger goes back to the regular files on disk at the next recount;
+  // every replica that indexed the key would give the bytes back here, once each.
+  if (!options_.config.shared) ledger_->Free(file_bytes_, [] { return true; });
 }
 
 std::string DiskTier::SetAside(const BlockKey& key) const {
@@ -736,8 +768,12 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
   if (reuse) {
     // A private tier: no other process publishes this key, so rename may replace nothing,
     // and the spare's bytes were counted all along; they are given back only if it goes.
+    // A name there that is not a regular file (planted, or left by another release) is not
+    // ours to remove, which the rename would do.
     ::close(fd);
-    if (op.status.ok()) {
+    if (op.status.ok() && NamesNonFile(final_path)) {
+      err = EEXIST;
+    } else if (op.status.ok()) {
       rc = ::rename(tmp.c_str(), final_path.c_str());
       err = errno;
     }
@@ -765,7 +801,15 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
                       : Status::IOError("write " + what + ": " + op.status.message()));
   }
   if (rc == 0) return true;
-  if (err == EEXIST) return false;
+  // Another process's copy (a shared tier): ours is dropped and theirs is served. A name that
+  // is not a regular file holds no block: taken for a copy, it was a hit that every load
+  // failed. The block is not stored (counted as lost) and the name stays.
+  if (err == EEXIST && !NamesNonFile(final_path)) return false;
+  if (err == EEXIST) {
+    return Status::FailedPrecondition("publish " + final_path +
+                                      ": the name is taken by something that is not a regular "
+                                      "file; the block is not stored there");
+  }
   return ErrnoStatus(err, "publish " + final_path);
 }
 
@@ -792,21 +836,15 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
       op_index.push_back(i);
       continue;
     }
-    const std::string path = BlockPath(dir_, keys[i]);
-    int fd = DupHeldFile(keys[i]);  // the file as it was when held, even if unlinked since
-    if (fd < 0) fd = ::open(path.c_str(), OpenFlags(O_RDONLY));
+    // The file as it was when held (and checked then), even if unlinked since.
+    int fd = DupHeldFile(keys[i]);
     if (fd < 0) {
-      results[i] = errno == ENOENT ? Status::NotFound("block " + keys[i].ToHex() + " is gone")
-                                   : ErrnoStatus(errno, "open " + path);
-      continue;
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != file_bytes_) {
-      results[i] = Status::Corruption("block " + keys[i].ToHex() + ": file is " +
-                                      std::to_string(st.st_size) + " bytes, expected " +
-                                      std::to_string(file_bytes_));
-      ::close(fd);
-      continue;
+      Result<int> opened = OpenBlockFile(keys[i]);
+      if (!opened.ok()) {
+        results[i] = opened.status();
+        continue;
+      }
+      fd = *opened;
     }
     ops.push_back(IoOp{IoOp::Kind::kRead, fd, dsts[i], file_bytes_, 0, 0, Status::Ok()});
     op_index.push_back(i);
@@ -833,6 +871,56 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
   MutexLock lock(&mu_);
   stats_.bytes_read += bytes;
   stats_.read_ns += t1 - t0;
+}
+
+Result<int> DiskTier::OpenBlockFile(const BlockKey& key) const {
+  const std::string path = BlockPath(dir_, key);
+  // O_NONBLOCK: a FIFO's open for reading would wait for a writer, forever, and the load and
+  // the engine's close with it. O_NOFOLLOW: a link may lead anywhere, to bytes the capacity
+  // never counted. O_DIRECT waits until the file is known to be a regular one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound("block " + key.ToHex() + " is gone");
+    const Status failed = ErrnoStatus(err, "open " + path);
+    // EACCES, ELOOP (a link), ...: this name will fail every load.
+    return Transient(err) ? failed : Status::FailedPrecondition(failed.message());
+  }
+  struct stat st {};
+  Status bad;
+  if (::fstat(fd, &st) != 0) {
+    bad = ErrnoStatus(errno, "stat " + path);
+  } else if (!S_ISREG(st.st_mode)) {
+    bad = Status::FailedPrecondition("block " + key.ToHex() + ": " + path +
+                                     " is not a regular file");
+  } else if (static_cast<uint64_t>(st.st_size) != file_bytes_) {
+    bad = Status::Corruption("block " + key.ToHex() + ": file is " + std::to_string(st.st_size) +
+                             " bytes, expected " + std::to_string(file_bytes_));
+  } else if (::fcntl(fd, F_SETFL, direct_ ? O_DIRECT : 0) != 0) {
+    // Clears O_NONBLOCK before any read: io_uring may answer a read of a file opened
+    // non-blocking with EAGAIN instead of waiting for the disk.
+    bad = ErrnoStatus(errno, "fcntl " + path);
+  }
+  if (!bad.ok()) {
+    ::close(fd);
+    return bad;
+  }
+  return fd;
+}
+
+void DiskTier::NoteReadFailureLocked(Entry* entry, const Status& failure) {
+  const StatusCode code = failure.code();
+  if (code == StatusCode::kCorruption) {
+    ++stats_.corrupt;
+    entry->doomed = true;
+  } else if (code == StatusCode::kNotFound) {
+    entry->doomed = true;  // removed by another process sharing the tier
+  } else if (code == StatusCode::kFailedPrecondition) {
+    ++stats_.io_errors;
+    entry->doomed = true;  // no file this engine can read: a miss from now on
+  } else if (!failure.ok()) {
+    ++stats_.io_errors;  // may be transient (EIO, EMFILE): the file is kept
+  }
 }
 
 Status DiskTier::VerifySlot(std::byte* file, const BlockKey& key, SlotRef at) const {
@@ -880,16 +968,8 @@ void DiskTier::ReadPinned(std::span<const BlockKey> keys, std::span<std::byte* c
     if (!pinned[i]) continue;
     Entry& e = entries_[keys[i]];
     --e.pins;
-    const StatusCode code = results[i].code();
-    if (code == StatusCode::kCorruption) {
-      ++stats_.corrupt;
-      e.doomed = true;
-    } else if (code == StatusCode::kNotFound) {
-      e.doomed = true;  // removed by another process sharing the tier
-    } else if (!results[i].ok()) {
-      ++stats_.io_errors;
-    }
-    if (e.pins == 0 && e.doomed) RemoveLocked(keys[i]);
+    NoteReadFailureLocked(&e, results[i]);
+    if (e.pins == 0 && e.doomed) RemoveDoomedLocked(keys[i]);
   }
   cv_.SignalAll();
 }

@@ -180,6 +180,21 @@ class DiskTier {
   static bool StillThere(int err) {
     return err != 0 && err != ENOENT && err != EISDIR && err != ENOTDIR;
   }
+  // Opens block `key`'s file for reading, once it is known to be a regular file of the size
+  // a block file has: its descriptor; NotFound when it is gone; Corruption when its size is
+  // wrong; FailedPrecondition when the name is no file the engine can read (a directory, a
+  // link, a FIFO, a file it may not open); IOError when the process or system is short of
+  // something (EMFILE, ...) and the file may well be fine.
+  Result<int> OpenBlockFile(const BlockKey& key) const;
+  // Counts a failed read or open of a block's file and dooms the entry when the failure says
+  // the file is no block (every load of it would fail as well; vLLM asserts on a failed load).
+  void NoteReadFailureLocked(Entry* entry, const Status& failure) REQUIRES(mu_);
+  // Removes a doomed block (pins == 0): its file, or only its entry when the name is not a
+  // regular file (DropNonFileLocked).
+  void RemoveDoomedLocked(const BlockKey& key) REQUIRES(mu_);
+  // Forgets a block whose name is no longer a regular file (replaced behind our back), leaving
+  // that name alone (FORMAT.md, Compatibility).
+  void DropNonFileLocked(const BlockKey& key) REQUIRES(mu_);
   // Reads and verifies without touching the index (callers pin or own the entries); each
   // block is verified as its read completes, while the others are in flight. at[i]: where
   // block i is (slot files only; empty otherwise). Either way dsts[i] ends up a whole block

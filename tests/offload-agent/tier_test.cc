@@ -5,11 +5,17 @@
 // it arrives, publishing through named temp files (no O_TMPFILE) works the same, a full disk
 // tier writes new blocks over its victims' files, a private tier reopened after a crash
 // removes the spare and temp files the crash left, and a block file that goes between a
-// persistent tier's listing and its check is counted once.
+// persistent tier's listing and its check is counted once; names that are no block file (a
+// directory, a FIFO, a link, a file the engine may not open) are never hits, never hang, and are
+// neither removed nor counted.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -717,6 +724,185 @@ TEST_F(DiskTierTest, BlockGoneBetweenListingAndCheckIsCountedOnce) {
       EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
     }
     ASSERT_EQ(::umount2(gone.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
+}
+
+// Runs fn on a thread of its own and waits up to 10 s. Past that it fails, and opens every FIFO
+// under dir for reading and writing, which lets an open blocked on one of them return, so that
+// a hang fails the test instead of stopping it.
+void FinishesWithoutHanging(const std::string& dir, const std::function<void()>& fn) {
+  std::future<void> done = std::async(std::launch::async, fn);
+  if (done.wait_for(std::chrono::seconds(10)) == std::future_status::ready) return;
+  ADD_FAILURE() << "hung on a FIFO";
+  std::vector<int> fds;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_fifo()) fds.push_back(::open(e.path().c_str(), O_RDWR | O_NONBLOCK));
+  }
+  done.wait();
+  for (int fd : fds) ::close(fd);
+}
+
+// What a name planted in a fingerprint directory is.
+enum class Planted { kDirectory, kFifo, kLink, kDanglingLink };
+
+std::string PlantedName(Planted p) {
+  switch (p) {
+    case Planted::kDirectory: return "directory";
+    case Planted::kFifo: return "FIFO";
+    case Planted::kLink: return "link to a file of a block file's size";
+    case Planted::kDanglingLink: return "dangling link";
+  }
+  return "?";
+}
+
+// Puts something that is no block file at `path`; `outside` is a directory out of the tier.
+void Plant(Planted p, const std::string& path, const std::string& outside) {
+  switch (p) {
+    case Planted::kDirectory: ASSERT_EQ(::mkdir(path.c_str(), 0755), 0); break;
+    case Planted::kFifo: ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0); break;
+    case Planted::kLink: {
+      const std::string target = outside + "/target";
+      std::ofstream(target, std::ios::binary) << std::string(kSlot, 'x');
+      ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0);
+      break;
+    }
+    case Planted::kDanglingLink: ASSERT_EQ(::symlink("/nonexistent", path.c_str()), 0); break;
+  }
+}
+
+// A stored block's file replaced by a FIFO while the tier runs: opening it for reading used to
+// wait for a writer forever, and the engine's close behind the load. Now the load fails, the
+// block is a miss from then on, and the FIFO stays (it is not ours to remove).
+TEST_F(DiskTierTest, BlockFileReplacedByAFifoFailsItsLoadAndIsAMissAfter) {
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared" : "private");
+    auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
+    ASSERT_TRUE(Put(*t, 1).ok());
+    ASSERT_TRUE(Put(*t, 2).ok());
+    const std::string path =
+        BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(1));
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    std::vector<Status> results(1);
+    FinishesWithoutHanging(dir_.path(), [&] { PinAndRead(*t, {Key(1)}, results); });
+    EXPECT_EQ(results[0].code(), StatusCode::kFailedPrecondition) << results[0].ToString();
+    EXPECT_FALSE(t->Contains(Key(1))) << "a miss from now on";
+    EXPECT_EQ(t->Stats().io_errors, 1u);
+    std::filesystem::file_status st = std::filesystem::symlink_status(path);
+    EXPECT_TRUE(std::filesystem::is_fifo(st)) << "the FIFO stays";
+    EXPECT_EQ(PinAndRead(*t, {Key(2)}, results), std::vector<size_t>{0}) << "others still load";
+    if (!shared) {
+      EXPECT_EQ(t->Stats().used_bytes, kSlot) << "the gone file's bytes went back";
+    }
+    t.reset();
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+  }
+}
+
+// The same FIFO in place of a victim's file: renamed to a spare, the write over it waited for a
+// reader forever; unlinked, it was removed. Now it is left where it is, and the write goes on.
+TEST_F(DiskTierTest, FifoInPlaceOfAVictimsFileIsLeftAloneAndTheWriteGoesOn) {
+  auto t = Open(2, false, nullptr, /*persistent=*/true);
+  ASSERT_TRUE(Put(*t, 1).ok());
+  ASSERT_TRUE(Put(*t, 2).ok());
+  const std::string path =
+      BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(1));
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  Status s;
+  FinishesWithoutHanging(dir_.path(), [&] { s = Put(*t, 3); });  // evicts block 1
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::symlink_status(path)));
+  EXPECT_FALSE(t->Contains(Key(1)));
+  EXPECT_EQ(testing::FilesUnder(dir_.path(), ".tmp"), 0u) << "no spare left behind";
+  ASSERT_TRUE(Put(*t, 4).ok());
+  EXPECT_EQ(t->Stats().used_bytes, testing::BytesUnder(dir_.path()));
+  EXPECT_LE(testing::BytesUnder(dir_.path()), 2 * kSlot);
+}
+
+// A name that is not a regular file, there before the block is stored: the store took the
+// link's EEXIST for another writer's copy and reported the block stored, having written and
+// reserved nothing; every load of it then failed (or hung, on a FIFO), and removing it after a
+// failed load gave back bytes never reserved, so the tier's files outgrew its capacity. Now the
+// block is not stored (counted as lost), it is a miss, the name stays and the capacity holds.
+TEST_F(DiskTierTest, NameThatIsNoBlockFileIsNeitherStoredOverReadRemovedNorCounted) {
+  testing::TempDir outside;
+  for (const Planted p :
+       {Planted::kDirectory, Planted::kFifo, Planted::kLink, Planted::kDanglingLink}) {
+    for (const bool shared : {false, true}) {
+      SCOPED_TRACE(PlantedName(p) + (shared ? ", shared" : ", private"));
+      const std::string fp = FingerprintDir(dir_.path(), testing::TestModel().Digest());
+      std::filesystem::create_directories(fp);
+      for (uint64_t k = 1; k <= 2; ++k) Plant(p, BlockPath(fp, Key(k)), outside.path());
+      auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
+      FinishesWithoutHanging(dir_.path(), [&] {
+        EXPECT_FALSE(t->Contains(Key(1))) << "never stored, never a hit";
+        for (uint64_t k = 1; k <= 2; ++k) {
+          const Status s = Put(*t, k);
+          EXPECT_FALSE(s.ok()) << "stored nothing, yet reported stored";
+          EXPECT_FALSE(t->Contains(Key(k)));
+        }
+        std::vector<Status> results;
+        PinAndRead(*t, {Key(1)}, results);
+        EXPECT_EQ(results[0].code(), StatusCode::kNotFound) << results[0].ToString();
+        for (uint64_t k = 3; k <= 10; ++k) ASSERT_TRUE(Put(*t, k).ok());
+        // Full: a private tier writes over a victim's file and renames it to the block's name,
+        // which would replace the name.
+        EXPECT_FALSE(Put(*t, 1).ok());
+      });
+      EXPECT_EQ(t->Stats().lost, 3u);
+      EXPECT_EQ(t->Stats().used_bytes, 3 * kSlot) << "the victim's bytes went back";
+      // BytesUnder follows a link: to the file outside the tier here.
+      EXPECT_EQ(testing::BytesUnder(dir_.path()), 3 * kSlot + (p == Planted::kLink ? kSlot : 0))
+          << "the capacity holds";
+      for (uint64_t k = 1; k <= 2; ++k) {
+        const std::filesystem::file_status st =
+            std::filesystem::symlink_status(BlockPath(fp, Key(k)));
+        EXPECT_NE(st.type(), std::filesystem::file_type::not_found) << "not ours to remove";
+        EXPECT_FALSE(std::filesystem::is_regular_file(st));
+      }
+      t.reset();
+      std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+    }
+  }
+}
+
+// Clears the calling thread's capabilities to read any file (capabilities are per thread): a
+// file of mode 000 is then unreadable to it, as to an engine that does not run as root.
+std::string DropFileReadOverrideOnThisThread() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return std::strerror(errno);
+  for (const int cap : {CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH}) {
+    data[cap / 32].effective &= ~(1u << (cap % 32));
+  }
+  return ::syscall(SYS_capset, &header, data) == 0 ? "" : std::strerror(errno);
+}
+
+// A block file the engine may not open (mode 000) failed every load of it and stayed a hit, so
+// vLLM, which asserts on a failed load, went down on it again and again. Now the failed load
+// removes it (a regular file by a block's name is ours) and gives its bytes back.
+TEST_F(DiskTierTest, BlockFileTheEngineMayNotOpenIsRemovedAtItsFailedLoad) {
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared" : "private");
+    auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
+    ASSERT_TRUE(Put(*t, 1).ok());
+    const std::string path =
+        BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(1));
+    ASSERT_EQ(::chmod(path.c_str(), 0), 0);
+    std::vector<Status> results(1);
+    std::string dropped;
+    std::thread([&] {
+      dropped = DropFileReadOverrideOnThisThread();
+      if (dropped.empty()) PinAndRead(*t, {Key(1)}, results);
+    }).join();
+    ASSERT_EQ(dropped, "");
+    EXPECT_EQ(results[0].code(), StatusCode::kFailedPrecondition) << results[0].ToString();
+    EXPECT_FALSE(t->Contains(Key(1))) << "a miss from now on";
+    EXPECT_FALSE(std::filesystem::exists(path));
+    EXPECT_EQ(t->Stats().used_bytes, 0u);
+    t.reset();
     std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
   }
 }
