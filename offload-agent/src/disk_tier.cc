@@ -171,8 +171,12 @@ Status DiskTier::Init() {
     locked = dir_lock_.fd < 0 ? -1 : ::flock(dir_lock_.fd, lock_op);
   }
   if (dir_lock_.fd < 0) {
+    // Something else by that name (a directory) is no matter of permissions.
+    const int err = errno;
     return Status::IOError(options_.field + ".path=\"" + c.path + "\": cannot create " +
-                           lock_path + ": " + std::strerror(errno) + "; the tier must be writable");
+                           lock_path + ": " + std::strerror(err) +
+                           (err == EISDIR ? "; remove that directory: the engine creates the file"
+                                          : "; the tier must be writable"));
   }
   if (locked != 0) {
     if (errno == EWOULDBLOCK) {
@@ -225,7 +229,8 @@ Status DiskTier::Init() {
   if (c.shared) {
     Result<std::unique_ptr<CapacityLedger>> file = OpenFileLedger(
         FormatRoot(c.path) + "/ledger", c.capacity_bytes, [this] { return ScanUsedBytes(); });
-    if (!file.ok()) return file.status();
+    // Named like the other start-up errors: which entry of KVOFFLOAD_TIERS to look at.
+    if (!file.ok()) return Status::IOError(where + ": " + file.status().message());
     ledger = std::move(file).value();
   } else {
     ledger = NewMemoryLedger(c.capacity_bytes, scanned_bytes);

@@ -6,8 +6,9 @@
 // tier writes new blocks over its victims' files, a private tier reopened after a crash
 // removes the spare and temp files the crash left, and a block file that goes between a
 // persistent tier's listing and its check is counted once; names that are no block file (a
-// directory, a FIFO, a link, a file the engine may not open) are never hits, never hang, and are
-// neither removed nor counted.
+// directory, a FIFO, a link) are never hits, never hang, and are neither removed nor counted, and
+// a block file the engine may not open is removed at its failed load; start-up errors name the
+// configuration entry.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/capability.h>
@@ -905,6 +906,29 @@ TEST_F(DiskTierTest, BlockFileTheEngineMayNotOpenIsRemovedAtItsFailedLoad) {
     t.reset();
     std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
   }
+}
+
+// Start-up errors about what is in the tier directory name the configuration entry and its
+// path, as the others do, and say what to do about it.
+TEST_F(DiskTierTest, StartUpErrorsAboutTheTiersFilesNameTheEntry) {
+  auto open_tier = [&](bool shared) {
+    DiskTierOptions o{"disk0", "KVOFFLOAD_TIERS[0]",
+                      testing::Tier(dir_.path(), 4, /*persistent=*/true, shared), kBlock,
+                      testing::TestModel().Digest(), "lru"};
+    return DiskTier::Open(o, std::move(NewDiskIo("psync", DiskIoOptions{})).value()).status();
+  };
+  ASSERT_TRUE(std::filesystem::create_directory(dir_.path() + "/kvoffload.lock"));
+  Status s = open_tier(false);
+  EXPECT_NE(s.message().find("KVOFFLOAD_TIERS[0]"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().find("must be writable"), std::string::npos)
+      << "a directory there is no matter of permissions: " << s.ToString();
+  std::filesystem::remove(dir_.path() + "/kvoffload.lock");
+  ASSERT_TRUE(std::filesystem::create_directories(dir_.path() + "/kvoffload-v1/ledger"));
+  s = open_tier(true);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("KVOFFLOAD_TIERS[0] (disk0, " + dir_.path() + ")"),
+            std::string::npos)
+      << s.ToString();
 }
 
 }  // namespace
