@@ -182,6 +182,98 @@ TEST_F(KubeClientTest, ForbiddenIsAnAnswerNotAnOutage) {
   EXPECT_NE(r.status().message().find("ClusterRole kv-offload-webhook"), std::string::npos);
 }
 
+TEST_F(KubeClientTest, UnauthorizedIsAnAnswerNotAnOutage) {
+  // A revoked or expired token after a first lookup: the old copy hid the 401 for the stale
+  // TTL, and the denial without one named no cause.
+  KubeClusterReader kube(Connection());
+  Metrics metrics;
+  CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), &metrics);
+  ASSERT_TRUE(Resolve(LlmisvcPod(), "team-a", &cache).ok());
+  api_->SetToken("secret-2");  // the webhook's token is no longer accepted
+  Result<Resolution> r = Resolve(LlmisvcPod(), "team-a", &cache);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("HTTP 401: Unauthorized"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("the webhook's credentials: check its ServiceAccount token"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(metrics.lookups(ObjectKind::kLLMInferenceService, LookupResult::kStale), 0u);
+  // Other 4xx are answers too; 429 is the API server shedding load, an outage the old copy
+  // bridges like a 503.
+  api_->SetToken("secret-1");
+  api_->Put(kLlmisvcPath, {{"kind", "Status"}, {"message", "conflict"}}, 409);
+  EXPECT_FALSE(Resolve(LlmisvcPod(), "team-a", &cache).ok());
+  api_->Put(kLlmisvcPath, {{"kind", "Status"}, {"message", "too many requests"}}, 429);
+  Result<Resolution> throttled = Resolve(LlmisvcPod(), "team-a", &cache);
+  ASSERT_TRUE(throttled.ok()) << throttled.status().message();
+  EXPECT_EQ(metrics.lookups(ObjectKind::kLLMInferenceService, LookupResult::kStale), 1u);
+}
+
+TEST_F(KubeClientTest, DeletedObjectIsNotServedWhenTheApiServerThenFails) {
+  // A PVC read, then deleted (the denial said so), then a 503: the copy from before the
+  // delete stood in, and the pod was admitted with a PVC that no longer exists.
+  KubeClusterReader kube(Connection());
+  Metrics metrics;
+  CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), &metrics);
+  const std::string path = "/api/v1/namespaces/team-a/persistentvolumeclaims/kv";
+  const ObjectRef pvc{ObjectKind::kPersistentVolumeClaim, "team-a", "kv"};
+  api_->Put(path, {{"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", "kv"}}}});
+  Result<std::optional<json>> found = cache.Get(pvc);
+  ASSERT_TRUE(found.ok() && found->has_value());
+  api_->Put(path, {{"kind", "Status"}, {"message", "not found"}}, 404);
+  Result<std::optional<json>> gone = cache.Get(pvc);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+  api_->Put(path, {{"kind", "Status"}, {"message", "overloaded"}}, 503);
+  Result<std::optional<json>> failed = cache.Get(pvc);
+  ASSERT_FALSE(failed.ok()) << "the deleted PVC was served";
+  EXPECT_NE(failed.status().message().find("HTTP 503"), std::string::npos);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kPersistentVolumeClaim, LookupResult::kStale), 0u);
+}
+
+TEST_F(KubeClientTest, WaitersOnALookupCountWhatTheyGot) {
+  // Admissions waiting on another's GET were counted as hits whatever came back: three
+  // denied with one 500 showed two hits and one error.
+  KubeClusterReader kube(Connection());
+  Metrics metrics;
+  CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), &metrics);
+  const ObjectRef ns{ObjectKind::kNamespace, "team-b", "team-b"};
+  auto three_at_once = [&] {
+    std::vector<std::future<bool>> calls;
+    for (int i = 0; i < 3; ++i) {
+      calls.push_back(std::async(std::launch::async, [&] { return cache.Get(ns).ok(); }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first is in flight
+    }
+    int ok = 0;
+    for (auto& c : calls) ok += c.get() ? 1 : 0;
+    return ok;
+  };
+  api_->Put("/api/v1/namespaces/team-b", {{"kind", "Status"}, {"message", "etcd"}}, 500);
+  api_->SetDelay(std::chrono::milliseconds(600));
+  EXPECT_EQ(three_at_once(), 0);
+  EXPECT_EQ(api_->Requests("/api/v1/namespaces/team-b"), 1);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kError), 3u);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kHit), 0u);
+  // With an older copy, all three get it: three stale answers.
+  api_->SetDelay(std::chrono::milliseconds(0));
+  api_->Put("/api/v1/namespaces/team-b", {{"kind", "Namespace"}, {"metadata", {{"name", "team-b"}}}});
+  ASSERT_TRUE(cache.Get(ns).ok());
+  api_->Put("/api/v1/namespaces/team-b", {{"kind", "Status"}, {"message", "etcd"}}, 503);
+  api_->SetDelay(std::chrono::milliseconds(600));
+  EXPECT_EQ(three_at_once(), 3);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kStale), 3u);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kHit), 0u);
+  api_->SetDelay(std::chrono::milliseconds(0));
+  // A fresh answer shared with waiters is a hit for each of them, the one GET a miss.
+  const uint64_t misses = metrics.lookups(ObjectKind::kNamespace, LookupResult::kMiss);
+  api_->Put("/api/v1/namespaces/team-b", {{"kind", "Namespace"}, {"metadata", {{"name", "team-b"}}}});
+  api_->SetDelay(std::chrono::milliseconds(600));
+  EXPECT_EQ(three_at_once(), 3);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kMiss), misses + 1);
+  EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kHit), 2u);
+  api_->SetDelay(std::chrono::milliseconds(0));
+}
+
 TEST_F(KubeClientTest, RefusedConnectionIsNotCalledATimeout) {
   KubeClusterReader kube(Connection());
   api_.reset();  // nothing listens on its port any more: connections are refused at once

@@ -14,7 +14,7 @@ void CachingClusterReader::Record(ObjectKind kind, LookupResult result) {
 
 CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& ref,
                                                             Deadline deadline) {
-  std::promise<Answer> promise;
+  std::promise<Shared> promise;
   {
     std::unique_lock<std::mutex> lock(mu_);
     Entry& e = entries_[ref];
@@ -25,7 +25,7 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
     }
     if (e.inflight.valid()) {
       // Someone is already asking: wait for that answer instead of asking again.
-      std::shared_future<Answer> shared = e.inflight;
+      std::shared_future<Shared> shared = e.inflight;
       lock.unlock();
       const bool answered = [&] {
         const WorkQueue::Blocking waiting;  // another admission may run meanwhile
@@ -37,8 +37,11 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
         return shared.wait_until(deadline) == std::future_status::ready;
       }();
       if (answered) {
-        Record(ref.kind, LookupResult::kHit);
-        return shared.get();
+        // The call's own GET is its miss; a waiter cost none, so a fresh answer is a hit for
+        // it, but a stale copy or an error is what it got and is counted as such.
+        const Shared& got = shared.get();
+        Record(ref.kind, got.result == LookupResult::kMiss ? LookupResult::kHit : got.result);
+        return got.answer;
       }
       lock.lock();
       Entry& waited = entries_[ref];
@@ -53,11 +56,13 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
     e.inflight = promise.get_future().share();
   }
 
-  Answer answer = [&] {
-    const WorkQueue::Blocking waiting;  // on the API server: another admission may run meanwhile
-    return inner_->GetBefore(ref, deadline);
-  }();
-  Answer result = answer;
+  Shared shared{[&] {
+                  // On the API server: another admission may run meanwhile.
+                  const WorkQueue::Blocking waiting;
+                  return inner_->GetBefore(ref, deadline);
+                }(),
+                LookupResult::kMiss};
+  const Answer& answer = shared.answer;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[ref];
@@ -67,22 +72,26 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
       if (answer->has_value()) {
         e.last_good = answer;
         e.fetched_at = Clock::now();
+      } else {
+        // Gone: an older copy must not stand in for it when the API server next fails (a
+        // deleted PVC would be admitted and the pod fail to mount).
+        e.last_good.reset();
       }
-      Record(ref.kind, LookupResult::kMiss);
     } else if (e.last_good && Clock::now() - e.fetched_at < stale_ttl_ &&
                answer.status().code() != StatusCode::kFailedPrecondition) {
       // The API server failed; a recent answer beats a denial. Not where it refused to
-      // answer (403): that is the answer, and an old copy would hide a broken RBAC for the
-      // stale TTL.
-      result = *e.last_good;
-      Record(ref.kind, LookupResult::kStale);
+      // answer (401, 403, the other 4xx but 429: FailedPrecondition, api_status.h): that is
+      // the answer, and an old copy would hide a revoked token or a broken RBAC for the stale
+      // TTL.
+      shared = Shared{*e.last_good, LookupResult::kStale};
     } else {
-      Record(ref.kind, LookupResult::kError);
+      shared.result = LookupResult::kError;
     }
+    Record(ref.kind, shared.result);
     e.inflight = {};
   }
-  promise.set_value(result);
-  return result;
+  promise.set_value(shared);
+  return std::move(shared.answer);
 }
 
 }  // namespace kvoffload::webhook

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "webhook/api_status.h"
 #include "webhook/json_util.h"
 #include "kvoffload/read_file.h"
 
@@ -272,8 +273,7 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::stri
         "kv-offload-webhook and its binding, manifests/base/rbac.yaml)");
   }
   if (res->status != 200) {
-    return Status::Unavailable("GET " + path + ": HTTP " + std::to_string(res->status) + ": " +
-                               StatusMessage(res->body));
+    return ApiServerStatusError(res->status, "GET " + path, StatusMessage(res->body));
   }
   Result<nlohmann::json> obj = ParseJson(res->body, "API server response");
   if (!obj.ok()) return obj.status();

@@ -29,8 +29,14 @@ class CachingClusterReader final : public ClusterReader {
 
  private:
   using Answer = Result<std::optional<nlohmann::json>>;
+  // What a call in flight hands its waiters: the answer, and how the caller that made the call
+  // got it (a fresh read, a stale copy, an error), so that each waiter counts what it received.
+  struct Shared {
+    Answer answer;
+    LookupResult result;
+  };
   struct Entry {
-    std::shared_future<Answer> inflight;  // valid while a call is running
+    std::shared_future<Shared> inflight;  // valid while a call is running
     std::optional<Answer> last_good;      // the last successful answer
     Clock::time_point fetched_at;
   };
