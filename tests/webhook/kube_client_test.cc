@@ -274,6 +274,39 @@ TEST_F(KubeClientTest, WaitersOnALookupCountWhatTheyGot) {
   api_->SetDelay(std::chrono::milliseconds(0));
 }
 
+TEST_F(KubeClientTest, NamesThatAreNoObjectNamesAreNotLookedUp) {
+  // The label and spec.baseRefs names went into the GET's path as written: "llama?x=1" read
+  // team-a/llama, "../../team-b/..." another namespace's object.
+  KubeClusterReader kube(Connection());
+  for (const char* label : {"llama?x=1", "../../team-b/llminferenceservices/llama", "llama#frag",
+                            "llama/status", "Llama", "a b"}) {
+    json pod = LlmisvcPod();
+    pod["metadata"]["labels"]["app.kubernetes.io/name"] = label;
+    Result<Resolution> r = Resolve(pod, "team-a", &kube);
+    // As for a service that does not exist: the namespace (no default here) decides.
+    ASSERT_TRUE(r.ok()) << label << ": " << r.status().message();
+    EXPECT_FALSE(r->spec.has_value()) << label << ": " << r->source.description;
+  }
+  EXPECT_EQ(api_->Requests(kLlmisvcPath), 0);
+  api_->Put(kLlmisvcPath,
+            {{"kind", "LLMInferenceService"},
+             {"metadata", {{"name", "llama"}, {"namespace", "team-a"}}},
+             {"spec",
+              {{"baseRefs", {{{"name", "../../../team-b/llminferenceserviceconfigs/x"}}}},
+               {"kvCacheOffloading", {{"cpu", "8Gi"}}}}}});
+  Result<Resolution> r = Resolve(LlmisvcPod(), "team-a", &kube);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("spec.baseRefs[0].name of LLMInferenceService team-a/llama "
+                                      "is \"../../../team-b/llminferenceserviceconfigs/x\", which "
+                                      "is no LLMInferenceServiceConfig name"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(api_->Requests("/apis/serving.kserve.io/v1alpha2/namespaces/team-b/"
+                           "llminferenceserviceconfigs/x"),
+            0);
+}
+
 TEST_F(KubeClientTest, RefusedConnectionIsNotCalledATimeout) {
   KubeClusterReader kube(Connection());
   api_.reset();  // nothing listens on its port any more: connections are refused at once

@@ -215,6 +215,35 @@ spec:
       << All(svc.warnings);
 }
 
+// A spec.baseRefs name that is no object name ("../../x" would be looked up as a path) is the
+// same error at apply time as at admission, with no cluster to read (the /validate webhook
+// without one) as with one.
+TEST(ValidationTest, BaseRefsNameThatIsNoObjectNameIsAnError) {
+  const std::string svc = R"(apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: m, namespace: team-a}
+spec:
+  baseRefs: [{name: "../../../team-b/llminferenceserviceconfigs/x"}]
+  kvCacheOffloading: {cpu: 1Gi}
+)";
+  const std::string expected =
+      "spec.baseRefs[0].name of LLMInferenceService team-a/m is "
+      "\"../../../team-b/llminferenceserviceconfigs/x\", which is no LLMInferenceServiceConfig "
+      "name: write the config's metadata.name";
+  const ObjectReport offline = One(svc);
+  EXPECT_TRUE(Has(offline.errors, expected)) << All(offline.errors);
+  const json object = {
+      {"apiVersion", "serving.kserve.io/v1alpha2"},
+      {"kind", "LLMInferenceService"},
+      {"metadata", {{"name", "m"}, {"namespace", "team-a"}}},
+      {"spec",
+       {{"baseRefs", {{{"name", "../../../team-b/llminferenceserviceconfigs/x"}}}},
+        {"kvCacheOffloading", {{"cpu", "1Gi"}}}}}};
+  Result<ObjectReport> no_cluster = ValidateObject(object, "team-a", {}, nullptr);
+  ASSERT_TRUE(no_cluster.ok()) << no_cluster.status().message();
+  EXPECT_TRUE(Has(no_cluster->errors, expected)) << All(no_cluster->errors);
+}
+
 TEST(ValidationTest, TemplateMemoryLimitDeniesAndWarnsLikeThePod) {
   const std::string svc = R"(apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceService

@@ -34,6 +34,12 @@ Status CouldNotRead(const ObjectRef& ref, const Status& why) {
   return Status::Unavailable("could not read " + ref.ToString() + ": " + why.message());
 }
 
+// A name as the user wrote it, for a message: quoted, escaped, and short.
+std::string QuotedName(const std::string& name) {
+  return json(name.size() > 64 ? name.substr(0, 61) + "..." : name)
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 }  // namespace
 
 const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role, int* replicas) {
@@ -88,7 +94,7 @@ Result<ServiceSpec> EffectiveServiceSpec(const json& llmisvc, const std::string&
     return Status::InvalidArgument("spec.baseRefs of LLMInferenceService " + namespace_name + "/" +
                                    service + " is not a list: write [{name: <config>}, ...]");
   }
-  if (reader != nullptr && refs.is_array()) {
+  if (refs.is_array()) {
     for (size_t i = 0; i < refs.size(); ++i) {
       const std::string name = StringAt(refs[i], "name");
       if (name.empty()) {
@@ -97,6 +103,17 @@ Result<ServiceSpec> EffectiveServiceSpec(const json& llmisvc, const std::string&
             "/" + service + " names no LLMInferenceServiceConfig: give it a name, as KServe "
             "renders no pods for the service without one");
       }
+      // The name goes into the GET's path: "../../team-b/..." or "x?y" would read another
+      // object than the one named. Checked without a reader too, so that apply time says so.
+      if (!IsDns1123Subdomain(name)) {
+        return Status::InvalidArgument(
+            "spec.baseRefs[" + std::to_string(i) + "].name of LLMInferenceService " +
+            namespace_name + "/" + service + " is " + QuotedName(name) +
+            ", which is no LLMInferenceServiceConfig name: write the config's metadata.name "
+            "(lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+            "digit, at most 253 characters)");
+      }
+      if (reader == nullptr) continue;
       std::optional<json> config;
       std::string found_in;
       for (const std::string& ns : {namespace_name, kserve_namespace}) {
@@ -169,7 +186,10 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
   if (!res.spec && kserve == KServePod::kOther) return res;
   if (!res.spec && reader != nullptr && kserve == KServePod::kWorkload) {
     const std::string name = StringAt(labels, "app.kubernetes.io/name");
-    if (!name.empty()) {
+    // Only a valid object name can name a service; anything else would go into the GET's
+    // path as written ("llama?x=1" read team-a/llama, "../../team-b/..." another namespace).
+    // Like a service that does not exist, it leaves the pod to the namespace default.
+    if (IsDns1123Subdomain(name)) {
       const ObjectRef ref{ObjectKind::kLLMInferenceService, namespace_name, name};
       Result<std::optional<json>> svc = reader->Get(ref);
       if (!svc.ok()) {

@@ -63,8 +63,9 @@ struct ServiceSpec {
   // apply time, when the config may come next): skipped.
   std::vector<std::string> missing;
 };
-// InvalidArgument (a denial) when a named config is in neither namespace (KServe renders no pods for
-// such a service), Unavailable when a lookup could not be answered.
+// InvalidArgument (a denial) when a spec.baseRefs entry has no valid name (checked with no
+// reader too), or a named config is in neither namespace (KServe renders no pods for such a
+// service); Unavailable when a lookup could not be answered.
 Result<ServiceSpec> EffectiveServiceSpec(const nlohmann::json& llmisvc, const std::string& role,
                                          const std::string& namespace_name,
                                          ClusterReader* reader,
