@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "webhook/cluster_reader.h"
 
@@ -205,6 +206,49 @@ TEST_F(AdmissionTest, StatusSaysWhetherTheVllmFlagWasInjectedAndWhyNot) {
   EXPECT_EQ(s["vllmFlagInjected"], false) << s;
   EXPECT_EQ(s["vllmFlag"], "not-injected") << s;
   EXPECT_EQ(s["vllmFlagReason"], kFlagReasonLaunchDropsArgs) << s;
+}
+
+// The namespace goes into every lookup's path: one that is no name (a review posted to the
+// webhook by something other than the API server) is a bad request, never a lookup.
+TEST(AdmissionLookupTest, NamespaceThatIsNoNameIsABadRequestNotALookup) {
+  class Recording : public ClusterReader {
+   public:
+    Result<std::optional<json>> GetBefore(const ObjectRef& ref, Deadline) override {
+      asked.push_back(ref.ToString());
+      return std::optional<json>();
+    }
+    bool Authoritative() const override { return true; }
+    std::vector<std::string> asked;
+  } reader;
+  AdmissionHandler handler(AdmissionOptions{}, &reader);
+  const json pod = {{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                              {"app.kubernetes.io/name", "llama"}}}}},
+                    {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  for (const char* ns : {"../../apis/x", "team-a/secrets", "Team-A", "a?b"}) {
+    json review = Review(pod);
+    review["request"]["namespace"] = ns;
+    HttpAnswer a = handler.Handle("application/json", review.dump());
+    json r = Response(a);
+    EXPECT_EQ(r["allowed"], false) << ns;
+    EXPECT_EQ(r["status"]["code"], 400) << ns;
+    EXPECT_NE(r["status"]["message"].get<std::string>().find("request.namespace"),
+              std::string::npos) << r;
+    EXPECT_EQ(a.admission.outcome(), Outcome::kError) << ns;
+
+    json validate = review;
+    validate["request"]["kind"] = {{"group", "apps"}, {"version", "v1"}, {"kind", "Deployment"}};
+    validate["request"]["object"] = {
+        {"apiVersion", "apps/v1"},
+        {"kind", "Deployment"},
+        {"metadata", {{"name", "d"}}},
+        {"spec", {{"template", {{"spec", {{"containers", {{{"name", "main"}}}}}}}}}}};
+    r = Response(handler.Validate("application/json", validate.dump(), false));
+    EXPECT_EQ(r["status"]["code"], 400) << ns << ": " << r;
+  }
+  EXPECT_TRUE(reader.asked.empty()) << reader.asked[0];
+  // A name is looked up as before.
+  Response(handler.Handle("application/json", Review(pod).dump()));
+  EXPECT_FALSE(reader.asked.empty());
 }
 
 TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {

@@ -49,6 +49,19 @@ HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warning
 
 // Checks what every AdmissionReview must carry. Returns the answer for a malformed one; else
 // fills `review` and `uid`. The review is read in place (JsonView), never built as a DOM.
+// A request's namespace goes into the path of every lookup of its admission. The API server
+// only ever sends a namespace's name, but any client that reaches the webhook's port can post a
+// review, and "../../apis/..." there would have the webhook read another path with its own
+// credentials: "" when `ns` is a name (or absent), else the 400's message.
+std::string BadNamespace(const std::string& ns) {
+  if (ns.empty() || IsDns1123Label(ns)) return {};
+  std::string quoted;
+  AppendJsonString(quoted, ns.size() > 64 ? ns.substr(0, 61) + "..." : ns);
+  return "request.namespace " + quoted +
+         " is no namespace name (lowercase letters, digits and '-', at most 63); the API "
+         "server sends only names: check what sent this review";
+}
+
 std::optional<HttpAnswer> Decode(std::string_view content_type, const std::string& body,
                                  std::optional<JsonDocument>* review, std::string* uid) {
   // Media type check ignores parameters such as "; charset=utf-8", and case and spaces, which
@@ -166,6 +179,9 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::
   std::string ns = StringAt(request, "namespace");
   if (ns.empty()) ns = StringAt(metadata, "namespace");
   if (kind_name == "Namespace") ns = StringAt(metadata, "name");
+  if (const std::string bad = BadNamespace(ns); !bad.empty()) {
+    return Verdicted(Reject(uid, 400, bad), Verdict::kError);
+  }
   // The checks walk an nlohmann value: objects are validated on apply, far less often than
   // pods are admitted.
   const json object = object_view.ToJson();
@@ -236,6 +252,9 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::st
 
   std::string ns = StringAt(request, "namespace");
   if (ns.empty()) ns = StringAt(pod["metadata"], "namespace");
+  if (const std::string bad = BadNamespace(ns); !bad.empty()) {
+    return Counted(Reject(uid, 400, bad), AdmissionResult::Failed(FailureType::kBadRequest));
+  }
 
   BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
   Result<Resolution> resolution = Resolve(pod, ns, reader_ != nullptr ? &budget : nullptr,
