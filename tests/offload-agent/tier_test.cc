@@ -219,6 +219,17 @@ class DiskTierTest : public ::testing::Test {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return std::move(t).value();
   }
+  // Stores blocks 1 and 2 in persistent tier `t` (at dir_), then puts a FIFO in place of
+  // block 1's file; its path.
+  std::string StoreTwoAndMakeTheFirstAFifo(DiskTier& t) {
+    EXPECT_TRUE(Put(t, 1).ok());
+    EXPECT_TRUE(Put(t, 2).ok());
+    const std::string path =
+        BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(1));
+    EXPECT_EQ(::unlink(path.c_str()), 0);
+    EXPECT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    return path;
+  }
   Status Put(DiskTier& t, uint64_t k) {
     auto* buf = static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot));
     std::vector<std::byte> p = testing::Pattern(Key(k), kBlock);
@@ -779,12 +790,7 @@ TEST_F(DiskTierTest, BlockFileReplacedByAFifoFailsItsLoadAndIsAMissAfter) {
   for (const bool shared : {false, true}) {
     SCOPED_TRACE(shared ? "shared" : "private");
     auto t = Open(4, false, nullptr, /*persistent=*/true, shared);
-    ASSERT_TRUE(Put(*t, 1).ok());
-    ASSERT_TRUE(Put(*t, 2).ok());
-    const std::string path =
-        BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(1));
-    ASSERT_EQ(::unlink(path.c_str()), 0);
-    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    const std::string path = StoreTwoAndMakeTheFirstAFifo(*t);
     std::vector<Status> results(1);
     FinishesWithoutHanging(dir_.path(), [&] { PinAndRead(*t, {Key(1)}, results); });
     EXPECT_EQ(results[0].code(), StatusCode::kFailedPrecondition) << results[0].ToString();
@@ -805,12 +811,7 @@ TEST_F(DiskTierTest, BlockFileReplacedByAFifoFailsItsLoadAndIsAMissAfter) {
 // reader forever; unlinked, it was removed. Now it is left where it is, and the write goes on.
 TEST_F(DiskTierTest, FifoInPlaceOfAVictimsFileIsLeftAloneAndTheWriteGoesOn) {
   auto t = Open(2, false, nullptr, /*persistent=*/true);
-  ASSERT_TRUE(Put(*t, 1).ok());
-  ASSERT_TRUE(Put(*t, 2).ok());
-  const std::string path =
-      BlockPath(FingerprintDir(dir_.path(), testing::TestModel().Digest()), Key(1));
-  ASSERT_EQ(::unlink(path.c_str()), 0);
-  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  const std::string path = StoreTwoAndMakeTheFirstAFifo(*t);
   Status s;
   FinishesWithoutHanging(dir_.path(), [&] { s = Put(*t, 3); });  // evicts block 1
   EXPECT_TRUE(s.ok()) << s.ToString();
