@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 
-#include "test_pki.h"
 
 namespace kvoffload::webhook::testing {
 namespace {
@@ -16,8 +15,7 @@ std::string Base64(const std::string& in) {
 
 }  // namespace
 
-FakeApiServer::FakeApiServer(const std::filesystem::path& dir) {
-  const Pki pki = MakePki("apiserver");
+FakeApiServer::FakeApiServer(const std::filesystem::path& dir, const Pki& pki) {
   WriteFileAtomic(dir / "api.crt", pki.cert_pem);
   WriteFileAtomic(dir / "api.key", pki.key_pem);
   ca_pem_ = pki.ca_pem;
@@ -36,6 +34,17 @@ FakeApiServer::FakeApiServer(const std::filesystem::path& dir) {
     }
     std::this_thread::sleep_for(delay);
     std::lock_guard<std::mutex> lock(mu_);
+    if (auto endless = endless_.find(req.path); endless != endless_.end()) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      res.set_chunked_content_provider(
+          "application/json", [this, until, piece = endless->second.first,
+                               interval = endless->second.second](size_t, httplib::DataSink& sink) {
+            std::this_thread::sleep_for(interval);
+            if (stopping_ || std::chrono::steady_clock::now() > until) return false;
+            return sink.write(piece.data(), piece.size());
+          });
+      return;
+    }
     auto it = objects_.find(req.path);
     if (it == objects_.end()) {
       res.status = 404;
@@ -43,7 +52,17 @@ FakeApiServer::FakeApiServer(const std::filesystem::path& dir) {
       return;
     }
     res.status = it->second.first;
-    res.set_content(it->second.second, "application/json");
+    if (trickle_.count() == 0) {
+      res.set_content(it->second.second, "application/json");
+      return;
+    }
+    res.set_content_provider(
+        it->second.second.size(), "application/json",
+        [this, body = it->second.second, interval = trickle_](size_t offset, size_t,
+                                                              httplib::DataSink& sink) {
+          std::this_thread::sleep_for(interval);
+          return !stopping_ && sink.write(body.data() + offset, 1);
+        });
   });
   port_ = server_->bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { server_->listen_after_bind(); });
@@ -52,6 +71,7 @@ FakeApiServer::FakeApiServer(const std::filesystem::path& dir) {
 }
 
 FakeApiServer::~FakeApiServer() {
+  stopping_ = true;
   server_->stop();
   thread_.join();
 }
@@ -59,6 +79,22 @@ FakeApiServer::~FakeApiServer() {
 void FakeApiServer::Put(const std::string& path, const nlohmann::json& obj, int status) {
   std::lock_guard<std::mutex> lock(mu_);
   objects_[path] = {status, obj.dump()};
+}
+
+void FakeApiServer::PutRaw(const std::string& path, const std::string& body, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  objects_[path] = {status, body};
+}
+
+void FakeApiServer::PutEndless(const std::string& path, const std::string& piece,
+                               std::chrono::milliseconds interval) {
+  std::lock_guard<std::mutex> lock(mu_);
+  endless_[path] = {piece, interval};
+}
+
+void FakeApiServer::SetTrickle(std::chrono::milliseconds interval) {
+  std::lock_guard<std::mutex> lock(mu_);
+  trickle_ = interval;
 }
 
 void FakeApiServer::SetToken(const std::string& token) {

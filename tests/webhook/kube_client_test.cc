@@ -96,7 +96,9 @@ TEST_F(KubeClientTest, GetsObjectsAndReportsErrors) {
 
   // Only the older API version serves this one.
   api_->Put("/apis/serving.kserve.io/v1alpha1/namespaces/team-a/llminferenceservices/old",
-            {{"kind", "LLMInferenceService"}, {"spec", json::object()}});
+            {{"kind", "LLMInferenceService"},
+             {"metadata", {{"name", "old"}, {"namespace", "team-a"}}},
+             {"spec", json::object()}});
   Result<std::optional<json>> old = reader.Get({ObjectKind::kLLMInferenceService, "team-a", "old"});
   ASSERT_TRUE(old.ok());
   EXPECT_TRUE(old->has_value());
@@ -217,7 +219,8 @@ TEST_F(KubeClientTest, DeletedObjectIsNotServedWhenTheApiServerThenFails) {
   CachingClusterReader cache(&kube, std::chrono::seconds(0), std::chrono::minutes(5), &metrics);
   const std::string path = "/api/v1/namespaces/team-a/persistentvolumeclaims/kv";
   const ObjectRef pvc{ObjectKind::kPersistentVolumeClaim, "team-a", "kv"};
-  api_->Put(path, {{"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", "kv"}}}});
+  api_->Put(path, {{"kind", "PersistentVolumeClaim"},
+                   {"metadata", {{"name", "kv"}, {"namespace", "team-a"}}}});
   Result<std::optional<json>> found = cache.Get(pvc);
   ASSERT_TRUE(found.ok() && found->has_value());
   api_->Put(path, {{"kind", "Status"}, {"message", "not found"}}, 404);
@@ -354,21 +357,25 @@ TEST_F(KubeClientTest, RouterSchedulerPodsAreNotTheServicesWorkload) {
 // spec (KServe merges it under the service's own when it renders the pods): its pods got
 // nothing, or the namespace default instead.
 TEST_F(KubeClientTest, BaseRefsConfigsAreMergedUnderTheServiceAsKServeDoes) {
-  const auto config = [](const json& spec) {
-    return json{{"kind", "LLMInferenceServiceConfig"}, {"spec", {{"kvCacheOffloading", spec}}}};
+  const auto config = [](const std::string& ns, const std::string& name, const json& spec) {
+    return json{{"kind", "LLMInferenceServiceConfig"},
+                {"metadata", {{"name", name}, {"namespace", ns}}},
+                {"spec", {{"kvCacheOffloading", spec}}}};
   };
   const std::string configs = "/apis/serving.kserve.io/v1alpha2/namespaces/";
   // Shared in KServe's namespace; "local" also there, but the service's namespace comes first.
   api_->Put(configs + "kserve-system/llminferenceserviceconfigs/shared",
-            config({{"cpu", "8Gi"},
+            config("kserve-system", "shared",
+                   {{"cpu", "8Gi"},
                     {"evictionPolicy", "lru"},
                     {"secondary", {{{"fileSystem", {{"emptyDir", {{"size", "100Gi"}}}}}}}}}));
   api_->Put(configs + "kserve-system/llminferenceserviceconfigs/local",
-            config({{"evictionPolicy", "lru"}}));
+            config("kserve-system", "local", {{"evictionPolicy", "lru"}}));
   api_->Put(configs + "team-a/llminferenceserviceconfigs/local",
-            config({{"cpu", "6Gi"}, {"evictionPolicy", "arc"}, {"secondary", json::array()}}));
+            config("team-a", "local",
+                   {{"cpu", "6Gi"}, {"evictionPolicy", "arc"}, {"secondary", json::array()}}));
   const json based = {{"kind", "LLMInferenceService"},
-                      {"metadata", {{"name", "based"}}},
+                      {"metadata", {{"name", "based"}, {"namespace", "team-a"}}},
                       {"spec", {{"baseRefs", {{{"name", "shared"}}, {{"name", "local"}}}}}}};
   api_->Put(configs + "team-a/llminferenceservices/based", based);
   json pod = LlmisvcPod();
@@ -399,7 +406,7 @@ TEST_F(KubeClientTest, BaseRefsConfigsAreMergedUnderTheServiceAsKServeDoes) {
   // anyway is denied, naming it, rather than given a spec KServe would not render.
   api_->Put(configs + "team-a/llminferenceservices/based",
             {{"kind", "LLMInferenceService"},
-             {"metadata", {{"name", "based"}}},
+             {"metadata", {{"name", "based"}, {"namespace", "team-a"}}},
              {"spec", {{"baseRefs", {{{"name", "gone"}}}}}}});
   Result<Resolution> missing = Resolve(pod, "team-a", &kube, "kserve-system");
   ASSERT_FALSE(missing.ok());
@@ -418,7 +425,9 @@ TEST_F(KubeClientTest, NotFoundIsNotCached) {
   Result<std::optional<json>> before = cache.Get(pvc);
   ASSERT_TRUE(before.ok());
   EXPECT_FALSE(before->has_value());
-  api_->Put("/api/v1/namespaces/team-a/persistentvolumeclaims/late", {{"kind", "PersistentVolumeClaim"}});
+  api_->Put("/api/v1/namespaces/team-a/persistentvolumeclaims/late",
+            {{"kind", "PersistentVolumeClaim"},
+             {"metadata", {{"name", "late"}, {"namespace", "team-a"}}}});
   Result<std::optional<json>> after = cache.Get(pvc);
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->has_value());
@@ -443,6 +452,7 @@ TEST_F(KubeClientTest, PvcRefDeniedUntilThePvcExists) {
             std::string::npos);
   api_->Put("/api/v1/namespaces/team-a/persistentvolumeclaims/kv-pvc",
             {{"kind", "PersistentVolumeClaim"},
+             {"metadata", {{"name", "kv-pvc"}, {"namespace", "team-a"}}},
              {"spec", {{"accessModes", {"ReadWriteMany"}}}},
              {"status", {{"capacity", {{"storage", "1Ti"}}}}}});
   json admitted = json::parse(handler.Handle("application/json", review.dump()).body)["response"];
@@ -457,7 +467,9 @@ class LookupBudgetTest : public KubeClientTest {
   void SetUp() override {
     KubeClientTest::SetUp();
     api_->Put("/apis/serving.kserve.io/v1alpha2/namespaces/team-b/llminferenceservices/plain",
-              {{"kind", "LLMInferenceService"}, {"spec", json::object()}});
+              {{"kind", "LLMInferenceService"},
+               {"metadata", {{"name", "plain"}, {"namespace", "team-b"}}},
+               {"spec", json::object()}});
     api_->Put("/api/v1/namespaces/team-b",
               {{"kind", "Namespace"},
                {"metadata", {{"name", "team-b"}, {"annotations", {{kAnnotationDefaultConfig,
@@ -466,6 +478,7 @@ class LookupBudgetTest : public KubeClientTest {
     for (const char* name : {"a", "b"}) {
       api_->Put(std::string("/api/v1/namespaces/team-b/persistentvolumeclaims/") + name,
                 {{"kind", "PersistentVolumeClaim"},
+                 {"metadata", {{"name", name}, {"namespace", "team-b"}}},
                  {"spec", {{"accessModes", {"ReadWriteMany"}}}},
                  {"status", {{"capacity", {{"storage", "1Ti"}}}}}});
     }
@@ -542,6 +555,167 @@ TEST_F(LookupBudgetTest, AWaiterOnAnotherAdmissionsLookupKeepsItsOwnDeadline) {
   EXPECT_EQ(metrics.lookups(ObjectKind::kNamespace, LookupResult::kStale), 1u);
   EXPECT_TRUE(third.get());
   api_->SetDelay(std::chrono::milliseconds(0));
+}
+
+// cpp-httplib's read timeout is per read: a body sent a byte every 0.1 s (headers at once)
+// held a 1 s admission for the whole body, 26 s in the tester's run, and one never finished
+// held it until the server gave up.
+TEST_F(KubeClientTest, SlowOrEndlessBodyEndsWithTheBudget) {
+  KubeConnection c = Connection();
+  c.timeout = std::chrono::seconds(20);
+  KubeClusterReader kube(c);
+  const auto get = [&](const ObjectRef& ref) {
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::optional<json>> r = kube.GetBefore(ref, start + std::chrono::seconds(1));
+    return std::pair{r, std::chrono::steady_clock::now() - start};
+  };
+  api_->SetTrickle(std::chrono::milliseconds(100));  // the LLMInferenceService: about 10 s
+  auto [trickled, took] = get({ObjectKind::kLLMInferenceService, "team-a", "llama"});
+  ASSERT_FALSE(trickled.ok());
+  EXPECT_NE(trickled.status().message().find("lookup budget"), std::string::npos)
+      << trickled.status().message();
+  EXPECT_LT(took, std::chrono::milliseconds(1000 + 400));
+  api_->SetTrickle(std::chrono::milliseconds(0));
+
+  api_->PutEndless("/api/v1/namespaces/endless", " ", std::chrono::milliseconds(50));
+  auto [endless, endless_took] = get({ObjectKind::kNamespace, "endless", "endless"});
+  ASSERT_FALSE(endless.ok());
+  EXPECT_LT(endless_took, std::chrono::milliseconds(1000 + 400));
+}
+
+// Rancher-style proxies serve an API server below a path (https://host/k8s/clusters/c-1): it
+// was cut off, every lookup got the proxy's 404, and pods were admitted without offloading.
+TEST_F(KubeClientTest, ServerUrlPathIsPutBeforeEveryPath) {
+  const std::string prefix = "/k8s/clusters/c-1";
+  api_->Put(prefix + kLlmisvcPath, {{"kind", "LLMInferenceService"},
+                                    {"metadata", {{"name", "llama"}, {"namespace", "team-a"}}},
+                                    {"spec", {{"replicas", 5}}}});
+  std::string kubeconfig = api_->Kubeconfig("token");
+  const std::string port = std::to_string(api_->port());
+  kubeconfig.replace(kubeconfig.find(port), port.size(), port + prefix + "/");
+  WriteFileAtomic(dir_ / "kubeconfig", kubeconfig);
+  KubeClusterReader kube(Connection());
+  Result<std::optional<json>> r = kube.Get({ObjectKind::kLLMInferenceService, "team-a", "llama"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((**r)["spec"]["replicas"], 5);
+  EXPECT_EQ(api_->Requests(prefix + kLlmisvcPath), 1);
+}
+
+// A kubeconfig's tls-server-name was ignored: an API server whose certificate names only
+// example.com failed verification against the address, and the name was never checked.
+TEST_F(KubeClientTest, TlsServerNameIsTheNameVerified) {
+  api_.reset();
+  api_ = std::make_unique<FakeApiServer>(dir_, MakePki("named", -60, 3600, "DNS:example.com"));
+  api_->Put("/api/v1/namespaces/team-a",
+            {{"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}});
+  const auto with_name = [&](const std::string& name) {
+    std::string kubeconfig = api_->Kubeconfig("token");
+    kubeconfig.insert(kubeconfig.find("    certificate-authority-data"),
+                      "    tls-server-name: " + name + "\n");
+    WriteFileAtomic(dir_ / "kubeconfig", kubeconfig);
+    return KubeClusterReader(Connection()).Get({ObjectKind::kNamespace, "team-a", "team-a"});
+  };
+  Result<std::optional<json>> named = with_name("example.com");
+  ASSERT_TRUE(named.ok()) << named.status().message();
+  EXPECT_TRUE(named->has_value());
+  // The certificate is checked against that name, not merely sent it.
+  Result<std::optional<json>> other = with_name("other.example");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("not valid for \"other.example\" (the kubeconfig's "
+                                          "tls-server-name)"),
+            std::string::npos)
+      << other.status().message();
+}
+
+// "SSLServerVerification" alone did not say whether the name, the CA or the clock was wrong.
+TEST_F(KubeClientTest, TlsVerificationErrorsSayWhichCheckFailed) {
+  const auto get_from = [&](const testing::Pki& pki, const std::string& trusted_ca) {
+    api_.reset();
+    api_ = std::make_unique<FakeApiServer>(dir_, pki);
+    WriteFileAtomic(dir_ / "kubeconfig", api_->Kubeconfig("token"));
+    KubeConnection c = Connection();
+    if (!trusted_ca.empty()) c.ca_pem = trusted_ca;
+    Result<std::optional<json>> r =
+        KubeClusterReader(c).Get({ObjectKind::kNamespace, "team-a", "team-a"});
+    EXPECT_FALSE(r.ok());
+    return r.status().message();
+  };
+  const std::string wrong_name = get_from(MakePki("a", -60, 3600, "DNS:example.com"), "");
+  EXPECT_NE(wrong_name.find("not valid for \"127.0.0.1\""), std::string::npos) << wrong_name;
+  EXPECT_NE(wrong_name.find("tls-server-name"), std::string::npos) << wrong_name;
+  const std::string unknown_ca = get_from(MakePki("b"), MakePki("other").ca_pem);
+  EXPECT_NE(unknown_ca.find("unable to get local issuer certificate"), std::string::npos)
+      << unknown_ca;
+  EXPECT_NE(unknown_ca.find("certificate-authority-data of cluster local"), std::string::npos)
+      << unknown_ca;
+  const std::string expired = get_from(MakePki("c", -7200, -3600), "");
+  EXPECT_NE(expired.find("certificate has expired"), std::string::npos) << expired;
+}
+
+// No API server object comes near 8 MiB (etcd keeps 1.5 MiB at most): a 100 MB answer was read
+// whole, kept in the cache and copied at every hit.
+TEST_F(KubeClientTest, AnswersOverTheCapAreRefusedUnread) {
+  KubeConnection c = Connection();
+  c.timeout = std::chrono::seconds(20);
+  KubeClusterReader kube(c);
+  json big = {{"kind", "LLMInferenceService"},
+              {"metadata", {{"name", "llama"}, {"namespace", "team-a"},
+                            {"annotations", {{"padding", std::string(9 << 20, 'x')}}}}}};
+  api_->Put(kLlmisvcPath, big);
+  Result<std::optional<json>> sized = kube.Get({ObjectKind::kLLMInferenceService, "team-a", "llama"});
+  ASSERT_FALSE(sized.ok());
+  EXPECT_NE(sized.status().message().find("the answer for LLMInferenceService team-a/llama is too "
+                                          "large (Content-Length 94"),
+            std::string::npos)
+      << sized.status().message();
+  // Without a length, reading stops at the cap, long before the budget.
+  api_->PutEndless("/api/v1/namespaces/team-a", std::string(64 << 10, ' '),
+                   std::chrono::milliseconds(1));
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::optional<json>> endless = kube.Get({ObjectKind::kNamespace, "team-a", "team-a"});
+  ASSERT_FALSE(endless.ok());
+  EXPECT_NE(endless.status().message().find("too large (more than 8388608 bytes"),
+            std::string::npos)
+      << endless.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A 200 that is not the object asked for was used as it: `null`, a list or `{}` as "exists,
+// without a spec" (the namespace default skipped), another namespace's object as this one.
+TEST_F(KubeClientTest, AnswerMustBeTheObjectAskedFor) {
+  KubeClusterReader kube(Connection());
+  const std::string url = "https://127.0.0.1:" + std::to_string(api_->port()) + kLlmisvcPath;
+  const ObjectRef llama{ObjectKind::kLLMInferenceService, "team-a", "llama"};
+  const json other = {{"kind", "LLMInferenceService"},
+                      {"metadata", {{"name", "other"}, {"namespace", "team-z"}}},
+                      {"spec", {{"kvCacheOffloading", {{"cpu", "9Gi"}}}}}};
+  json elsewhere = other;
+  elsewhere["metadata"]["name"] = "llama";
+  json bad_spec = elsewhere;
+  bad_spec["metadata"]["namespace"] = "team-a";
+  bad_spec["spec"] = 5;
+  for (const auto& [answer, why] : std::vector<std::pair<json, std::string>>{
+           {nullptr, "a JSON null, not an object"},
+           {json::array(), "a JSON array, not an object"},
+           {"x", "a JSON string, not an object"},
+           {json::object(), "it has no metadata"},
+           {other, "its metadata.name is \"other\""},
+           {elsewhere, "its metadata.namespace is \"team-z\""},
+           {bad_spec, "its spec is a JSON number, not an object"}}) {
+    api_->Put(kLlmisvcPath, answer);
+    Result<std::optional<json>> r = kube.Get(llama);
+    ASSERT_FALSE(r.ok()) << answer.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(r.status().message(),
+              "GET " + url + ": the answer is not LLMInferenceService team-a/llama: " + why);
+  }
+  api_->PutRaw(kLlmisvcPath, R"({"kind": "LLMInferenceService", "spec": )");
+  Result<std::optional<json>> cut = kube.Get(llama);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("the answer to GET " + url + " is not valid JSON"),
+            std::string::npos)
+      << cut.status().message();
 }
 
 }  // namespace

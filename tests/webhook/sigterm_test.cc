@@ -53,7 +53,8 @@ TEST(SigtermTest, DrainsThenExitsCleanly) {
   const auto dir = TempDir("sigterm");
   FakeApiServer api(dir);
   api.Put("/apis/serving.kserve.io/v1alpha2/namespaces/team-a/llminferenceservices/llama",
-          {{"spec", {{"kvCacheOffloading", {{"cpu", "1Gi"}}}}}});
+          {{"metadata", {{"name", "llama"}, {"namespace", "team-a"}}},
+           {"spec", {{"kvCacheOffloading", {{"cpu", "1Gi"}}}}}});
   WriteFileAtomic(dir / "token", "secret-1");
   WriteFileAtomic(dir / "kubeconfig", api.Kubeconfig("token"));
   const testing::Pki pki = MakePki("webhook");

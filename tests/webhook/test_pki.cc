@@ -46,7 +46,7 @@ void AddExt(X509* cert, X509* issuer, int nid, const char* value) {
 }
 
 X509* NewCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issuer_key,
-              long not_before_s, long not_after_s) {
+              long not_before_s, long not_after_s, const std::string& sans) {
   static std::atomic<long> serial{1};
   X509* cert = X509_new();
   X509_set_version(cert, 2);
@@ -65,7 +65,7 @@ X509* NewCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issu
   } else {
     AddExt(cert, signer, NID_basic_constraints, "critical,CA:FALSE");
     AddExt(cert, signer, NID_ext_key_usage, "serverAuth,clientAuth");
-    AddExt(cert, signer, NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost");
+    AddExt(cert, signer, NID_subject_alt_name, sans.c_str());
   }
   X509_sign(cert, issuer_key != nullptr ? issuer_key : key, EVP_sha256());
   return cert;
@@ -73,11 +73,12 @@ X509* NewCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issu
 
 }  // namespace
 
-Pki MakePki(const std::string& name, long not_before_s, long not_after_s) {
+Pki MakePki(const std::string& name, long not_before_s, long not_after_s,
+            const std::string& sans) {
   EVP_PKEY* ca_key = NewKey();
-  X509* ca = NewCert(name + " CA", ca_key, nullptr, nullptr, -3600, 86400);
+  X509* ca = NewCert(name + " CA", ca_key, nullptr, nullptr, -3600, 86400, "");
   EVP_PKEY* key = NewKey();
-  X509* leaf = NewCert(name + " server", key, ca, ca_key, not_before_s, not_after_s);
+  X509* leaf = NewCert(name + " server", key, ca, ca_key, not_before_s, not_after_s, sans);
   Pki pki{ToPem(ca), ToPem(leaf), ToPem(key)};
   X509_free(leaf);
   X509_free(ca);

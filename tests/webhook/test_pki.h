@@ -10,13 +10,15 @@ namespace kvoffload::webhook::testing {
 
 struct Pki {
   std::string ca_pem;
-  std::string cert_pem;  // leaf, signed by the CA, SANs IP:127.0.0.1 and DNS:localhost
+  std::string cert_pem;  // leaf, signed by the CA, SANs IP:127.0.0.1 and DNS:localhost by default
   std::string key_pem;
 };
 
 // A fresh CA and leaf; `name` goes into the subjects so two Pkis are told apart. The leaf is
-// valid from `not_before_s` to `not_after_s` seconds from now (an hour, a minute back).
-Pki MakePki(const std::string& name, long not_before_s = -60, long not_after_s = 3600);
+// valid from `not_before_s` to `not_after_s` seconds from now (an hour, a minute back), for the
+// names in `sans` (OpenSSL's subjectAltName syntax).
+Pki MakePki(const std::string& name, long not_before_s = -60, long not_after_s = 3600,
+            const std::string& sans = "IP:127.0.0.1,DNS:localhost");
 
 // Writes via a temp file + rename, as Secret volume updates and cert-manager do.
 void WriteFileAtomic(const std::filesystem::path& path, const std::string& content);

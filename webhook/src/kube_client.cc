@@ -4,13 +4,18 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <thread>
 
 #include "webhook/api_status.h"
 #include "webhook/json_util.h"
@@ -37,14 +42,24 @@ Result<std::string> Base64Decode(const std::string& text, const std::string& wha
   return out;
 }
 
-// "https://host[:port]" -> host, port.
+// "https://host[:port][/path]" -> host, port, path prefix. The path is kept (kubectl puts it
+// before every request's path): proxies serve API servers below one (Rancher's
+// /k8s/clusters/<id>), and cutting it sent every lookup to the proxy's own /apis/..., whose 404s
+// admitted pods without offloading.
 Status ParseServer(const std::string& server, KubeConnection* conn) {
   const std::string scheme = "https://";
   if (server.rfind(scheme, 0) != 0) {
     return Status::InvalidArgument("server \"" + server + "\" must be an https:// URL");
   }
   std::string rest = server.substr(scheme.size());
-  rest = rest.substr(0, rest.find('/'));
+  if (rest.find_first_of("?#") != std::string::npos) {
+    return Status::InvalidArgument("server \"" + server + "\" must not have a query or fragment");
+  }
+  const size_t slash = rest.find('/');
+  std::string prefix = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  conn->path_prefix = prefix;
+  rest = rest.substr(0, slash);
   std::string host = rest;
   std::string port;
   if (!rest.empty() && rest[0] == '[') {
@@ -109,6 +124,110 @@ X509_STORE* StoreFromPem(const std::string& pem) {
   return store;
 }
 
+// Answers larger than this are refused as soon as they are seen to be: the API server never
+// sends an object near it (etcd keeps values up to 1.5 MiB, requests are capped at 3 MiB), so a
+// bigger one is a proxy or server gone wrong, and read whole it cost its size in memory, kept in
+// the cache and copied at every hit (a 100 MB answer was accepted).
+constexpr size_t kMaxAnswerBytes = size_t{8} << 20;
+
+// Ends `client`'s request at `end`: cpp-httplib bounds each read, not the answer, so a body sent
+// a byte at a time (or never finished) held an admission, and the cache's waiters on the same
+// object, far past the lookup budget. ClientImpl::stop() is the one call httplib makes safe
+// from another thread (it shuts the socket down under the client's socket lock, so it can
+// never hit a socket reused after the request closed its own).
+class Watchdog {
+ public:
+  Watchdog(httplib::ClientImpl& client, std::chrono::steady_clock::time_point end)
+      : thread_([this, &client, end] {
+          {
+            std::unique_lock<std::mutex> lock(mu_);
+            if (cv_.wait_until(lock, end, [this] { return done_; })) return;
+            fired_ = true;
+          }
+          client.stop();
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  bool fired() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fired_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;   // GUARDED_BY(mu_)
+  bool fired_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;  // last: it uses the members above
+};
+
+// `host` as a numeric address: itself if it is one, else its first address from the resolver.
+Result<std::string> NumericAddress(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int err = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); err != 0) {
+    return Status::Unavailable("cannot resolve " + host + ": " + ::gai_strerror(err));
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const int err = ::getnameinfo(found->ai_addr, found->ai_addrlen, text, sizeof(text), nullptr, 0,
+                                NI_NUMERICHOST);
+  ::freeaddrinfo(found);
+  if (err != 0) return Status::Unavailable("cannot resolve " + host + ": " + ::gai_strerror(err));
+  return std::string(text);
+}
+
+// The API server answers a GET of one object with that object. Anything else was used as it
+// came: `null`, a list or `{}` as "exists, without a spec" (skipping the namespace default,
+// and cached), another namespace's object from a misrouting proxy as the one asked for.
+Status CheckAnswer(const nlohmann::json& obj, const ObjectRef& ref, const std::string& url) {
+  const auto wrong = [&](const std::string& what) {
+    return Status::Unavailable("GET " + url + ": the answer is not " + ref.ToString() + ": " + what);
+  };
+  if (!obj.is_object()) return wrong(std::string("a JSON ") + obj.type_name() + ", not an object");
+  const auto metadata = obj.find("metadata");
+  if (metadata == obj.end() || !metadata->is_object()) return wrong("it has no metadata");
+  const auto field = [&](const char* key) {
+    const auto it = metadata->find(key);
+    return it != metadata->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (const std::string name = field("name"); name != ref.name) {
+    return wrong("its metadata.name is \"" + name + "\"");
+  }
+  if (ref.kind != ObjectKind::kNamespace) {
+    if (const std::string ns = field("namespace"); ns != ref.namespace_name) {
+      return wrong("its metadata.namespace is \"" + ns + "\"");
+    }
+  }
+  if (const auto spec = obj.find("spec"); spec != obj.end() && !spec->is_object()) {
+    return wrong(std::string("its spec is a JSON ") + spec->type_name() + ", not an object");
+  }
+  return Status::Ok();
+}
+
+// Why TLS verification failed, and which setting decides it: "SSLServerVerification" alone
+// sent operators guessing between the CA, the name and the clock.
+std::string VerifyFailure(long verify_result, const KubeConnection& conn,
+                          const std::string& name) {
+  if (verify_result != X509_V_OK) {
+    return "the API server's certificate failed verification: " +
+           std::string(X509_verify_cert_error_string(verify_result)) + " (trusted CAs: " +
+           conn.ca_source + ")";
+  }
+  // httplib checks the name after OpenSSL's chain checks passed: the chain is good.
+  return "the API server's certificate is not valid for \"" + name + "\" (" +
+         (conn.tls_server_name.empty()
+              ? "the server's host; a kubeconfig's tls-server-name sets another name to verify"
+              : "the kubeconfig's tls-server-name") +
+         ")";
+}
+
 std::string StatusMessage(const std::string& body) {
   Result<nlohmann::json> parsed = ParseJson(body, "response");
   if (parsed.ok()) {
@@ -143,6 +262,15 @@ Result<KubeConnection> LoadKubeconfig(const std::string& path) {
     Result<std::string> ca = DataOrFile(cluster, "certificate-authority", base);
     if (!ca.ok()) return ca.status();
     conn.ca_pem = *ca;
+    const std::string where = " of cluster " + cluster_name + " in kubeconfig " + path;
+    conn.ca_source = cluster["certificate-authority-data"] ? "certificate-authority-data" + where
+                     : cluster["certificate-authority"]
+                         ? "certificate-authority " +
+                               cluster["certificate-authority"].as<std::string>() + where
+                         : "the system's, no certificate-authority" + where;
+    if (cluster["tls-server-name"]) {
+      conn.tls_server_name = cluster["tls-server-name"].as<std::string>();
+    }
     conn.insecure_skip_verify =
         cluster["insecure-skip-tls-verify"] && cluster["insecure-skip-tls-verify"].as<bool>();
     const std::string user_name = ctx["user"] ? ctx["user"].as<std::string>() : "";
@@ -180,6 +308,7 @@ Result<KubeConnection> InClusterConnection(const std::string& sa_dir) {
   Result<std::string> ca = ReadWholeFile(sa_dir + "/ca.crt");
   if (!ca.ok()) return ca.status();
   conn.ca_pem = *ca;
+  conn.ca_source = "the in-cluster CA file " + sa_dir + "/ca.crt";
   conn.token_file = sa_dir + "/token";
   if (Result<std::string> t = ReadWholeFile(conn.token_file); !t.ok()) return t.status();
   return conn;
@@ -205,11 +334,18 @@ std::string KubeClusterReader::CurrentToken() {
   return token_;
 }
 
-Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::string& path,
+Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const ObjectRef& ref,
+                                                                 const std::string& path,
                                                                  Deadline deadline) {
-  // Whatever is left of the caller's budget, at most the configured timeout. cpp-httplib
-  // bounds each phase on its own (connect with the TLS handshake, then the wait for the answer),
-  // so each gets half: the whole GET stays within the budget.
+  const std::string bracketed = conn_.host.find(':') != std::string::npos
+                                    ? "[" + conn_.host + "]" : conn_.host;
+  const std::string authority = bracketed + ":" + std::to_string(conn_.port);
+  const std::string target = conn_.path_prefix + path;
+  const std::string url = "https://" + authority + target;
+  // Whatever is left of the caller's budget, at most the configured timeout. cpp-httplib bounds
+  // connecting and the TLS handshake with one timeout each, and a watchdog cannot cut them
+  // short (stop() waits for them), so each gets half; the watchdog ends the rest (request,
+  // headers, body) when the budget is spent.
   auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(conn_.timeout);
   bool cut = false;  // the admission's budget, not the configured timeout, bounds this GET
   if (deadline != Deadline::max()) {
@@ -234,27 +370,75 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::stri
     BIO_free(kb);
     if (!cert || !key) return Status::InvalidArgument("client certificate or key is not valid PEM");
   }
+  // With tls-server-name the client is made for that name (httplib sends its host as SNI and
+  // verifies the certificate against it) and told to connect to the server's address instead.
+  // That map takes numeric addresses only, so a host name is resolved here.
+  const std::string& name = conn_.tls_server_name.empty() ? conn_.host : conn_.tls_server_name;
+  std::map<std::string, std::string> addresses;
+  if (!conn_.tls_server_name.empty()) {
+    Result<std::string> address = NumericAddress(conn_.host);
+    if (!address.ok()) return Status::Unavailable("GET " + url + ": " + address.status().message());
+    addresses[name] = *address;
+  }
   // One client per call: lookups are rare (cached) and this keeps calls independent, so one
   // slow API server answer never blocks another admission's lookup.
-  httplib::SSLClient client(conn_.host, conn_.port, cert.get(), key.get());
+  httplib::SSLClient client(name, conn_.port, cert.get(), key.get());
+  client.set_hostname_addr_map(std::move(addresses));
   if (!conn_.ca_pem.empty()) client.set_ca_cert_store(StoreFromPem(conn_.ca_pem));
   client.enable_server_certificate_verification(!conn_.insecure_skip_verify);
-  const auto secs = phase.count() / 1000;
-  const auto usecs = (phase.count() % 1000) * 1000;
-  client.set_connection_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
-  client.set_read_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
-  client.set_write_timeout(static_cast<time_t>(secs), static_cast<time_t>(usecs));
+  const auto timeout = [](std::chrono::milliseconds t) {
+    return std::pair{static_cast<time_t>(t.count() / 1000), static_cast<time_t>(t.count() % 1000 * 1000)};
+  };
+  client.set_connection_timeout(timeout(phase).first, timeout(phase).second);
+  client.set_read_timeout(timeout(budget).first, timeout(budget).second);
+  client.set_write_timeout(timeout(budget).first, timeout(budget).second);
   if (const std::string token = CurrentToken(); !token.empty()) client.set_bearer_token_auth(token);
+  // The server's own authority, as kubectl sends it, not the tls-server-name httplib would.
+  const httplib::Headers headers = {{"Accept", "application/json"}, {"Host", authority}};
+  std::string body;
+  std::string too_large;  // why the answer was refused for its size
   const auto started = std::chrono::steady_clock::now();
-  httplib::Result res = client.Get(path, {{"Accept", "application/json"}});
+  bool out_of_time = false;  // the watchdog ended the request
+  httplib::Result res = [&] {
+    Watchdog watchdog(client, started + budget);
+    httplib::Result r = client.Get(
+        target, headers,
+        [&](const httplib::Response& head) {
+          const std::string length = head.get_header_value("Content-Length");
+          if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > kMaxAnswerBytes) {
+            too_large = "Content-Length " + length;
+            return false;
+          }
+          return true;
+        },
+        [&](const char* data, size_t size) {
+          if (body.size() + size > kMaxAnswerBytes) {
+            too_large = "more than " + std::to_string(kMaxAnswerBytes) + " bytes";
+            return false;
+          }
+          body.append(data, size);
+          return true;
+        });
+    out_of_time = watchdog.fired();
+    return r;
+  }();
+  if (!too_large.empty()) {
+    return Status::Unavailable("GET " + url + ": the answer for " + ref.ToString() +
+                               " is too large (" + too_large + "; at most " +
+                               std::to_string(kMaxAnswerBytes >> 20) +
+                               " MiB is read, the API server keeps objects under 1.5 MiB)");
+  }
   if (!res) {
+    if (res.error() == httplib::Error::SSLServerVerification) {
+      return Status::Unavailable("GET " + url + ": " +
+                                 VerifyFailure(client.get_openssl_verify_result(), conn_, name));
+    }
     // A connection refused or reset fails at once: saying it timed out would send the operator
     // to --lookup-timeout instead of to the API server's address.
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
-    std::string why = "GET https://" + conn_.host + ":" + std::to_string(conn_.port) + path + ": " +
-                      httplib::to_string(res.error());
-    if (took < phase) {
+    std::string why = "GET " + url + ": " + httplib::to_string(res.error());
+    if (!out_of_time && took < phase) {
       why += " (failed after " + std::to_string(took.count()) + " ms, not a timeout)";
     } else if (cut) {
       why += " (no answer within what was left of this admission's lookup budget, "
@@ -268,15 +452,16 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const std::stri
   if (res->status == 403) {
     // A definite answer, not an outage: the cache must not hide it behind an older object.
     return Status::FailedPrecondition(
-        "GET " + path + ": HTTP 403: " + StatusMessage(res->body) +
+        "GET " + url + ": HTTP 403: " + StatusMessage(body) +
         " (the webhook's ServiceAccount may not read it: check the ClusterRole "
         "kv-offload-webhook and its binding, manifests/base/rbac.yaml)");
   }
   if (res->status != 200) {
-    return ApiServerStatusError(res->status, "GET " + path, StatusMessage(res->body));
+    return ApiServerStatusError(res->status, "GET " + url, StatusMessage(body));
   }
-  Result<nlohmann::json> obj = ParseJson(res->body, "API server response");
-  if (!obj.ok()) return obj.status();
+  Result<nlohmann::json> obj = ParseJson(body, "the answer to GET " + url);
+  if (!obj.ok()) return Status::Unavailable(obj.status().message());
+  if (Status s = CheckAnswer(*obj, ref, url); !s.ok()) return s;
   return std::optional<nlohmann::json>(std::move(*obj));
 }
 
@@ -284,9 +469,9 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetBefore(const ObjectR
                                                                    Deadline deadline) {
   switch (ref.kind) {
     case ObjectKind::kNamespace:
-      return GetPath("/api/v1/namespaces/" + ref.name, deadline);
+      return GetPath(ref, "/api/v1/namespaces/" + ref.name, deadline);
     case ObjectKind::kPersistentVolumeClaim:
-      return GetPath("/api/v1/namespaces/" + ref.namespace_name + "/persistentvolumeclaims/" +
+      return GetPath(ref, "/api/v1/namespaces/" + ref.namespace_name + "/persistentvolumeclaims/" +
                      ref.name, deadline);
     case ObjectKind::kLLMInferenceService:
     case ObjectKind::kLLMInferenceServiceConfig: {
@@ -296,7 +481,7 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetBefore(const ObjectR
       // v1alpha2 first; clusters with only the older CRD version answer 404 there.
       for (const char* version : {"v1alpha2", "v1alpha1"}) {
         Result<std::optional<nlohmann::json>> r =
-            GetPath(std::string("/apis/serving.kserve.io/") + version + "/namespaces/" +
+            GetPath(ref, std::string("/apis/serving.kserve.io/") + version + "/namespaces/" +
                     ref.namespace_name + resource + ref.name, deadline);
         if (!r.ok() || r->has_value()) return r;
       }

@@ -19,7 +19,16 @@ namespace kvoffload::webhook {
 struct KubeConnection {
   std::string host;  // without brackets for IPv6
   int port = 443;
+  // The server URL's path ("/k8s/clusters/c-1" behind a Rancher-style proxy), put before every
+  // request's path as kubectl does; empty, or "/..." without a trailing slash.
+  std::string path_prefix;
+  // The kubeconfig's tls-server-name: the name sent as SNI and verified against the API
+  // server's certificate instead of `host`; empty: `host`.
+  std::string tls_server_name;
   std::string ca_pem;           // empty: the system trust store
+  // Where ca_pem came from ("certificate-authority of cluster x in kubeconfig /p"), for
+  // TLS verification errors: they must say which setting to fix.
+  std::string ca_source;
   bool insecure_skip_verify = false;
   std::string client_cert_pem;  // client certificate auth, optional
   std::string client_key_pem;
@@ -31,13 +40,18 @@ struct KubeConnection {
 };
 
 // Reads the current context of a kubeconfig file (clusters/users/contexts, *-data fields or
-// file paths relative to the kubeconfig, token or tokenFile).
+// file paths relative to the kubeconfig, token or tokenFile, a server URL with a path,
+// tls-server-name).
 Result<KubeConnection> LoadKubeconfig(const std::string& path);
 
 // In-cluster settings: KUBERNETES_SERVICE_HOST/PORT and the service account's files under
 // `sa_dir` (/var/run/secrets/kubernetes.io/serviceaccount). NotFound when not in a pod.
 Result<KubeConnection> InClusterConnection(const std::string& sa_dir);
 
+// Errors keep their meaning for the cache: a 404 is "no object" (not an error), a 403 is
+// FailedPrecondition (an answer, never hidden behind an older copy), and every other failure
+// (unreachable, timeout, other HTTP statuses with their code in the message, an answer that is
+// too large, not JSON, or not the object asked for) is Unavailable.
 class KubeClusterReader final : public ClusterReader {
  public:
   explicit KubeClusterReader(KubeConnection connection);
@@ -46,7 +60,9 @@ class KubeClusterReader final : public ClusterReader {
   bool Authoritative() const override { return true; }
 
  private:
-  Result<std::optional<nlohmann::json>> GetPath(const std::string& path, Deadline deadline);
+  // GETs `path` (below the server URL's own path) and checks the answer is `ref`.
+  Result<std::optional<nlohmann::json>> GetPath(const ObjectRef& ref, const std::string& path,
+                                                Deadline deadline);
   std::string CurrentToken();
 
   const KubeConnection conn_;
