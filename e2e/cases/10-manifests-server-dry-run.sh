@@ -46,6 +46,44 @@ PY
 done
 ((count >= 3)) || fail "expected base and 2 overlays, applied ${count}"
 
+# manifests/monitoring against the Prometheus Operator's own CRDs, read from its Go module
+# through the module proxy (as the control plane's sources are): the PrometheusRule and the
+# PodMonitor must be what the operator's schemas accept, not what we believe they are. The
+# CRDs stay installed (nothing serves them); server-side dry-run as above.
+# shellcheck source=e2e/controlplane/versions.env
+source "${E2E_REPO}/e2e/controlplane/versions.env"
+po_mod="github.com/prometheus-operator/prometheus-operator@${KVOFFLOAD_PROMETHEUS_OPERATOR_VERSION}"
+po_dir="$(cd "${work}" && PATH="$("${E2E_REPO}/hack/go-toolchain.sh"):${PATH}" GOFLAGS='' \
+            go mod download -json "${po_mod}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+[[ -d "${po_dir}/example/prometheus-operator-crd" ]] || fail "could not download ${po_mod}"
+for crd in prometheusrules podmonitors; do
+  k apply --server-side --field-manager kv-offload-e2e \
+    -f "${po_dir}/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" >/dev/null
+  k wait --for condition=Established --timeout 60s "crd/${crd}.monitoring.coreos.com" >/dev/null
+done
+k kustomize "${work}/manifests/monitoring" > "${work}/monitoring.yaml" || fail "kustomize monitoring"
+out="$(k apply --server-side --dry-run=server --field-manager kv-offload-e2e \
+         -f "${work}/monitoring.yaml" 2>&1)" || fail "server-side dry-run of monitoring: ${out}"
+echo "monitoring (Prometheus Operator ${KVOFFLOAD_PROMETHEUS_OPERATOR_VERSION} CRDs):"
+sed 's/^/  /' <<<"${out}"
+assert_contains "${out}" "prometheusrule.monitoring.coreos.com/kv-offload serverside-applied (server dry run)" "PrometheusRule"
+assert_contains "${out}" "podmonitor.monitoring.coreos.com/kv-offload-webhook serverside-applied (server dry run)" "PodMonitor"
+# The schemas are checked, not only the kinds: a PodMonitor field the operator does not know
+# (strict field validation, kubectl's default) is refused.
+python3 - "${work}/monitoring.yaml" > "${work}/monitoring-bad.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "PodMonitor":
+        d["spec"]["podMetricsEndpoints"][0]["scrapeEvery"] = "30s"
+yaml.safe_dump_all(docs, sys.stdout)
+PY
+grep -q scrapeEvery "${work}/monitoring-bad.yaml" || fail "no PodMonitor endpoint to break"
+out="$(k apply --server-side --dry-run=server --field-manager kv-offload-e2e \
+         -f "${work}/monitoring-bad.yaml" 2>&1)" \
+  && fail "a PodMonitor with an unknown field was accepted: the CRD's schema is not applied"
+assert_contains "${out}" "scrapeEvery" "the unknown field named in the refusal"
+
 # Pod Security: the Deployment's pod template as a Pod, in the namespace enforcing restricted.
 podify() {
   python3 - "$1" <<'PY'
