@@ -4,9 +4,11 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -132,20 +134,29 @@ constexpr size_t kMaxAnswerBytes = size_t{8} << 20;
 
 // Ends `client`'s request at `end`: cpp-httplib bounds each read, not the answer, so a body sent
 // a byte at a time (or never finished) held an admission, and the cache's waiters on the same
-// object, far past the lookup budget. ClientImpl::stop() is the one call httplib makes safe
-// from another thread (it shuts the socket down under the client's socket lock, so it can
-// never hit a socket reused after the request closed its own).
+// object, far past the lookup budget. At `end` the watchdog shuts the connection's socket down,
+// and the request's pending and next reads and writes fail at once. It holds its own duplicate
+// of the socket's descriptor (taken as httplib creates the socket): shutdown() acts on the
+// connection whoever else holds it, and the duplicate keeps the number from being reused for
+// another file if httplib closes its own meanwhile. httplib's own stop() was not used: it takes
+// the client's socket lock from this thread, a lock TSan cannot follow in Debian's
+// uninstrumented library, and it waits out a connect or handshake that a shutdown cuts short.
 class Watchdog {
  public:
   Watchdog(httplib::ClientImpl& client, std::chrono::steady_clock::time_point end)
-      : thread_([this, &client, end] {
-          {
-            std::unique_lock<std::mutex> lock(mu_);
-            if (cv_.wait_until(lock, end, [this] { return done_; })) return;
-            fired_ = true;
-          }
-          client.stop();
-        }) {}
+      : thread_([this, end] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_until(lock, end, [this] { return done_; })) return;
+          fired_ = true;
+          if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+        }) {
+    client.set_socket_options([this](socket_t sock) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = ::fcntl(sock, F_DUPFD_CLOEXEC, 0);
+      if (fired_ && fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);  // a socket made after the end
+    });
+  }
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -153,6 +164,7 @@ class Watchdog {
     }
     cv_.notify_one();
     thread_.join();
+    if (fd_ >= 0) ::close(fd_);
   }
   bool fired() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -164,6 +176,7 @@ class Watchdog {
   std::condition_variable cv_;
   bool done_ = false;   // GUARDED_BY(mu_)
   bool fired_ = false;  // GUARDED_BY(mu_)
+  int fd_ = -1;         // GUARDED_BY(mu_): our duplicate of the request's socket
   std::thread thread_;  // last: it uses the members above
 };
 
@@ -343,9 +356,9 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const ObjectRef
   const std::string target = conn_.path_prefix + path;
   const std::string url = "https://" + authority + target;
   // Whatever is left of the caller's budget, at most the configured timeout. cpp-httplib bounds
-  // connecting and the TLS handshake with one timeout each, and a watchdog cannot cut them
-  // short (stop() waits for them), so each gets half; the watchdog ends the rest (request,
-  // headers, body) when the budget is spent.
+  // connecting and the TLS handshake with one timeout each (half the budget, so that a slow
+  // connect leaves time for the answer) and each read and write; the watchdog ends whatever is
+  // still going (request, headers, body) when the budget is spent.
   auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(conn_.timeout);
   bool cut = false;  // the admission's budget, not the configured timeout, bounds this GET
   if (deadline != Deadline::max()) {
