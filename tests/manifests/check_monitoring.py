@@ -221,6 +221,8 @@ def known_metrics() -> dict[str, str]:
     if not webhook:
         sys.exit("check_monitoring: no TYPE lines in webhook/src/metrics.cc")
     helped = set(re.findall(r"# HELP (kvoffload_[a-z_]+) ", source))
+    # What Prometheus itself writes for every target it scrapes.
+    known["up"] = "Prometheus (one series per scraped target)"
     for where, entries in (("offload-agent/README.md", rows),
                            ("webhook/src/metrics.cc", [e for e in webhook if e[0] in helped])):
         for name, kind in entries:
