@@ -1,6 +1,7 @@
 # Reliability: sanitizers, fuzzing, long load/crash trials.
-#   make test-asan    whole suite under ASan+UBSan, in $(ASAN_BUILD)
-#   make test-tsan    whole suite under TSan, in $(TSAN_BUILD)
+#   make test-asan    every test that runs our C++ under ASan+UBSan, in $(ASAN_BUILD)
+#   make test-tsan    those of them that start threads under TSan, in $(TSAN_BUILD)
+#                     (tests/CMakeLists.txt: SINGLE_THREADED; the vLLM tests run in neither)
 #   make fuzz         every libFuzzer target for FUZZ_SECONDS each (default 600), clang from Debian
 #   make fuzz-ci      the same for 60 s each (what .ci/run runs)
 #   make reliability  long trials (webhook load with faults, agent crash trials); not in `make test`
