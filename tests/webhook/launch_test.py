@@ -259,6 +259,13 @@ class LaunchTest(unittest.TestCase):
                               "--kv-transfer-config here\nEOF\n" + plain, "--"],
             # A shift is no here-document (its "body" swallowed the launch).
             "arithmetic shift": ["/bin/bash", "-c", "PORT=$((1 << 13))\n" + plain, "--"],
+            # A launch in a function that the script calls with its own arguments.
+            "function called with \"$@\"": [
+                "/bin/bash", "-c", 'start() {\n  exec vllm serve /mnt/models "$@"\n}\n'
+                'start "$@"', "--"],
+            "function keyword, called in an if": [
+                "/bin/bash", "-c", 'function start {\n  vllm serve /mnt/models "$@"\n}\n'
+                'if ! start "$@"; then exit 1; fi', "--"],
             # The first "$@" is a log call's, not the launch's.
             "log \"$@\", then eval": [
                 "/bin/bash", "-c", 'log() { echo "[launch] $*" >&2; }\nlog "$@"\n'
@@ -338,7 +345,14 @@ class LaunchTest(unittest.TestCase):
         after_a_test = agent_pod(["/bin/sh", "-c", 'case "$*" in *--kv-transfer-config*) '
                                   'echo "user flag" >&2;; esac\nexec vllm serve /mnt/models '
                                   "--kv-transfer-config '" + lmcache + "' \"$@\"", "--"])
+        # A launch in a function called without the script's arguments: "$@" there is the
+        # call's (none), so ours in args never reached vLLM while the status said "args".
+        function_without_args = agent_pod(
+            ["/bin/bash", "-c", 'start() { exec vllm serve /mnt/models "$@"; }\nstart', "--"],
+            args=["--port", "8000"])
         for name, before, env_values, how in (("in a variable", in_variable, {}, "user"),
+                                              ("function without \"$@\"",
+                                               function_without_args, {}, "not-injected"),
                                               ("after a test", after_a_test, {}, "user"),
                                               ("$(VAR) in args", by_reference, {}, "user"),
                                               ("quoted", quoted, {}, "not-injected"),
@@ -346,9 +360,13 @@ class LaunchTest(unittest.TestCase):
                                                "not-injected"),
                                               ("dotted", dotted, {}, "user")):
             with self.subTest(case=name):
-                patched = inject(before, cluster)
+                warnings = []
+                patched = inject(before, cluster, warnings)
                 status = json.loads(patched["metadata"]["annotations"]["kvoffload.io/status"])
                 self.assertEqual(status["vllmFlag"], how, status)
+                if before is function_without_args:  # the warning names the call to fix
+                    self.assertTrue(any('call it as start "$@"' in w for w in warnings),
+                                    warnings)
                 if how == "user":
                     self.assertEqual(status.get("vllmFlagReason"), "user-flag", status)
                 self.assertEqual(vllm_argv.run(patched, env_from=env_values)["argv"],
@@ -395,8 +413,9 @@ class LaunchTest(unittest.TestCase):
                     self.assertEqual(inject(patched, cluster), patched)
 
 
-def inject(pod: dict, cluster: dict) -> dict:
-    """The pod as `kv-offload-webhook inject` prints it, with the case's cluster objects."""
+def inject(pod: dict, cluster: dict, warnings: list | None = None) -> dict:
+    """The pod as `kv-offload-webhook inject` prints it, with the case's cluster objects; its
+    warnings (stderr lines) appended to `warnings` when given."""
     ns = cluster.get("namespace", "default")
     docs = [o for o in cluster.get("objects", [])] + [pod]
     flags = [f"--namespace={ns}", f"--default-mode={cluster.get('defaultMode', 'vllm-native')}"]
@@ -406,6 +425,8 @@ def inject(pod: dict, cluster: dict) -> dict:
                          input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
+    if warnings is not None:
+        warnings.extend(out.stderr.splitlines())
     pods = [i for i in json.loads(out.stdout)["items"] if i.get("kind") == "Pod"]
     assert len(pods) == 1, pods
     return pods[0]

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -485,6 +486,160 @@ Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
   return {};
 }
 
+// A line that starts vLLM (`vllm serve`, `-m vllm.entrypoints...`).
+bool IsLaunchLine(std::string_view line) {
+  return line.find("vllm serve") != std::string_view::npos ||
+         line.find("vllm.entrypoints") != std::string_view::npos;
+}
+
+// One pass over a script: whether each byte is inside quotes, and the brace that closes each
+// unquoted `{` (npos where none does). One pass, not a walk from the start for each of them: a
+// pod's script is the pod author's, and a walk per candidate took seconds on a large one.
+struct ScriptShape {
+  std::vector<bool> quoted;
+  std::vector<size_t> closing;  // by the offset of its `{`
+};
+ScriptShape Shape(std::string_view s) {
+  ScriptShape shape{std::vector<bool>(s.size(), false),
+                    std::vector<size_t>(s.size(), std::string_view::npos)};
+  std::vector<size_t> open;
+  char quote = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    shape.quoted[i] = quote != 0;
+    if (quote == '\'') {
+      if (c == '\'') quote = 0;
+    } else if (c == '\\') {
+      if (i + 1 < s.size()) shape.quoted[i + 1] = quote != 0;
+      ++i;
+    } else if (quote == '"') {
+      if (c == '"') quote = 0;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == '{') {
+      open.push_back(i);
+    } else if (c == '}' && !open.empty()) {
+      shape.closing[open.back()] = i;
+      open.pop_back();
+    }
+  }
+  return shape;
+}
+
+bool StartsCommandAfter(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == ';' || c == '&' || c == '|' || c == '(' ||
+         c == '{';
+}
+
+// A function the script defines: its name and the offsets of its body's braces in `text`.
+struct Function {
+  std::string_view name;
+  size_t open = 0;
+  size_t close = 0;
+};
+
+// The functions defined in `text` (a script's logical lines joined by newlines), in the forms
+// scripts write: `name() {`, `name () {`, `function name() {` and `function name {`.
+std::vector<Function> Functions(std::string_view text) {
+  const ScriptShape shape = Shape(text);
+  std::vector<Function> out;
+  auto add = [&](std::string_view name, size_t after_name) {
+    size_t i = after_name;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    if (text.substr(i, 2) == "()") i += 2;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n')) ++i;
+    if (i >= text.size() || text[i] != '{') return;
+    if (shape.quoted[i] || shape.closing[i] == std::string_view::npos) return;
+    out.push_back({name, i, shape.closing[i]});
+  };
+  auto name_ending_at = [&](size_t end) {
+    size_t begin = end;
+    while (begin > 0 && (IsWordChar(text[begin - 1]) || text[begin - 1] == '-')) --begin;
+    return begin;
+  };
+  for (size_t pos = text.find("()"); pos != std::string_view::npos;
+       pos = text.find("()", pos + 2)) {
+    size_t end = pos;
+    while (end > 0 && (text[end - 1] == ' ' || text[end - 1] == '\t')) --end;
+    const size_t begin = name_ending_at(end);
+    if (begin == end || (begin > 0 && !StartsCommandAfter(text[begin - 1])) ||
+        shape.quoted[begin]) {
+      continue;
+    }
+    add(text.substr(begin, end - begin), pos);
+  }
+  for (size_t pos = text.find("function "); pos != std::string_view::npos;
+       pos = text.find("function ", pos + 1)) {
+    if ((pos > 0 && !StartsCommandAfter(text[pos - 1])) || shape.quoted[pos]) continue;
+    size_t begin = pos + 9;
+    while (begin < text.size() && text[begin] == ' ') ++begin;
+    size_t end = begin;
+    while (end < text.size() && (IsWordChar(text[end]) || text[end] == '-')) ++end;
+    // `function name()` was found above.
+    if (end == begin || text.substr(end, 2) == "()") continue;
+    add(text.substr(begin, end - begin), end);
+  }
+  return out;
+}
+
+// `lines` with the bodies of the functions that no call hands the script's own arguments
+// blanked out (newlines kept): inside a function "$@" is its call's arguments, so a launch
+// there that expands "$@" gets ours only where the script calls it as `name "$@"` (or "$*").
+// Lines without a function come back as they are. `launcher`: the name of a blanked function
+// that starts vLLM, for the warning.
+std::vector<std::string> WithScriptLevelArguments(const std::vector<std::string>& lines,
+                                                  std::string* launcher) {
+  std::string text;
+  for (const std::string& line : lines) (text += line) += '\n';
+  // Past 64 KiB (a launch script is a few) the script is read as before, without this: the
+  // expansions' command words are found by walking back from each, which a pod author could
+  // make quadratic.
+  if (text.size() > 64 * 1024) return lines;
+  const std::vector<Function> functions = Functions(text);
+  if (functions.empty()) return lines;
+  std::vector<size_t> starts;  // of each line in `text`
+  for (size_t at = 0; const std::string& line : lines) {
+    starts.push_back(at);
+    at += line.size() + 1;
+  }
+  // Where the script calls a function with its own arguments: each expansion of them, by the
+  // command word it belongs to (after `if`, `while`, `until` or `!`), the first and last offset.
+  std::map<std::string, std::pair<size_t, size_t>, std::less<>> forwarding;
+  for (std::string_view p : {"$@", "${@}", "$*", "${*}"}) {
+    for (size_t pos = text.find(p); pos != std::string::npos; pos = text.find(p, pos + 1)) {
+      const size_t line_start = *(std::upper_bound(starts.begin(), starts.end(), pos) - 1);
+      const std::vector<std::string> words = CommandWordsBefore(text, pos, line_start);
+      size_t first = 0;
+      while (first < words.size() && (words[first] == "if" || words[first] == "while" ||
+                                      words[first] == "until" || words[first] == "!")) {
+        ++first;
+      }
+      if (first == words.size()) continue;
+      auto [it, added] = forwarding.try_emplace(words[first], pos, pos);
+      if (!added) it->second = {std::min(it->second.first, pos), std::max(it->second.second, pos)};
+    }
+  }
+  auto forwarded_to = [&](const Function& f) {
+    const auto it = forwarding.find(f.name);
+    // A call outside the function's own body (inside it, "$@" is already the function's).
+    return it != forwarding.end() && (it->second.first < f.open || it->second.second > f.close);
+  };
+  std::string own = text;
+  for (const Function& f : functions) {
+    if (forwarded_to(f)) continue;
+    if (IsLaunchLine(std::string_view(text).substr(f.open, f.close - f.open))) {
+      *launcher = f.name;
+    }
+    for (size_t i = f.open + 1; i < f.close; ++i) {
+      if (own[i] != '\n') own[i] = ' ';
+    }
+  }
+  std::vector<std::string> out;
+  out.reserve(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) out.push_back(own.substr(starts[i], lines[i].size()));
+  return out;
+}
+
 }  // namespace
 
 std::string ShellQuote(std::string_view text) {
@@ -571,10 +726,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   // where that line expands neither (`exec "$@"` with vllm in the args, a function).
   std::vector<std::string> launch_lines;
   for (const std::string& line : lines) {
-    if (line.find("vllm serve") != std::string::npos ||
-        line.find("vllm.entrypoints") != std::string::npos) {
-      launch_lines.push_back(line);
-    }
+    if (IsLaunchLine(line)) launch_lines.push_back(line);
   }
   auto expansions = [](const std::vector<std::string>& where) {
     return std::pair{
@@ -582,7 +734,23 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
         FindLaunchExpansion(where, {"$@", "${@}", "$*", "${*}"})};
   };
   auto [v, e] = expansions(launch_lines);
-  if (!v.found && !e.found) std::tie(v, e) = expansions(lines);
+  const bool on_launch_line = v.found || e.found;
+  if (!on_launch_line) std::tie(v, e) = expansions(lines);
+  // A launch in a function that the script calls without its own arguments (`start() { exec
+  // vllm serve "$@"; }` then `start`): ours would go to arguments that never reach it (vLLM got
+  // no flag while the status said args). Read again with such bodies blanked out.
+  std::string launcher;  // that function
+  if (e.found) {
+    const std::vector<std::string> own = WithScriptLevelArguments(lines, &launcher);
+    if (own != lines) {
+      std::vector<std::string> own_launch_lines;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (IsLaunchLine(lines[i])) own_launch_lines.push_back(own[i]);
+      }
+      e = FindLaunchExpansion(on_launch_line ? own_launch_lines : own,
+                              {"$@", "${@}", "$*", "${*}"});
+    }
+  }
   // What reaches vLLM: the script without its comments (a "TODO: --shutdown-timeout" comment
   // once kept ours out), the arguments only where it forwards them, the variable only where
   // it expands it (a --shutdown-timeout in args the script drops kept ours out too).
@@ -594,6 +762,9 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   plan.additional_args_unseen = v.found && additional_args_unseen;
   if (e.found) {
     plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
+  } else if (!v.found && !launcher.empty()) {
+    plan.unreachable_why = "calls " + launcher + ", whose vllm command takes \"$@\", without "
+                           "the script's own arguments; call it as " + launcher + " \"$@\",";
   } else if (v.found && v.one_word) {
     plan.unreachable_why = "expands \"$VLLM_ADDITIONAL_ARGS\" in double quotes, which makes it "
                            "one word to vLLM, so a flag added to it would join the arguments "
