@@ -171,6 +171,27 @@ TEST_F(HostileInputTest, NulBytes) {
   ExpectDenied(PodReview(Pod(std::string(1, '\0') + kEmptyDirSpec)), 403, "kvoffload.io/config");
 }
 
+TEST_F(HostileInputTest, MebibyteLaunchScriptsAreReadInBoundedTime) {
+  // Each expansion of the script's arguments was read by walking its line back from it: a line
+  // of `echo $@$@$@...` held a webhook thread 35 s for 97 KiB, an hour for a mebibyte. Handle()
+  // holds each to 2 s; the flag cannot reach vLLM through any of these, so the pod says so.
+  std::string dollars;
+  for (int i = 0; i < 512 * 1024; ++i) dollars += "$@";
+  std::string functions;  // under the 64 KiB past which functions are not read
+  while (functions.size() < 60 * 1024) functions += "f() { :; }; ";
+  for (const std::string& script :
+       {"echo " + dollars, "vllm serve /m; echo " + dollars, "eval \"echo " + dollars + "\"",
+        functions + "\nstart() { exec vllm serve /m \"$@\"; }\nstart"}) {
+    json pod = Pod(kEmptyDirSpec, {{{"name", "main"},
+                                    {"image", "vllm"},
+                                    {"command", {"/bin/bash", "-c", script}}}});
+    pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+    const json patched = Patched(pod);
+    const json status =
+        json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+    EXPECT_EQ(status["vllmFlag"], "not-injected") << script.substr(0, 80);
+  }
+}
 
 // Misshapen objects on the apply-time checks: every one is answered (allowed, or denied with a
 // message), never a crash or an error status, and a field of the wrong type is never a denial

@@ -433,6 +433,12 @@ bool ReparsesArgument(const std::vector<std::string>& words) {
   return false;
 }
 
+// Each expansion is read by walking its line back from it (its quote, its command's words),
+// so a line of `echo $@$@$@...` took time quadratic in its length: 35 s for a 97 KiB script,
+// a webhook thread held by one pod. A launch script expands its arguments a few times; past
+// this many, the rest are not read (the script is taken to hand vLLM nothing).
+constexpr size_t kMaxExpansionsRead = 64;
+
 struct Expansion {
   bool found = false;
   bool for_eval = false;  // expanded, then parsed again by eval or a nested shell
@@ -445,6 +451,7 @@ struct Expansion {
 // single-quoted string; other single-quoted text is not expanded here at all.
 Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
                               std::initializer_list<std::string_view> patterns) {
+  size_t examined = 0;
   for (const std::string& line : lines) {
     for (std::string_view p : patterns) {
       for (size_t pos = line.find(p); pos != std::string::npos; pos = line.find(p, pos + 1)) {
@@ -454,6 +461,7 @@ Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
             IsWordChar(line[end])) {
           continue;
         }
+        if (++examined > kMaxExpansionsRead) return {};
         const Quote q = QuoteAt(line, pos);
         if (q.mark == '\'') {
           // Not expanded by this shell; eval expands it once as it parses the string (our
@@ -605,8 +613,10 @@ std::vector<std::string> WithScriptLevelArguments(const std::vector<std::string>
   // Where the script calls a function with its own arguments: each expansion of them, by the
   // command word it belongs to (after `if`, `while`, `until` or `!`), the first and last offset.
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> forwarding;
+  size_t examined = 0;
   for (std::string_view p : {"$@", "${@}", "$*", "${*}"}) {
     for (size_t pos = text.find(p); pos != std::string::npos; pos = text.find(p, pos + 1)) {
+      if (++examined > kMaxExpansionsRead) return lines;  // as FindLaunchExpansion
       const size_t line_start = *(std::upper_bound(starts.begin(), starts.end(), pos) - 1);
       const std::vector<std::string> words = CommandWordsBefore(text, pos, line_start);
       size_t first = 0;
