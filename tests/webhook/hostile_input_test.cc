@@ -192,6 +192,27 @@ TEST_F(HostileInputTest, MebibyteLaunchScriptsAreReadInBoundedTime) {
     EXPECT_EQ(status["vllmFlag"], "not-injected") << script.substr(0, 80);
   }
 }
+TEST_F(HostileInputTest, ManyKubeletReferencesOverALargeEnvAreExpandedInOnePass) {
+  // Each $(NAME) in command and args was looked up by walking the env array from its start,
+  // and each step of that walk did the same: minutes for 100,000 references over 2,000
+  // entries. The last entry of a name is the value, as the kubelet keeps it.
+  json env = json::array();
+  for (int i = 0; i < 2000; ++i) env.push_back({{"name", "X"}, {"value", std::to_string(i)}});
+  json args = json::array();
+  for (int i = 0; i < 100000; ++i) args.push_back("$(X)");
+  args.push_back("--kv-transfer-config=$(KV)");
+  env.push_back({{"name", "KV"}, {"value", R"({"kv_connector":"LMCacheConnectorV1"})"}});
+  json pod = Pod(kEmptyDirSpec, {{{"name", "main"},
+                                  {"image", "vllm"},
+                                  {"command", {"vllm", "serve"}},
+                                  {"args", args},
+                                  {"env", env}}});
+  pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+  const json patched = Patched(pod);
+  const json status =
+      json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+  EXPECT_EQ(status["vllmFlag"], "user") << status;  // seen through $(KV)
+}
 
 // Misshapen objects on the apply-time checks: every one is answered (allowed, or denied with a
 // message), never a crash or an error status, and a field of the wrong type is never a denial

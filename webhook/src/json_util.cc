@@ -197,6 +197,15 @@ JsonView JsonView::At(size_t index) const {
   return JsonView(&item);
 }
 
+std::vector<JsonView> JsonView::Elements() const {
+  std::vector<JsonView> out;
+  if (!IsArray()) return out;
+  const simdjson::dom::array items = ElementOf(element_).get_array().value_unsafe();
+  out.reserve(items.size());
+  for (simdjson::dom::element item : items) out.push_back(JsonView(&item));
+  return out;
+}
+
 std::vector<std::string_view> JsonView::Strings() const {
   std::vector<std::string_view> out;
   if (!IsArray()) return out;

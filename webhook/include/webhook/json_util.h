@@ -85,8 +85,11 @@ class JsonView {
   bool Contains(std::string_view key) const;
   // The members of an object or the elements of an array; 0 for anything else.
   size_t Size() const;
-  // The element `index` of an array; absent past its end, and for anything else.
+  // The element `index` of an array; absent past its end, and for anything else. Walks the
+  // array from its start: to visit each element, use Elements().
   JsonView At(size_t index) const;
+  // The elements of an array, in order, in one pass; empty for anything else.
+  std::vector<JsonView> Elements() const;
   // The elements of an array as strings, in order ("" for an element that is not a string);
   // empty for anything else.
   std::vector<std::string_view> Strings() const;
