@@ -53,9 +53,19 @@ done
 # shellcheck source=e2e/controlplane/versions.env
 source "${E2E_REPO}/e2e/controlplane/versions.env"
 po_mod="github.com/prometheus-operator/prometheus-operator@${KVOFFLOAD_PROMETHEUS_OPERATOR_VERSION}"
-po_dir="$(cd "${work}" && PATH="$("${E2E_REPO}/hack/go-toolchain.sh"):${PATH}" GOFLAGS='' \
-            go mod download -json "${po_mod}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-[[ -d "${po_dir}/example/prometheus-operator-crd" ]] || fail "could not download ${po_mod}"
+# `go mod download -json` reports a failure in its JSON on stdout, so the answer is kept and
+# its "Error" shown (a cold CI run once ended here with no word); the proxy is a remote
+# service, so a failed fetch is tried three times, as go-toolchain.sh's curl is.
+go_bin="$("${E2E_REPO}/hack/go-toolchain.sh")"
+for attempt in 1 2 3; do
+  (cd "${work}" && PATH="${go_bin}:${PATH}" GOFLAGS='' go mod download -json "${po_mod}") \
+    > "${work}/prometheus-operator.json" 2>&1 && break
+  ((attempt < 3)) && sleep 5
+done
+po_dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "${work}/prometheus-operator.json")"
+[[ -d "${po_dir}/example/prometheus-operator-crd" ]] ||
+  fail "could not download ${po_mod}: $(grep '"Error"' "${work}/prometheus-operator.json" ||
+                                         tail -n 5 "${work}/prometheus-operator.json")"
 for crd in prometheusrules podmonitors; do
   k apply --server-side --field-manager kv-offload-e2e \
     -f "${po_dir}/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" >/dev/null
