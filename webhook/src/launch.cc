@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -440,6 +441,11 @@ bool ReparsesArgument(const std::vector<std::string>& words) {
 // this many, the rest are not read (the script is taken to hand vLLM nothing).
 constexpr size_t kMaxExpansionsRead = 64;
 
+// How a script expands its own arguments, and VLLM_ADDITIONAL_ARGS.
+constexpr std::array<std::string_view, 4> kArgumentExpansions = {"$@", "${@}", "$*", "${*}"};
+constexpr std::array<std::string_view, 2> kAdditionalArgsExpansions = {
+    "$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"};
+
 struct Expansion {
   bool found = false;
   bool for_eval = false;  // expanded, then parsed again by eval or a nested shell
@@ -451,7 +457,7 @@ struct Expansion {
 // string is expanded by eval itself, once, so it needs no extra quoting, as one in an eval's
 // single-quoted string; other single-quoted text is not expanded here at all.
 Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
-                              std::initializer_list<std::string_view> patterns) {
+                              std::span<const std::string_view> patterns) {
   size_t examined = 0;
   for (const std::string& line : lines) {
     for (std::string_view p : patterns) {
@@ -548,7 +554,8 @@ struct Function {
 };
 
 // The functions defined in `text` (a script's logical lines joined by newlines), in the forms
-// scripts write: `name() {`, `name () {`, `function name() {` and `function name {`.
+// scripts write: `name() {`, `name () {`, `function name() {` and `function name {`; in the
+// order of their bodies.
 std::vector<Function> Functions(std::string_view text) {
   const ScriptShape shape = Shape(text);
   std::vector<Function> out;
@@ -588,6 +595,8 @@ std::vector<Function> Functions(std::string_view text) {
     if (end == begin || text.substr(end, 2) == "()") continue;
     add(text.substr(begin, end - begin), end);
   }
+  std::sort(out.begin(), out.end(),
+            [](const Function& a, const Function& b) { return a.open < b.open; });
   return out;
 }
 
@@ -600,9 +609,8 @@ std::vector<std::string> WithScriptLevelArguments(const std::vector<std::string>
                                                   std::string* launcher) {
   std::string text;
   for (const std::string& line : lines) (text += line) += '\n';
-  // Past 64 KiB (a launch script is a few) the script is read as before, without this: the
-  // expansions' command words are found by walking back from each, which a pod author could
-  // make quadratic.
+  // Past 64 KiB (a launch script is a few) the script is read as before, without this: its
+  // shape takes eight bytes per byte of script.
   if (text.size() > 64 * 1024) return lines;
   const std::vector<Function> functions = Functions(text);
   if (functions.empty()) return lines;
@@ -615,7 +623,7 @@ std::vector<std::string> WithScriptLevelArguments(const std::vector<std::string>
   // command word it belongs to (after `if`, `while`, `until` or `!`), the first and last offset.
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> forwarding;
   size_t examined = 0;
-  for (std::string_view p : {"$@", "${@}", "$*", "${*}"}) {
+  for (std::string_view p : kArgumentExpansions) {
     for (size_t pos = text.find(p); pos != std::string::npos; pos = text.find(p, pos + 1)) {
       if (++examined > kMaxExpansionsRead) return lines;  // as FindLaunchExpansion
       const size_t line_start = *(std::upper_bound(starts.begin(), starts.end(), pos) - 1);
@@ -636,14 +644,16 @@ std::vector<std::string> WithScriptLevelArguments(const std::vector<std::string>
     return it != forwarding.end() && (it->second.first < f.open || it->second.second > f.close);
   };
   std::string own = text;
+  size_t blank_until = 0;  // a function inside one already blanked is blank: each byte once
   for (const Function& f : functions) {
-    if (forwarded_to(f)) continue;
+    if (f.close <= blank_until || forwarded_to(f)) continue;
     if (IsLaunchLine(std::string_view(text).substr(f.open, f.close - f.open))) {
       *launcher = f.name;
     }
-    for (size_t i = f.open + 1; i < f.close; ++i) {
+    for (size_t i = std::max(f.open + 1, blank_until); i < f.close; ++i) {
       if (own[i] != '\n') own[i] = ' ';
     }
+    blank_until = std::max(blank_until, f.close);
   }
   std::vector<std::string> out;
   out.reserve(lines.size());
@@ -741,8 +751,8 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   }
   auto expansions = [](const std::vector<std::string>& where) {
     return std::pair{
-        FindLaunchExpansion(where, {"$VLLM_ADDITIONAL_ARGS", "${VLLM_ADDITIONAL_ARGS"}),
-        FindLaunchExpansion(where, {"$@", "${@}", "$*", "${*}"})};
+        FindLaunchExpansion(where, kAdditionalArgsExpansions),
+        FindLaunchExpansion(where, kArgumentExpansions)};
   };
   auto [v, e] = expansions(launch_lines);
   const bool on_launch_line = v.found || e.found;
@@ -758,8 +768,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
       for (size_t i = 0; i < lines.size(); ++i) {
         if (IsLaunchLine(lines[i])) own_launch_lines.push_back(own[i]);
       }
-      e = FindLaunchExpansion(on_launch_line ? own_launch_lines : own,
-                              {"$@", "${@}", "$*", "${*}"});
+      e = FindLaunchExpansion(on_launch_line ? own_launch_lines : own, kArgumentExpansions);
     }
   }
   // What reaches vLLM: the script without its comments (a "TODO: --shutdown-timeout" comment
