@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <vector>
 
@@ -82,16 +83,62 @@ void WriteU64(int fd, uint64_t v) {
   [[maybe_unused]] ssize_t n = ::pwrite(fd, &v, sizeof(v), 0);
 }
 
+// A ledger file and this writer's file beside it, locked.
+struct Files {
+  int fd = -1;
+  int writer_fd = -1;
+};
+
+// Opens (creating them and their directory) the ledger at `path` and writer file `name` in
+// `path`.writers/. The writer file is created and locked under the ledger lock: a reaper
+// (which holds it) never takes a writer file that exists but is not locked yet for one whose
+// writer died.
+Result<Files> OpenFiles(const std::string& path, const std::string& name) {
+  std::error_code ec;
+  // Our directory, unless it was removed from outside (the tier's own directory, its mount,
+  // is never created here).
+  std::filesystem::create_directory(std::filesystem::path(path).parent_path(), ec);
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "open ledger " + path);
+  const std::string writers = path + ".writers";
+  if (::mkdir(writers.c_str(), 0755) != 0 && errno != EEXIST) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "create " + writers);
+  }
+  int wfd = -1;
+  int err = 0;
+  {
+    FileLock lock(fd);
+    // O_EXCL: never another writer's file, which truncating would make it forget its bytes
+    // in flight before its lock refused us.
+    wfd = ::open((writers + "/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+    if (wfd >= 0 && ::flock(wfd, LOCK_EX | LOCK_NB) != 0) {
+      err = errno;
+      ::close(wfd);
+      wfd = -1;
+    } else if (wfd < 0) {
+      err = errno;
+    }
+  }
+  if (wfd < 0) {
+    ::close(fd);
+    return ErrnoStatus(err, "create writer file in " + writers);
+  }
+  return Files{fd, wfd};
+}
+
 // How often a ledger that is not full looks for writers that died.
 constexpr auto kReapInterval = std::chrono::seconds(5);
 
 class FileLedger final : public CapacityLedger {
  public:
-  FileLedger(int fd, int writer_fd, std::string writers_dir, std::string writer_name,
+  FileLedger(int fd, int writer_fd, std::string path, std::string writer_name,
              uint64_t capacity, std::function<uint64_t()> scan_used)
       : fd_(fd),
         writer_fd_(writer_fd),
-        writers_dir_(std::move(writers_dir)),
+        path_(std::move(path)),
+        writers_dir_(path_ + ".writers"),
         writer_name_(std::move(writer_name)),
         capacity_(capacity),
         scan_used_(std::move(scan_used)) {}
@@ -106,10 +153,11 @@ class FileLedger final : public CapacityLedger {
 
   bool TryReserve(uint64_t n) override {
     std::lock_guard<std::mutex> guard(mu_);
+    FollowPath();
     FileLock lock(fd_);
     uint64_t used = Load(0).used;
     const auto now = std::chrono::steady_clock::now();
-    if ((Exceeds(used, n) || now - last_reap_ > kReapInterval)) {
+    if (Exceeds(used, n) || now - last_reap_ > kReapInterval) {
       last_reap_ = now;
       // A writer killed at any point may have charged bytes it never wrote down as in flight
       // (or the reverse): after a death the files, not the arithmetic, say what is used.
@@ -246,9 +294,38 @@ class FileLedger final : public CapacityLedger {
     return total;
   }
 
+  // REQUIRES: mu_, not the ledger lock. When the ledger file is no longer at its path (the
+  // tier's format directory removed from outside, with the writer files), moves to the ledger
+  // at the path, creating it and our writer file there, and recounts it: replicas that kept
+  // counting in the removed file and replicas started since, counting in a new one, would
+  // each fill the whole capacity. Checked at every reservation (two stats, next to the
+  // block write it is for). Should the move fail (the file system turned read-only), the old
+  // ledger is kept and the next reservation tries again.
+  void FollowPath() {
+    struct stat ours {};
+    struct stat named {};
+    if (::fstat(fd_, &ours) != 0) return;
+    if (::stat(path_.c_str(), &named) == 0 && named.st_ino == ours.st_ino &&
+        named.st_dev == ours.st_dev) {
+      return;
+    }
+    Result<Files> moved = OpenFiles(path_, writer_name_);
+    if (!moved.ok()) return;
+    {
+      FileLock lock(moved->fd);
+      WriteU64(moved->writer_fd, in_flight_);
+      ::close(writer_fd_);  // its lock goes with it: a reaper of the old directory frees it
+      writer_fd_ = moved->writer_fd;
+      std::swap(fd_, moved->fd);
+      RecountLocked();
+    }
+    ::close(moved->fd);  // the old ledger, now that ours is the new one
+  }
+
   std::mutex mu_;  // one thread of this process at a time under the flock
-  const int fd_;
-  const int writer_fd_;
+  int fd_;         // replaced (under mu_) only by FollowPath
+  int writer_fd_;
+  const std::string path_;
   const std::string writers_dir_;
   const std::string writer_name_;
   const uint64_t capacity_;
@@ -268,40 +345,14 @@ std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used
 
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
                                                        const std::function<uint64_t()>& scan_used) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "open ledger " + path);
-  const std::string writers = path + ".writers";
-  if (::mkdir(writers.c_str(), 0755) != 0 && errno != EEXIST) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, "create " + writers);
-  }
   // The process's tag plus a counter: two engines of one process on one tier are two writers,
   // and two processes of two pods are too, whatever their pids (process_tag.h).
   static std::atomic<unsigned> counter{0};
   const std::string name = ProcessTag() + "." + std::to_string(counter.fetch_add(1));
-  int wfd = -1;
-  int err = 0;
-  {
-    // Created and locked under the ledger lock: a reaper (which holds it) never takes a writer
-    // file that exists but is not locked yet for one whose writer died.
-    FileLock lock(fd);
-    // O_EXCL: never another writer's file, which truncating would make it forget its bytes
-    // in flight before its lock refused us.
-    wfd = ::open((writers + "/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
-    if (wfd >= 0 && ::flock(wfd, LOCK_EX | LOCK_NB) != 0) {
-      err = errno;
-      ::close(wfd);
-      wfd = -1;
-    } else if (wfd < 0) {
-      err = errno;
-    }
-  }
-  if (wfd < 0) {
-    ::close(fd);
-    return ErrnoStatus(err, "create writer file in " + writers);
-  }
-  auto ledger = std::make_unique<FileLedger>(fd, wfd, writers, name, capacity, scan_used);
+  Result<Files> files = OpenFiles(path, name);
+  if (!files.ok()) return files.status();
+  auto ledger =
+      std::make_unique<FileLedger>(files->fd, files->writer_fd, path, name, capacity, scan_used);
   {
     // The files win: whatever the stored total says (a writer killed between reserving and
     // publishing left its bytes counted), the recount is what is on disk and in flight.

@@ -53,7 +53,9 @@ std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used
 // it looks for writers that died and, if there is one, recounts the same way (a scan, so only
 // after a death). It also recounts (Recount's rate limit) when the stored total cannot be
 // right: a file shorter than 8 bytes, more than the capacity, or less than a file it frees
-// (damaged while engines ran). `scan_used` must not call back into the ledger.
+// (damaged while engines ran). A reservation that finds the ledger no longer at `path`
+// (removed or moved away) moves to the one there, creating it and a writer file, and recounts.
+// `scan_used` must not call back into the ledger.
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
                                                        const std::function<uint64_t()>& scan_used);
 

@@ -258,6 +258,9 @@ class DiskTierTest : public ::testing::Test {
     return arrived;
   }
   void FailedWriteOverAVictimGivesItsBytesBack(bool persistent);
+  // Two replicas fill a shared tier; its format directory is removed (or moved away); a third
+  // starts; all three write on.
+  void SharedFormatDirectoryGoesWhileReplicasRun(bool moved);
   // Whether a line the tiers logged contains `text`.
   bool Logged(const std::string& text) {
     MutexLock lock(&log_mu_);
@@ -626,6 +629,48 @@ TEST_F(DiskTierTest, SharedLedgerDamagedWhileOpenIsRecountedFromTheFiles) {
     }
     std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
   }
+}
+
+// The format directory of a shared tier removed from outside while replicas run
+// (rm -rf <tier>/kvoffload-v1): the ledger and the writer files went with it. Before, the
+// running replicas kept counting in the removed ledger and a replica that started then counted
+// in a new one, each up to the whole capacity, and nobody could give back what a replica killed
+// later had in flight (its writer file was gone). Each replica now finds its ledger removed at
+// its next write and moves to the one at the path (creating it), with a writer file there.
+// Moved away (mv) instead of removed, the same.
+TEST_F(DiskTierTest, SharedLedgerRemovedFromOutsideIsFollowedToTheNewOne) {
+  for (const bool moved : {false, true}) {
+    SCOPED_TRACE(moved ? "moved away" : "removed");
+    SharedFormatDirectoryGoesWhileReplicasRun(moved);
+    std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
+    std::filesystem::remove_all(dir_.path() + "/moved");
+  }
+}
+
+void DiskTierTest::SharedFormatDirectoryGoesWhileReplicasRun(bool moved) {
+  const std::string root = dir_.path() + "/kvoffload-v1";
+  auto a = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  auto b = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  for (uint64_t k = 1; k <= 2; ++k) ASSERT_TRUE(Put(*a, k).ok());
+  for (uint64_t k = 3; k <= 4; ++k) ASSERT_TRUE(Put(*b, k).ok());
+  if (moved) {
+    std::filesystem::rename(root, dir_.path() + "/moved");
+  } else {
+    std::filesystem::remove_all(root);
+  }
+  // A write of each running replica first, then one that starts now.
+  ASSERT_TRUE(Put(*a, 5).ok());
+  ASSERT_TRUE(Put(*b, 6).ok());
+  auto c = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  EXPECT_TRUE(std::filesystem::exists(root + "/ledger"));
+  EXPECT_EQ(testing::FilesUnder(root + "/ledger.writers", ""), 3u) << "one writer file each";
+  DiskTier* replicas[] = {a.get(), b.get(), c.get()};
+  for (uint64_t k = 7; k <= 30; ++k) {
+    const Status s = Put(*replicas[k % 3], k);
+    EXPECT_TRUE(s.ok() || s.code() == StatusCode::kResourceExhausted) << k << ": " << s.ToString();
+    ASSERT_LE(testing::BytesUnder(root), 4 * kSlot) << "after block " << k;
+  }
+  EXPECT_EQ(c->Stats().used_bytes, testing::BytesUnder(root)) << "the ledger and the files agree";
 }
 
 // A replica of another model (or block size) fills a shared tier after this one opened: its
