@@ -385,11 +385,16 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
     results[i] = Status::Ok();
     if (auto it = entries_.find(key); it != entries_.end()) {
       if (!it->second.evicting && !it->second.doomed) continue;  // already here
-      // The old copy is leaving. Waiting for it could wait on a job that waits on us, so this
-      // copy is given up (the caller counts it as dropped).
-      results[i] = Status::Unavailable("block " + key.ToHex() + " is being removed from " +
-                                       options_.name);
-      continue;
+      // A doomed copy nobody holds is one whose file could not be removed (stuck_): it goes
+      // now if it can, and this copy takes its place.
+      const bool stuck = it->second.doomed && !it->second.evicting && it->second.pins == 0;
+      if (!stuck || !RemoveLocked(key)) {
+        // The old copy is leaving. Waiting for it could wait on a job that waits on us, so
+        // this copy is given up (the caller counts it as dropped).
+        results[i] = Status::Unavailable("block " + key.ToHex() + " is being removed from " +
+                                         options_.name);
+        continue;
+      }
     }
     if (inserting_.contains(key)) continue;  // another thread (or this batch) is writing it
     inserting_.insert(key);
@@ -487,6 +492,7 @@ Status DiskTier::Reserve(Room* room) {
     Status foreign_failure;
     if (EvictForeignLocked(&foreign_failure)) continue;
     if (!foreign_failure.ok()) return foreign_failure;
+    if (RemoveStuckLocked()) continue;
     // Our victims only once the recovered blocks are in the policy, oldest first (and any of
     // the wrong size removed, which may leave room).
     if (!settled_) {
@@ -588,10 +594,14 @@ Status DiskTier::Evict(const BlockKey& key, SlotRef at, bool doomed) {
     ForgetLocked(key);
     spares_.push_back(std::move(spare));
   } else if (!RemoveLocked(key, &failure)) {
-    // Still here and readable: a victim again later, once the file system takes removals.
-    // SelectVictim took it out of the policy.
+    // Still here: a victim again later, once the file system takes removals (SelectVictim
+    // took it out of the policy), the first one if it is doomed.
     entries_.at(key).evicting = false;
-    PolicyOn(PolicyCall::kInsert, key);
+    if (doomed) {
+      stuck_.push_back(key);
+    } else {
+      PolicyOn(PolicyCall::kInsert, key);
+    }
     return failure;
   }
   ++stats_.evictions;
@@ -653,7 +663,26 @@ void DiskTier::ForgetLocked(const BlockKey& key) {
 
 void DiskTier::RemoveDoomedLocked(const BlockKey& key) {
   if (!slots_ && NamesNonFile(BlockPath(dir_, key))) return DropNonFileLocked(key);
-  RemoveLocked(key);
+  if (RemoveLocked(key)) return;
+  PolicyOn(PolicyCall::kRemove, key);
+  if (std::find(stuck_.begin(), stuck_.end(), key) == stuck_.end()) stuck_.push_back(key);
+}
+
+bool DiskTier::RemoveStuckLocked() {
+  while (!stuck_.empty()) {
+    const BlockKey key = stuck_.back();
+    auto it = entries_.find(key);
+    if (it == entries_.end() || !it->second.doomed) {  // removed another way since
+      stuck_.pop_back();
+      continue;
+    }
+    // Pin and Protected refuse doomed blocks and the policy never chooses them: one still
+    // doomed is in nobody's hands.
+    if (!RemoveLocked(key)) return false;  // the file system still refuses
+    stuck_.pop_back();
+    return true;
+  }
+  return false;
 }
 
 void DiskTier::DropNonFileLocked(const BlockKey& key) {

@@ -190,8 +190,11 @@ class DiskTier {
   // the file is no block (every load of it would fail as well; vLLM asserts on a failed load).
   void NoteReadFailureLocked(Entry* entry, const Status& failure) REQUIRES(mu_);
   // Removes a doomed block (pins == 0): its file, or only its entry when the name is not a
-  // regular file (DropNonFileLocked).
+  // regular file (DropNonFileLocked). A file that cannot be removed leaves the policy for
+  // stuck_.
   void RemoveDoomedLocked(const BlockKey& key) REQUIRES(mu_);
+  // Removes the newest block of stuck_ whose file can be removed now; true when one went.
+  bool RemoveStuckLocked() REQUIRES(mu_);
   // Forgets a block whose name is no longer a regular file (replaced behind our back), leaving
   // that name alone (FORMAT.md, Compatibility).
   void DropNonFileLocked(const BlockKey& key) REQUIRES(mu_);
@@ -304,6 +307,10 @@ class DiskTier {
   // Other fingerprints' block files (path, bytes) in a persistent tier, newest first: evicted
   // before any of ours, from the back.
   std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
+  // Doomed blocks whose file could not be removed (a read-only file system): out of the
+  // policy, whose newest block a failed load made them, so that they go first, when a write
+  // needs room or when the block is stored again. A key no longer doomed here is skipped.
+  std::vector<BlockKey> stuck_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
   // False from a persistent start until Settle is done: no victim of ours is chosen; policy
   // calls wait in journal_.

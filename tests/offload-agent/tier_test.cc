@@ -258,6 +258,21 @@ class DiskTierTest : public ::testing::Test {
     return arrived;
   }
   void FailedWriteOverAVictimGivesItsBytesBack(bool persistent);
+  // Binds the tier's directory onto itself in a mount namespace of this process's own, so
+  // that Remount can make it read-only; what is missing for that ("" when it worked).
+  std::string BindTierOntoItself() {
+    const std::string path = dir_.path();
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(path.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return std::strerror(errno);
+    }
+    return {};
+  }
+  void Remount(unsigned long flags) {
+    ASSERT_EQ(::mount(nullptr, dir_.path().c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr), 0)
+        << std::strerror(errno);
+  }
   // Two replicas fill a shared tier; its format directory is removed (or moved away); a third
   // starts; all three write on.
   void SharedFormatDirectoryGoesWhileReplicasRun(bool moved);
@@ -559,17 +574,8 @@ TEST_F(DiskTierTest, FormatDirectoryRemovedFromOutsideIsCreatedAgain) {
 // of this test process's own.
 TEST_F(DiskTierTest, FullTierRemountedReadOnlyKeepsItsBlocksAndSaysSo) {
   const std::string path = dir_.path();
-  std::string missing;
-  if (::unshare(CLONE_NEWNS) != 0 ||
-      ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-      ::mount(path.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-    missing = std::strerror(errno);
-  }
-  KVO_REQUIRE_CAPABILITY("a mount namespace (root)", missing);
-  auto remount = [&](unsigned long flags) {
-    ASSERT_EQ(::mount(nullptr, path.c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr), 0)
-        << std::strerror(errno);
-  };
+  KVO_REQUIRE_CAPABILITY("a mount namespace (root)", BindTierOntoItself());
+  auto remount = [&](unsigned long flags) { Remount(flags); };
   {
     auto t = Open(4, false, nullptr, /*persistent=*/true);
     for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
@@ -597,6 +603,62 @@ TEST_F(DiskTierTest, FullTierRemountedReadOnlyKeepsItsBlocksAndSaysSo) {
     EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
     EXPECT_EQ(testing::BytesUnder(path), 4 * kSlot);
     EXPECT_EQ(PinAndRead(*t, {Key(5), Key(6)}, results).size(), 2u);
+  }
+  ASSERT_EQ(::umount2(path.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+}
+
+// A corrupt block whose file cannot be removed (the file system turned read-only) is a miss
+// from its failed load on, and once removals work again it is the first to go when a write
+// needs room, and a fresh copy of the block is taken. Before, it stayed in the policy as the
+// newest block (its failed load was its last use), kept its room until everything else had
+// been evicted, and every store of the block was refused ("is being removed") until then.
+TEST_F(DiskTierTest, CorruptBlockThatCouldNotBeRemovedGoesFirstOnceItCan) {
+  const std::string path = dir_.path();
+  KVO_REQUIRE_CAPABILITY("a mount namespace (root)", BindTierOntoItself());
+  {
+    auto t = Open(3, false, nullptr, /*persistent=*/true);
+    for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(Put(*t, k).ok());
+    {
+      std::fstream f(BlockPath(FpDir(), Key(1)), std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(100);
+      f.put('\x5a');
+    }
+    Remount(MS_RDONLY);
+    std::vector<Status> results;
+    EXPECT_TRUE(PinAndRead(*t, {Key(1)}, results).empty());
+    EXPECT_EQ(results[0].code(), StatusCode::kCorruption) << results[0].ToString();
+    EXPECT_FALSE(t->Contains(Key(1)));
+    EXPECT_TRUE(PinAndRead(*t, {Key(1)}, results).empty());
+    EXPECT_EQ(results[0].code(), StatusCode::kNotFound) << "not read again";
+    EXPECT_EQ(t->Stats().corrupt, 1u);
+    Remount(0);
+    ASSERT_TRUE(Put(*t, 4).ok());
+    EXPECT_TRUE(t->Contains(Key(2))) << "the corrupt block went, not the oldest good one";
+    EXPECT_TRUE(t->Contains(Key(3)));
+    EXPECT_TRUE(t->Contains(Key(4)));
+    EXPECT_EQ(testing::BytesUnder(path), 3 * kSlot);
+    EXPECT_EQ(t->Stats().used_bytes, 3 * kSlot);
+    // And stored again: its own copy is taken now.
+    const Status s = Put(*t, 1);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(PinAndRead(*t, {Key(1)}, results).size(), 1u);
+  }
+  {
+    // Stored again first, while it is still there: the fresh copy goes over it.
+    auto t = Open(3, false, nullptr, /*persistent=*/true);
+    ASSERT_TRUE(Put(*t, 5).ok());
+    {
+      std::fstream f(BlockPath(FpDir(), Key(5)), std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(100);
+      f.put('\x5a');
+    }
+    Remount(MS_RDONLY);
+    std::vector<Status> results;
+    EXPECT_TRUE(PinAndRead(*t, {Key(5)}, results).empty());
+    Remount(0);
+    const Status s = Put(*t, 5);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(PinAndRead(*t, {Key(5)}, results).size(), 1u);
   }
   ASSERT_EQ(::umount2(path.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
