@@ -133,6 +133,10 @@ LAUNCHES = [
     ("exec vllm serve /m --kv-transfer-config '" + USER_JSON + "' \"$@\"", "direct+userflag"),
     ("exec vllm serve /m $*", "split"),
     ('vllm serve /m "$@"\necho "vllm exited" >&2', "direct"),
+    # The script's own flag in a variable the launch expands, always passed: the user's
+    # (after a `case "$*"` from the lines above, it was taken for a default and vLLM got two).
+    ("KV='--kv-transfer-config=" + USER_JSON + "'\nexec vllm serve /m $KV \"$@\"",
+     "direct+userflag"),
 ]
 
 # The user's arguments, --shutdown-timeout included (ours must not double it).

@@ -345,6 +345,14 @@ class LaunchTest(unittest.TestCase):
         after_a_test = agent_pod(["/bin/sh", "-c", 'case "$*" in *--kv-transfer-config*) '
                                   'echo "user flag" >&2;; esac\nexec vllm serve /mnt/models '
                                   "--kv-transfer-config '" + lmcache + "' \"$@\"", "--"])
+        # The same test, then the flag kept in a variable that the launch expands: the test's
+        # block had closed, so the flag is passed whatever the arguments hold. Taken for a
+        # default that defers to ours: vLLM got two, ours last, while the status said "args".
+        # Its value in single quotes was also reported as invalid JSON.
+        test_then_variable = agent_pod(
+            ["/bin/bash", "-c", 'case "$*" in *--kv-transfer-config*) echo "user flag" >&2;; '
+             "esac\nKV='--kv-transfer-config=" + lmcache + "'\n"
+             'exec vllm serve /mnt/models $KV "$@"', "--"])
         # A launch in a function called without the script's arguments: "$@" there is the
         # call's (none), so ours in args never reached vLLM while the status said "args".
         function_without_args = agent_pod(
@@ -354,6 +362,8 @@ class LaunchTest(unittest.TestCase):
                                               ("function without \"$@\"",
                                                function_without_args, {}, "not-injected"),
                                               ("after a test", after_a_test, {}, "user"),
+                                              ("after a test, in a variable",
+                                               test_then_variable, {}, "user"),
                                               ("$(VAR) in args", by_reference, {}, "user"),
                                               ("quoted", quoted, {}, "not-injected"),
                                               ("envFrom", env_from, from_config_map,
@@ -369,6 +379,7 @@ class LaunchTest(unittest.TestCase):
                                     warnings)
                 if how == "user":
                     self.assertEqual(status.get("vllmFlagReason"), "user-flag", status)
+                    self.assertFalse([w for w in warnings if "invalid JSON" in w], warnings)
                 self.assertEqual(vllm_argv.run(patched, env_from=env_values)["argv"],
                                  vllm_argv.run(before, env_from=env_values)["argv"])
 

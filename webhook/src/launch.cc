@@ -371,32 +371,6 @@ bool HasWord(const std::vector<std::string>& words, std::string_view word) {
   return false;
 }
 
-// FindFlagInText over a script's logical lines, without its comments and the commands that
-// only print or test text (a comment or an echo that names the flag passed vLLM nothing, and
-// once made the webhook leave the pod without one). Assignments stay: a flag kept in a
-// variable is likely expanded into the launch later.
-bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value, bool* defers) {
-  static constexpr std::array<std::string_view, 3> kPrints = {"echo", "printf", ":"};
-  bool found = false;
-  *defers = false;
-  for (const std::string& line : lines) {
-    std::string v;
-    bool d = false;
-    size_t at = 0;
-    const bool here = FindFlagInText(line, &v, &d, &at);
-    *defers = *defers || d;
-    if (!here || found) continue;
-    const std::vector<std::string> words = CommandWordsBefore(line, at);
-    if (!words.empty() &&
-        std::find(kPrints.begin(), kPrints.end(), words.front()) != kPrints.end()) {
-      continue;
-    }
-    found = true;
-    *value = std::move(v);
-  }
-  return found;
-}
-
 // The quote `pos` of a logical line stands in: 0 (none), '\'' or '"', and where it opens.
 struct Quote {
   char mark = 0;
@@ -417,6 +391,104 @@ Quote QuoteAt(std::string_view line, size_t pos) {
     }
   }
   return q;
+}
+
+// How many compound commands and brace groups `line` opens less how many it closes: `if`,
+// `case`, `do` and `{` against `fi`, `esac`, `done` and `}`, as words outside quotes.
+int BlockDepthChange(std::string_view line) {
+  static constexpr std::array<std::string_view, 4> kOpen = {"if", "case", "do", "{"};
+  static constexpr std::array<std::string_view, 4> kClose = {"fi", "esac", "done", "}"};
+  int change = 0;
+  std::string word;
+  auto end_word = [&] {
+    if (std::find(kOpen.begin(), kOpen.end(), word) != kOpen.end()) ++change;
+    if (std::find(kClose.begin(), kClose.end(), word) != kClose.end()) --change;
+    word.clear();
+  };
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote == '\'') {
+      if (c == '\'') quote = 0;
+      word += c;
+    } else if (c == '\\') {
+      word += c;
+      if (i + 1 < line.size()) word += line[++i];
+    } else if (quote != 0) {
+      if (c == quote) quote = 0;
+      word += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      word += c;
+    } else if (c == ' ' || c == '\t' || c == ';' || c == '&' || c == '|' || c == '(' ||
+               c == ')') {
+      end_word();
+    } else {
+      word += c;
+    }
+  }
+  end_word();
+  return change;
+}
+
+// FindFlagInText over a script's logical lines, without its comments and the commands that
+// only print or test text (a comment or an echo that names the flag passed vLLM nothing, and
+// once made the webhook leave the pod without one). Assignments stay: a flag kept in a
+// variable is likely expanded into the launch later.
+// A test of the arguments (`[[ "$*" != *"--kv-transfer-config"* ]]`, `case "$*" in
+// *--kv-transfer-config*)`) makes the script's own flag a default for when nobody passed one,
+// as KServe's templates do: the flag inside the block the test opens, or on its line, and any
+// before it (kept in a variable the block may use). One after the last test's block has
+// closed is passed whatever the arguments hold: the user's (2026-12-07: a `case "$*"` that
+// only logged, then `KV=--kv-transfer-config=...` and `vllm serve $KV "$@"`, gave vLLM two
+// flags, ours last and winning, where the status said args).
+bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value) {
+  static constexpr std::array<std::string_view, 3> kPrints = {"echo", "printf", ":"};
+  struct Flag {
+    size_t line = 0;
+    std::string value;
+  };
+  std::vector<Flag> flags;
+  std::vector<int> depth_after(lines.size());
+  size_t last_test = lines.size();
+  int depth = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string v;
+    bool test = false;
+    size_t at = 0;
+    if (FindFlagInText(lines[i], &v, &test, &at)) {
+      const std::vector<std::string> words = CommandWordsBefore(lines[i], at);
+      if (words.empty() ||
+          std::find(kPrints.begin(), kPrints.end(), words.front()) == kPrints.end()) {
+        // Inside a quoted string (`KV='--kv-transfer-config={"a":1}'`): the value is what the
+        // string holds from the flag on, split at blanks as its unquoted expansion is. Read
+        // as a word of its own, the string's closing quote opened a new one, and a valid flag
+        // was reported as invalid JSON.
+        if (const Quote q = QuoteAt(lines[i], at); q.mark != 0) {
+          const std::string held =
+              UnquoteWord(std::string(1, q.mark) + lines[i].substr(at));
+          v = FlagValueAt(held, 0, kFlagNames[0].size(), /*split_only=*/true);
+        }
+        flags.push_back({i, std::move(v)});
+      }
+    }
+    if (test) last_test = i;
+    depth = std::max(0, depth + BlockDepthChange(lines[i]));
+    depth_after[i] = depth;
+  }
+  // Where the last test's block closes: the first line after which the depth is back at (or
+  // below) the depth before the test's line.
+  size_t block_end = last_test;
+  if (last_test < lines.size()) {
+    const int before = last_test == 0 ? 0 : depth_after[last_test - 1];
+    while (block_end < lines.size() && depth_after[block_end] > before) ++block_end;
+  }
+  for (Flag& flag : flags) {
+    if (last_test < lines.size() && flag.line <= block_end) continue;
+    *value = std::move(flag.value);
+    return true;
+  }
+  return false;
 }
 
 // Whether the command `words` parses its quoted argument as shell text again: eval, or a
@@ -803,13 +875,12 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   // templates check $* first), or in VLLM_ADDITIONAL_ARGS where the script expands it: read
   // as eval reads it, or split at blanks as a plain expansion is.
   std::string value;
-  bool defers = false;
+  bool defers = false;  // FindFlagInText's; a test in VLLM_ADDITIONAL_ARGS is no matter
   if (e.found && positional.size() > 1 &&
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
                      plan.route == FlagRoute::kArgsForEval, &value)) {
     user_flag("args", value);
-  } else if ((FindFlagInScript(launch_lines, &value, &defers) && !defers) ||
-             (FindFlagInScript(lines, &value, &defers) && !defers)) {
+  } else if (FindFlagInScript(launch_lines, &value) || FindFlagInScript(lines, &value)) {
     // Written on the launch line itself, the flag always reaches vLLM, whatever the script
     // tests elsewhere (a `case "$*" in *--kv-transfer-config*` that only logs read as
     // deferring to the user's, and vLLM got two).
