@@ -192,6 +192,37 @@ TEST_F(HostileInputTest, MebibyteLaunchScriptsAreReadInBoundedTime) {
     EXPECT_EQ(status["vllmFlag"], "not-injected") << script.substr(0, 80);
   }
 }
+TEST_F(HostileInputTest, MebibyteOfEnvExpansionsIsReadInBoundedTime) {
+  // The script's expansions of env entries are read for a flag of the user's (EXTRA_ARGS with
+  // --kv-transfer-config): a mebibyte of them, of an entry holding the flag, in single quotes,
+  // and of as many names, each asked where its quotes stand, would be quadratic. Handle()
+  // holds each to 2 s. Where the entry holding the flag is expanded, vLLM gets it: the user's.
+  std::string same;
+  std::string quoted = "'";
+  std::string distinct;
+  for (int i = 0; i < 256 * 1024; ++i) {
+    same += "$A";
+    quoted += "$A";
+    distinct += "$A" + std::to_string(i);
+  }
+  quoted += "'";
+  json env = {{{"name", "A"}, {"value", "--kv-transfer-config={}"}}};
+  for (const auto& [script, how] : {std::pair{"exec vllm serve /m " + same + " \"$@\"", "user"},
+                                    std::pair{"exec vllm serve /m " + quoted + " \"$@\"", "args"},
+                                    std::pair{"exec vllm serve /m " + distinct + " \"$@\"",
+                                              "args"}}) {
+    json pod = Pod(kEmptyDirSpec, {{{"name", "main"},
+                                    {"image", "vllm"},
+                                    {"command", {"/bin/bash", "-c", script, "--"}},
+                                    {"env", env}}});
+    pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+    const json patched = Patched(pod);
+    const json status =
+        json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+    EXPECT_EQ(status["vllmFlag"], how) << script.substr(0, 80);
+  }
+}
+
 TEST_F(HostileInputTest, ManyKubeletReferencesOverALargeEnvAreExpandedInOnePass) {
   // Each $(NAME) in command and args was looked up by walking the env array from its start,
   // and each step of that walk did the same: minutes for 100,000 references over 2,000

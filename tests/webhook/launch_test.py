@@ -187,6 +187,14 @@ class LaunchTest(unittest.TestCase):
             "exec form, flag only in the env": (["vllm", "serve", "/mnt/models"],
                                                  [{"name": "VLLM_ADDITIONAL_ARGS",
                                                    "value": lmcache}]),
+            # A command substitution before "$@" on the launch line: its `$(` was taken for
+            # the start of the command, `echo` for its program, and the pod left without a flag.
+            "command substitution": ["/bin/bash", "-c",
+                                     'exec vllm serve $(echo /mnt/models) "$@"', "--"],
+            # A flag in another env entry that the script only prints reaches nobody.
+            "flag in an env entry only printed": (
+                ["/bin/bash", "-c", 'echo "$EXTRA_ARGS" >&2\nexec vllm serve /mnt/models "$@"',
+                 "--"], [{"name": "EXTRA_ARGS", "value": lmcache}]),
         }
         for name, command in forms.items():
             command, env = command if isinstance(command, tuple) else (command, [])
@@ -353,6 +361,12 @@ class LaunchTest(unittest.TestCase):
             ["/bin/bash", "-c", 'case "$*" in *--kv-transfer-config*) echo "user flag" >&2;; '
              "esac\nKV='--kv-transfer-config=" + lmcache + "'\n"
              'exec vllm serve /mnt/models $KV "$@"', "--"])
+        # The user's flag in an env entry of their own that the script expands: ours was
+        # added too, and vLLM got two, ours last and winning.
+        env_expanded = agent_pod(["/bin/bash", "-c", 'exec vllm serve /mnt/models '
+                                  '${EXTRA_ARGS} "$@"', "--"],
+                                 env=[{"name": "EXTRA_ARGS",
+                                       "value": "--kv-transfer-config=" + lmcache}])
         # A launch in a function called without the script's arguments: "$@" there is the
         # call's (none), so ours in args never reached vLLM while the status said "args".
         function_without_args = agent_pod(
@@ -364,6 +378,8 @@ class LaunchTest(unittest.TestCase):
                                               ("after a test", after_a_test, {}, "user"),
                                               ("after a test, in a variable",
                                                test_then_variable, {}, "user"),
+                                              ("in another env entry", env_expanded, {},
+                                               "user"),
                                               ("$(VAR) in args", by_reference, {}, "user"),
                                               ("quoted", quoted, {}, "not-injected"),
                                               ("envFrom", env_from, from_config_map,

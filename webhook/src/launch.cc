@@ -318,9 +318,21 @@ std::vector<std::string> CommandWordsBefore(std::string_view line, size_t pos,
   // `log() { echo "$*" >&2; }` was taken for a launch of `log()`.
   static constexpr std::array<std::string_view, 10> kSeparators = {
       ";", "&&", "||", "|", " then ", " do ", " else ", "{ ", "( ", "$("};
+  // A group closed before `pos` (`$(cat /etc/args) "$@"`, `${X}`) is passed over whole: its
+  // `$(` was taken for the start of the command at `pos`, whose first word was then `cat`,
+  // and a launch after a command substitution was read as no launch.
   size_t start = floor;
+  int closed = 0;
   for (size_t end = pos; end > floor && start == floor; --end) {
     const char last = line[end - 1];
+    if (last == ')' || last == '}') {
+      ++closed;
+      continue;
+    }
+    if (closed > 0) {
+      if (last == '(' || last == '{') --closed;
+      continue;
+    }
     if (last != ';' && last != '&' && last != '|' && last != ' ' && last != '(') continue;
     for (std::string_view sep : kSeparators) {
       if (end >= sep.size() && line.substr(end - sep.size(), sep.size()) == sep) {
@@ -763,8 +775,116 @@ namespace {
 // are the command), VLLM_ADDITIONAL_ARGS as a literal value, and whether its value is out of
 // sight (valueFrom, or envFrom with no entry of its own: then there is nothing we can append
 // to, as an entry of ours would replace the ConfigMap's value and the user's arguments in it).
+// Env entries other than VLLM_ADDITIONAL_ARGS whose literal value holds the flag: (name, value).
+using FlagEnv = std::vector<std::pair<std::string, std::string>>;
+
+// Calls f(at, name) for each $NAME and ${NAME...} of `line` outside single quotes (where
+// nothing is expanded), in one pass: the script is the pod author's, and asking QuoteAt about
+// each of a mebibyte of `$A` is quadratic. f returns false to stop.
+template <typename F>
+void ForEachExpansion(std::string_view line, F f) {
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote == '\'') {
+      if (c == '\'') quote = 0;
+    } else if (c == '\\') {
+      ++i;
+    } else if (c == '"' || c == '\'') {
+      quote = quote == c ? 0 : quote == 0 ? c : quote;
+    } else if (c == '$') {
+      const size_t start = i + (i + 1 < line.size() && line[i + 1] == '{' ? 2 : 1);
+      size_t end = start;
+      while (end < line.size() && IsWordChar(line[end])) ++end;
+      if (end == start || (line[start] >= '0' && line[start] <= '9')) continue;
+      if (!f(i, line.substr(start, end - start))) return;
+    }
+  }
+}
+
+// The names a script expands and never sets itself (no NAME= in it), VLLM_ADDITIONAL_ARGS
+// aside: the env entries a flag of the user's may come from. KServe's script sets every
+// variable it expands but that one, so its pods read no env here (88 env entries read for the
+// flag in each admission cost 40% more instructions).
+std::vector<std::string> EnvExpandedBy(const std::vector<std::string>& lines) {
+  std::vector<std::string> expanded;
+  for (const std::string& line : lines) {
+    ForEachExpansion(line, [&expanded](size_t, std::string_view name) {
+      if (name != kAdditionalArgs &&
+          std::find(expanded.begin(), expanded.end(), name) == expanded.end()) {
+        // A handful in a real script; a hostile one is read no further than this.
+        if (expanded.size() >= kMaxExpansionsRead) return false;
+        expanded.emplace_back(name);
+      }
+      return true;
+    });
+  }
+  if (expanded.empty()) return expanded;
+  std::vector<bool> set(expanded.size());
+  for (const std::string& line : lines) {
+    for (size_t eq = line.find('='); eq != std::string::npos; eq = line.find('=', eq + 1)) {
+      size_t from = eq;
+      while (from > 0 && IsWordChar(line[from - 1])) --from;
+      const std::string_view name = std::string_view(line).substr(from, eq - from);
+      for (size_t i = 0; i < expanded.size(); ++i) {
+        if (expanded[i] == name) set[i] = true;
+      }
+    }
+  }
+  std::vector<std::string> unset;
+  for (size_t i = 0; i < expanded.size(); ++i) {
+    if (!set[i]) unset.push_back(std::move(expanded[i]));
+  }
+  return unset;
+}
+
+// `lines` with a flag put where each expands env entry `name`, at most kMaxExpansionsRead of
+// them; whether there was one.
+bool MarkExpansions(std::vector<std::string>* lines, std::string_view name) {
+  static constexpr std::string_view kMark = "--kv-transfer-config=kvoffload-env";
+  size_t marked = 0;
+  for (std::string& line : *lines) {
+    std::vector<std::pair<size_t, size_t>> spans;  // [at, end) of each expansion of `name`
+    ForEachExpansion(line, [&](size_t at, std::string_view found) {
+      if (found != name) return true;
+      size_t end = static_cast<size_t>(found.data() - line.data()) + found.size();
+      if (line[at + 1] == '{') {
+        const size_t close = line.find('}', end);
+        end = close == std::string::npos ? line.size() : close + 1;
+      }
+      spans.emplace_back(at, end);
+      return ++marked < kMaxExpansionsRead;
+    });
+    for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+      line.replace(it->first, it->second - it->first, kMark);
+    }
+    if (marked >= kMaxExpansionsRead) break;
+  }
+  return marked > 0;
+}
+
+// A flag in an env entry that the script expands (`exec vllm serve /m $EXTRA_ARGS "$@"` with
+// EXTRA_ARGS=--kv-transfer-config=...) reaches vLLM: the user's, where ours was added and
+// vLLM got two, ours last and winning. Each expansion is read as a flag where it stands, by
+// FindFlagInScript's rules (prints skipped, a test of the arguments deferring). Sets the
+// entry's name and the value vLLM gets (split at blanks, as an unquoted expansion is).
+bool FindFlagInExpandedEnv(const std::vector<std::string>& lines, const FlagEnv& flag_env,
+                           std::string* name, std::string* value) {
+  for (const auto& [entry, text] : flag_env) {
+    std::vector<std::string> marked = lines;
+    std::string ignored;
+    if (!MarkExpansions(&marked, entry) || !FindFlagInScript(marked, &ignored)) continue;
+    bool defers = false;
+    FindFlagInText(text, value, &defers, nullptr, /*split_only=*/true);
+    *name = entry;
+    return true;
+  }
+  return false;
+}
+
 LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_size,
-                    std::string_view additional_args, bool additional_args_unseen) {
+                    std::string_view additional_args, bool additional_args_unseen,
+                    const FlagEnv& flag_env, std::vector<std::string>* env_expanded = nullptr) {
   LaunchPlan plan;
   auto user_flag = [&plan](std::string where, std::string value) {
     plan.has_user_flag = true;
@@ -813,6 +933,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   plan.needs_arg0 = positional.empty();
 
   const std::vector<std::string> lines = LogicalLines(argv[script_at]);
+  if (env_expanded != nullptr) *env_expanded = EnvExpandedBy(lines);
   // The expansions that reach vLLM are those of its launch line, where the script has one
   // (`vllm serve`, `-m vllm.entrypoints...`): a `log "$@"` before `eval "exec vllm serve ...
   // $@"` was taken for the launch, and our flag went unquoted to the eval. Elsewhere only
@@ -888,6 +1009,8 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   } else if (v.found && FindFlagInText(additional_args, &value, &defers, nullptr,
                                        /*split_only=*/!v.for_eval)) {
     user_flag(std::string(kAdditionalArgs), value);
+  } else if (std::string name; FindFlagInExpandedEnv(lines, flag_env, &name, &value)) {
+    user_flag(name, value);
   }
   return plan;
 }
@@ -967,6 +1090,23 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
   const bool additional_args_unseen =
       additional_args_entry.Contains("valueFrom") ||
       (additional_args_entry.IsNull() && container["envFrom"].Size() > 0);
+  // The env entries among `names` whose literal value holds the flag.
+  auto flag_env_of = [&container](const std::vector<std::string>& names) {
+    FlagEnv flag_env;
+    if (names.empty()) return flag_env;
+    for (const JsonView& entry : container["env"].Elements()) {
+      const std::string_view name = entry["name"].String();
+      if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+      const std::string_view text = entry["value"].String();
+      for (std::string_view flag : kFlagNames) {
+        if (text.find(flag) != std::string_view::npos) {
+          flag_env.emplace_back(name, text);
+          break;
+        }
+      }
+    }
+    return flag_env;
+  };
 
   // The pods of one workload share their launch, and splitting and scanning a KServe script of
   // a few KB was a sixth of their admission: each thread keeps its last plan with everything
@@ -976,6 +1116,7 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
     size_t command_size = 0;
     std::string additional_args;
     bool additional_args_unseen = false;
+    std::vector<std::string> env_expanded;  // EnvExpandedBy the script
     bool references = false;  // holds what the kubelet may expand: planned from the env each time
     LaunchPlan plan;
   };
@@ -986,12 +1127,18 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
       !std::equal(argv.begin(), argv.end(), last->argv.begin(), last->argv.end())) {
     const bool references = std::any_of(argv.begin(), argv.end(), MayHoldKubeReference);
     last = Last{std::vector<std::string>(argv.begin(), argv.end()), command.size(),
-                std::string(additional_args), additional_args_unseen, references,
-                references ? LaunchPlan()
-                           : PlanArgv(argv, command.size(), additional_args,
-                                      additional_args_unseen)};
+                std::string(additional_args), additional_args_unseen, {}, references, {}};
+    if (!references) {
+      last->plan = PlanArgv(argv, command.size(), additional_args, additional_args_unseen, {},
+                            &last->env_expanded);
+    }
   }
-  if (!last->references) return last->plan;
+  if (!last->references) {
+    // The plan holds for any env but one with a flag in an entry the script expands.
+    const FlagEnv flag_env = flag_env_of(last->env_expanded);
+    if (flag_env.empty()) return last->plan;
+    return PlanArgv(argv, command.size(), additional_args, additional_args_unseen, flag_env);
+  }
   // The kubelet expands $(NAME) in command and args before anything runs: a flag held in an
   // env entry and referenced in args was not seen, and vLLM got two. What it expands to
   // depends on the env, so this rare launch is planned afresh.
@@ -999,8 +1146,14 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
   std::vector<std::string> expanded;
   expanded.reserve(argv.size());
   for (std::string_view a : argv) expanded.push_back(ExpandKubeReferences(a, env));
-  return PlanArgv(std::vector<std::string_view>(expanded.begin(), expanded.end()),
-                  command.size(), additional_args, additional_args_unseen);
+  const std::vector<std::string_view> expanded_argv(expanded.begin(), expanded.end());
+  std::vector<std::string> env_expanded;
+  const LaunchPlan plan = PlanArgv(expanded_argv, command.size(), additional_args,
+                                   additional_args_unseen, {}, &env_expanded);
+  const FlagEnv flag_env = flag_env_of(env_expanded);
+  if (flag_env.empty()) return plan;
+  return PlanArgv(expanded_argv, command.size(), additional_args, additional_args_unseen,
+                  flag_env);
 }
 
 }  // namespace kvoffload::webhook
