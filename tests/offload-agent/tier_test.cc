@@ -269,6 +269,13 @@ class DiskTierTest : public ::testing::Test {
     }
     return {};
   }
+  // Changes a byte of block k's file in the persistent tier at dir_: a corrupt block.
+  void FlipAByteOf(uint64_t k) {
+    std::fstream f(BlockPath(FpDir(), Key(k)), std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(100);
+    f.put('\x5a');
+    ASSERT_TRUE(f.good());
+  }
   void Remount(unsigned long flags) {
     ASSERT_EQ(::mount(nullptr, dir_.path().c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr), 0)
         << std::strerror(errno);
@@ -618,11 +625,7 @@ TEST_F(DiskTierTest, CorruptBlockThatCouldNotBeRemovedGoesFirstOnceItCan) {
   {
     auto t = Open(3, false, nullptr, /*persistent=*/true);
     for (uint64_t k = 1; k <= 3; ++k) ASSERT_TRUE(Put(*t, k).ok());
-    {
-      std::fstream f(BlockPath(FpDir(), Key(1)), std::ios::binary | std::ios::in | std::ios::out);
-      f.seekp(100);
-      f.put('\x5a');
-    }
+    FlipAByteOf(1);
     Remount(MS_RDONLY);
     std::vector<Status> results;
     EXPECT_TRUE(PinAndRead(*t, {Key(1)}, results).empty());
@@ -647,11 +650,7 @@ TEST_F(DiskTierTest, CorruptBlockThatCouldNotBeRemovedGoesFirstOnceItCan) {
     // Stored again first, while it is still there: the fresh copy goes over it.
     auto t = Open(3, false, nullptr, /*persistent=*/true);
     ASSERT_TRUE(Put(*t, 5).ok());
-    {
-      std::fstream f(BlockPath(FpDir(), Key(5)), std::ios::binary | std::ios::in | std::ios::out);
-      f.seekp(100);
-      f.put('\x5a');
-    }
+    FlipAByteOf(5);
     Remount(MS_RDONLY);
     std::vector<Status> results;
     EXPECT_TRUE(PinAndRead(*t, {Key(5)}, results).empty());
