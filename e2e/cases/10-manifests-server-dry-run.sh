@@ -49,26 +49,16 @@ done
 # manifests/monitoring against the Prometheus Operator's own CRDs, read from its Go module
 # through the module proxy (as the control plane's sources are): the PrometheusRule and the
 # PodMonitor must be what the operator's schemas accept, not what we believe they are. The
-# CRDs stay installed (nothing serves them); server-side dry-run as above.
+# CRDs stay installed (nothing serves them); server-side dry-run as above. With a node the
+# module was fetched before its namespaces were entered (they have no network).
 # shellcheck source=e2e/controlplane/versions.env
 source "${E2E_REPO}/e2e/controlplane/versions.env"
-po_mod="github.com/prometheus-operator/prometheus-operator@${KVOFFLOAD_PROMETHEUS_OPERATOR_VERSION}"
-# `go mod download -json` reports a failure in its JSON on stdout, so the answer is kept and
-# its "Error" shown (a cold CI run once ended here with no word); the proxy is a remote
-# service, so a failed fetch is tried three times, as go-toolchain.sh's curl is.
-go_bin="$("${E2E_REPO}/hack/go-toolchain.sh")"
-for attempt in 1 2 3; do
-  (cd "${work}" && PATH="${go_bin}:${PATH}" GOFLAGS='' go mod download -json "${po_mod}") \
-    > "${work}/prometheus-operator.json" 2>&1 && break
-  ((attempt < 3)) && sleep 5
-done
-po_dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "${work}/prometheus-operator.json")"
-[[ -d "${po_dir}/example/prometheus-operator-crd" ]] ||
-  fail "could not download ${po_mod}: $(grep '"Error"' "${work}/prometheus-operator.json" ||
-                                         tail -n 5 "${work}/prometheus-operator.json")"
+crds="${E2E_PROMETHEUS_CRDS:-}"
+[[ -n "${crds}" ]] || crds="$("${E2E_REPO}/e2e/controlplane/prometheus-crds.sh")" \
+  || fail "could not fetch the Prometheus Operator's CRDs (above)"
 for crd in prometheusrules podmonitors; do
   k apply --server-side --field-manager kv-offload-e2e \
-    -f "${po_dir}/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" >/dev/null
+    -f "${crds}/monitoring.coreos.com_${crd}.yaml" >/dev/null
   k wait --for condition=Established --timeout 60s "crd/${crd}.monitoring.coreos.com" >/dev/null
 done
 k kustomize "${work}/manifests/monitoring" > "${work}/monitoring.yaml" || fail "kustomize monitoring"

@@ -57,6 +57,9 @@ node_enter() {
   "${E2E_REPO}/e2e/controlplane/build.sh" >/dev/null
   bin="$("${E2E_REPO}/e2e/controlplane/build.sh" kubelet kube-scheduler | tail -n1)"
   e2e_log "node: control plane and node binaries ready in $((SECONDS - t0))s (${bin})"
+  E2E_PROMETHEUS_CRDS="$("${E2E_REPO}/e2e/controlplane/prometheus-crds.sh")" \
+    || e2e_die "e2e/controlplane/prometheus-crds.sh failed"
+  export E2E_PROMETHEUS_CRDS
   t0=${SECONDS}
   # The images carry the tag the manifests deploy, so the webhook is installed exactly as
   # rendered (what case 10 dry-runs again must match it).
