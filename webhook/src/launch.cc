@@ -479,6 +479,7 @@ bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value)
         if (const Quote q = QuoteAt(lines[i], at); q.mark != 0) {
           const std::string held =
               UnquoteWord(std::string(1, q.mark) + lines[i].substr(at));
+          static_assert(kFlagNames[0].size() == kFlagNames[1].size());
           v = FlagValueAt(held, 0, kFlagNames[0].size(), /*split_only=*/true);
         }
         flags.push_back({i, std::move(v)});
@@ -771,10 +772,6 @@ std::string FlagArgument(FlagRoute route, std::string_view config_json) {
 
 namespace {
 
-// What PlanLaunch reads: the command and args as one argv (the first `command_size` elements
-// are the command), VLLM_ADDITIONAL_ARGS as a literal value, and whether its value is out of
-// sight (valueFrom, or envFrom with no entry of its own: then there is nothing we can append
-// to, as an entry of ours would replace the ConfigMap's value and the user's arguments in it).
 // Env entries other than VLLM_ADDITIONAL_ARGS whose literal value holds the flag: (name, value).
 using FlagEnv = std::vector<std::pair<std::string, std::string>>;
 
@@ -882,6 +879,12 @@ bool FindFlagInExpandedEnv(const std::vector<std::string>& lines, const FlagEnv&
   return false;
 }
 
+// What PlanLaunch reads: the command and args as one argv (the first `command_size` elements
+// are the command), VLLM_ADDITIONAL_ARGS as a literal value, and whether its value is out of
+// sight (valueFrom, or envFrom with no entry of its own: then there is nothing we can append
+// to, as an entry of ours would replace the ConfigMap's value and the user's arguments in it),
+// the env entries with a flag of the user's that the script may expand (FindFlagInExpandedEnv),
+// and, when asked, where to put the names the script expands (EnvExpandedBy).
 LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_size,
                     std::string_view additional_args, bool additional_args_unseen,
                     const FlagEnv& flag_env, std::vector<std::string>* env_expanded = nullptr) {
