@@ -10,12 +10,34 @@
 
 #include "webhook/kube_client.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = [] {
+namespace {
+// The directory the inputs are written in, removed when libFuzzer exits (it ends a timed run
+// with exit(), which runs static destructors), so that CI's runs leave nothing in /tmp.
+class InputFile {
+ public:
+  InputFile() {
     char dir[] = "/tmp/fuzz-kubeconfig-XXXXXX";
     if (mkdtemp(dir) == nullptr) std::abort();
-    return std::string(dir) + "/config";
-  }();
+    dir_ = dir;
+    path_ = dir_ + "/config";
+  }
+  ~InputFile() {
+    std::remove(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_;
+  std::string path_;
+};
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const InputFile input;
+  const std::string& path = input.path();
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();

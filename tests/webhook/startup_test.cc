@@ -81,6 +81,7 @@ class StartupTest : public ::testing::Test {
     testing::WriteFileAtomic(dir_ / "other.key", other.key_pem);
     testing::WriteFileAtomic(dir_ / "garbage.pem", "not a pem file\n");
   }
+  void TearDown() override { fs::remove_all(dir_); }
   std::string File(const char* name) const { return (dir_ / name).string(); }
   std::vector<std::string> Serve(const char* cert, const char* key) const {
     return {"serve", "--bind-address=127.0.0.1", "--port=0", "--metrics-port=-1",
