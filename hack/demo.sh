@@ -90,6 +90,11 @@ wait_until 60 "the ephemeral PVC" pvc_made
 k -n kv-offload-demo get pvc -o custom-columns='NAME:.metadata.name,OWNER:.metadata.ownerReferences[0].kind,OWNER-NAME:.metadata.ownerReferences[0].name,SIZE:.spec.resources.requests.storage,MODES:.spec.accessModes'
 echo
 bold "== Webhook admission requests (metrics; every name in docs/metrics.md)"
+# Two pods went through the webhook: the readiness probe's (a server-side dry-run in namespace
+# kvoffload-e2e-probe, nothing stored) and the demo's. The API server called the webhook again
+# for each (reinvocationPolicy: IfNeeded: an admission plugin changed the pod after the webhook
+# had), and that call found it injected already.
+echo "(two pods: the readiness probe's dry-run pod and the demo's, each called again on reinvocation)"
 webhook_metrics | grep -E '^kvoffload_(admission_requests|injection_[a-z]+)_total' || true
 
 if [[ "${DEMO_ONCE:-0}" == 1 ]]; then
