@@ -93,13 +93,21 @@ struct Files {
 // `path`.writers/. The writer file is created and locked under the ledger lock: a reaper
 // (which holds it) never takes a writer file that exists but is not locked yet for one whose
 // writer died.
-Result<Files> OpenFiles(const std::string& path, const std::string& name) {
+// Opens (creating it and its directory) the ledger file at `path`.
+Result<int> OpenLedgerFile(const std::string& path) {
   std::error_code ec;
   // Our directory, unless it was removed from outside (the tier's own directory, its mount,
   // is never created here).
   std::filesystem::create_directory(std::filesystem::path(path).parent_path(), ec);
   const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "open ledger " + path);
+  return fd;
+}
+
+Result<Files> OpenFiles(const std::string& path, const std::string& name) {
+  Result<int> opened = OpenLedgerFile(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   const std::string writers = path + ".writers";
   if (::mkdir(writers.c_str(), 0755) != 0 && errno != EEXIST) {
     const int err = errno;
@@ -295,8 +303,9 @@ class FileLedger final : public CapacityLedger {
   }
 
   // REQUIRES: mu_, not the ledger lock. When the ledger file is no longer at its path (the
-  // tier's format directory removed from outside, with the writer files), moves to the ledger
-  // at the path, creating it and our writer file there, and recounts it: replicas that kept
+  // tier's format directory removed from outside, with the writer files, or the ledger file
+  // alone removed or replaced), moves to the ledger at the path, creating it (and our writer
+  // file, where that went too) there, and recounts it: replicas that kept
   // counting in the removed file and replicas started since, counting in a new one, would
   // each fill the whole capacity. Checked at every reservation (two stats, next to the
   // block write it is for). Should the move fail (the file system turned read-only), the old
@@ -309,12 +318,31 @@ class FileLedger final : public CapacityLedger {
         named.st_dev == ours.st_dev) {
       return;
     }
+    // Only the ledger file replaced or removed (`rm ledger`, a restore that renames one in):
+    // our writer file is still where the others count it, and creating it again (O_EXCL)
+    // would fail at every reservation, leaving us counting in the old file for good.
+    struct stat writer_named {};
+    struct stat writer_ours {};
+    if (::stat((writers_dir_ + "/" + writer_name_).c_str(), &writer_named) == 0 &&
+        ::fstat(writer_fd_, &writer_ours) == 0 && writer_named.st_ino == writer_ours.st_ino &&
+        writer_named.st_dev == writer_ours.st_dev) {
+      Result<int> ledger = OpenLedgerFile(path_);
+      if (!ledger.ok()) return;
+      int old = *ledger;
+      {
+        FileLock lock(old);
+        std::swap(fd_, old);
+        RecountLocked();
+      }
+      ::close(old);
+      return;
+    }
     Result<Files> moved = OpenFiles(path_, writer_name_);
     if (!moved.ok()) return;
     {
       FileLock lock(moved->fd);
       WriteU64(moved->writer_fd, in_flight_);
-      ::close(writer_fd_);  // its lock goes with it: a reaper of the old directory frees it
+      ::close(writer_fd_);  // its lock goes with it; the file went (or moved) with its directory
       writer_fd_ = moved->writer_fd;
       std::swap(fd_, moved->fd);
       RecountLocked();

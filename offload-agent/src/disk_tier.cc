@@ -657,6 +657,9 @@ bool DiskTier::RemoveLocked(const BlockKey& key, Status* failure) {
 void DiskTier::ForgetLocked(const BlockKey& key) {
   PolicyOn(PolicyCall::kRemove, key);
   entries_.erase(key);
+  // A key leaves stuck_ with its entry: a copy stored again under it later must not be taken
+  // for the stuck one (removed under a load that holds it).
+  std::erase(stuck_, key);
   if (options_.events) options_.events->Record(key, options_.tier, /*removed=*/true);
   cv_.SignalAll();
 }
@@ -669,20 +672,12 @@ void DiskTier::RemoveDoomedLocked(const BlockKey& key) {
 }
 
 bool DiskTier::RemoveStuckLocked() {
-  while (!stuck_.empty()) {
-    const BlockKey key = stuck_.back();
-    auto it = entries_.find(key);
-    if (it == entries_.end() || !it->second.doomed) {  // removed another way since
-      stuck_.pop_back();
-      continue;
-    }
-    // Pin and Protected refuse doomed blocks and the policy never chooses them: one still
-    // doomed is in nobody's hands.
-    if (!RemoveLocked(key)) return false;  // the file system still refuses
-    stuck_.pop_back();
-    return true;
-  }
-  return false;
+  if (stuck_.empty()) return false;
+  // Doomed, so in nobody's hands: Pin and Protected refuse doomed blocks, the policy no longer
+  // has it, and the key left stuck_ if its entry went (ForgetLocked). RemoveLocked takes it
+  // out of stuck_ when the removal works.
+  const BlockKey key = stuck_.back();
+  return RemoveLocked(key);  // false: the file system still refuses
 }
 
 void DiskTier::DropNonFileLocked(const BlockKey& key) {

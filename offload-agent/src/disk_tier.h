@@ -193,7 +193,7 @@ class DiskTier {
   // regular file (DropNonFileLocked). A file that cannot be removed leaves the policy for
   // stuck_.
   void RemoveDoomedLocked(const BlockKey& key) REQUIRES(mu_);
-  // Removes the newest block of stuck_ whose file can be removed now; true when one went.
+  // Removes the newest block of stuck_ if its file can be removed now; true when it went.
   bool RemoveStuckLocked() REQUIRES(mu_);
   // Forgets a block whose name is no longer a regular file (replaced behind our back), leaving
   // that name alone (FORMAT.md, Compatibility).
@@ -309,7 +309,8 @@ class DiskTier {
   std::vector<std::pair<std::string, uint64_t>> foreign_ GUARDED_BY(mu_);
   // Doomed blocks whose file could not be removed (a read-only file system): out of the
   // policy, whose newest block a failed load made them, so that they go first, when a write
-  // needs room or when the block is stored again. A key no longer doomed here is skipped.
+  // needs room or when the block is stored again. A key leaves it with its entry
+  // (ForgetLocked).
   std::vector<BlockKey> stuck_ GUARDED_BY(mu_);
   size_t evictions_in_flight_ GUARDED_BY(mu_) = 0;
   // False from a persistent start until Settle is done: no victim of ours is chosen; policy

@@ -277,12 +277,15 @@ class DiskTierTest : public ::testing::Test {
     ASSERT_TRUE(f.good());
   }
   void Remount(unsigned long flags) {
-    ASSERT_EQ(::mount(nullptr, dir_.path().c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr), 0)
+    ASSERT_EQ(
+        ::mount(nullptr, dir_.path().c_str(), nullptr, MS_REMOUNT | MS_BIND | flags, nullptr), 0)
         << std::strerror(errno);
   }
-  // Two replicas fill a shared tier; its format directory is removed (or moved away); a third
-  // starts; all three write on.
-  void SharedFormatDirectoryGoesWhileReplicasRun(bool moved);
+  // Two replicas fill a shared tier; its ledger goes from outside (`how`: the format directory
+  // removed or moved away, or the ledger file alone removed or replaced by another file renamed
+  // over it); a third starts; all three write on.
+  enum class LedgerGoes { kDirRemoved, kDirMoved, kFileRemoved, kFileReplaced };
+  void SharedLedgerGoesWhileReplicasRun(LedgerGoes how);
   // Whether a line the tiers logged contains `text`.
   bool Logged(const std::string& text) {
     MutexLock lock(&log_mu_);
@@ -658,6 +661,28 @@ TEST_F(DiskTierTest, CorruptBlockThatCouldNotBeRemovedGoesFirstOnceItCan) {
     const Status s = Put(*t, 5);
     EXPECT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(PinAndRead(*t, {Key(5)}, results).size(), 1u);
+    // The fresh copy, held by two loads, found corrupt by the first while the second still
+    // holds it: removed when the second lets go. Before, the key stayed listed as stuck from
+    // the old copy, the next write that needed room removed the block under the second load,
+    // and that load's unpin left an entry that refused every later store of the block.
+    const BlockKey five = Key(5);
+    Status first = Status::Ok();
+    Status second = Status::Ok();
+    t->Pin(std::span(&five, 1), std::span(&first, 1));
+    t->Pin(std::span(&five, 1), std::span(&second, 1));
+    ASSERT_TRUE(first.ok() && second.ok());
+    FlipAByteOf(5);
+    std::byte* dst = static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, kSlot));
+    t->ReadPinned(std::span(&five, 1), std::span(&dst, 1), std::span(&first, 1));
+    EXPECT_EQ(first.code(), StatusCode::kCorruption) << first.ToString();
+    for (uint64_t k = 6; k <= 8; ++k) EXPECT_TRUE(Put(*t, k).ok()) << k;
+    t->ReadPinned(std::span(&five, 1), std::span(&dst, 1), std::span(&second, 1));
+    EXPECT_FALSE(second.ok());
+    std::free(dst);
+    EXPECT_FALSE(t->Contains(five));
+    const Status stored = Put(*t, 5);
+    EXPECT_TRUE(stored.ok()) << stored.ToString();
+    EXPECT_EQ(PinAndRead(*t, {five}, results).size(), 1u) << "stored again and read";
   }
   ASSERT_EQ(::umount2(path.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
@@ -698,26 +723,43 @@ TEST_F(DiskTierTest, SharedLedgerDamagedWhileOpenIsRecountedFromTheFiles) {
 // in a new one, each up to the whole capacity, and nobody could give back what a replica killed
 // later had in flight (its writer file was gone). Each replica now finds its ledger removed at
 // its next write and moves to the one at the path (creating it), with a writer file there.
-// Moved away (mv) instead of removed, the same.
+// Moved away (mv) instead of removed, the same. The ledger file alone removed (`rm`) or
+// replaced (a restore renaming another in): each running replica's writer file was still
+// there, so creating it again failed and the replica kept counting in the old ledger for good,
+// beside the new one; it now stays with its writer file and moves to the ledger at the path.
 TEST_F(DiskTierTest, SharedLedgerRemovedFromOutsideIsFollowedToTheNewOne) {
-  for (const bool moved : {false, true}) {
-    SCOPED_TRACE(moved ? "moved away" : "removed");
-    SharedFormatDirectoryGoesWhileReplicasRun(moved);
+  for (const auto& [how, name] :
+       {std::pair{LedgerGoes::kDirRemoved, "format directory removed"},
+        std::pair{LedgerGoes::kDirMoved, "format directory moved away"},
+        std::pair{LedgerGoes::kFileRemoved, "ledger file removed"},
+        std::pair{LedgerGoes::kFileReplaced, "ledger file replaced"}}) {
+    SCOPED_TRACE(name);
+    SharedLedgerGoesWhileReplicasRun(how);
     std::filesystem::remove_all(dir_.path() + "/kvoffload-v1");
     std::filesystem::remove_all(dir_.path() + "/moved");
   }
 }
 
-void DiskTierTest::SharedFormatDirectoryGoesWhileReplicasRun(bool moved) {
+void DiskTierTest::SharedLedgerGoesWhileReplicasRun(LedgerGoes how) {
   const std::string root = dir_.path() + "/kvoffload-v1";
   auto a = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
   auto b = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
   for (uint64_t k = 1; k <= 2; ++k) ASSERT_TRUE(Put(*a, k).ok());
   for (uint64_t k = 3; k <= 4; ++k) ASSERT_TRUE(Put(*b, k).ok());
-  if (moved) {
-    std::filesystem::rename(root, dir_.path() + "/moved");
-  } else {
-    std::filesystem::remove_all(root);
+  switch (how) {
+    case LedgerGoes::kDirRemoved:
+      std::filesystem::remove_all(root);
+      break;
+    case LedgerGoes::kDirMoved:
+      std::filesystem::rename(root, dir_.path() + "/moved");
+      break;
+    case LedgerGoes::kFileRemoved:
+      std::filesystem::remove(root + "/ledger");
+      break;
+    case LedgerGoes::kFileReplaced:
+      std::ofstream(root + "/ledger.restored", std::ios::binary) << std::string(8, '\0');
+      std::filesystem::rename(root + "/ledger.restored", root + "/ledger");
+      break;
   }
   // A write of each running replica first, then one that starts now.
   ASSERT_TRUE(Put(*a, 5).ok());
@@ -730,6 +772,16 @@ void DiskTierTest::SharedFormatDirectoryGoesWhileReplicasRun(bool moved) {
     const Status s = Put(*replicas[k % 3], k);
     EXPECT_TRUE(s.ok() || s.code() == StatusCode::kResourceExhausted) << k << ": " << s.ToString();
     ASSERT_LE(testing::BytesUnder(root), 4 * kSlot) << "after block " << k;
+  }
+  // Each replica counts in the ledger at the path: no open ledger file of this process is
+  // another (a removed one reads as "... (deleted)").
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    const bool ledger = target.find("/ledger") != std::string::npos;
+    if (ledger && target.find(".writers") == std::string::npos) {
+      EXPECT_EQ(target, root + "/ledger");
+    }
   }
   EXPECT_EQ(c->Stats().used_bytes, testing::BytesUnder(root)) << "the ledger and the files agree";
 }
