@@ -223,6 +223,44 @@ TEST_F(HostileInputTest, MebibyteOfEnvExpansionsIsReadInBoundedTime) {
   }
 }
 
+TEST_F(HostileInputTest, MebibyteOfNearMissesInALaunchIsReadInBoundedTime) {
+  // Text that nearly names what the launch is read for, a mebibyte of it: `$(` before one `)`
+  // in args (each `$(` looked for its `)` and hashed the name up to it), the flag printed by
+  // an echo (each occurrence on a line is now read, with its command's words), `vllm serve` in
+  // a log line's string (each asked where its quotes stand), and `X=X=...` assignments of a
+  // name the launch expands (each read to its word's end for an expansion of itself). Handle()
+  // holds each to 2 s; none holds a flag that reaches vLLM, so ours is added.
+  std::string opens;
+  std::string flags;
+  std::string launches;
+  std::string assignments;
+  for (int i = 0; i < 512 * 1024; ++i) opens += "$(";
+  for (int i = 0; i < 48 * 1024; ++i) flags += "--kv-transfer-config ";
+  for (int i = 0; i < 96 * 1024; ++i) launches += "vllm serve ";
+  for (int i = 0; i < 512 * 1024; ++i) assignments += "X=";
+  const json env = {{{"name", "A"}, {"value", "a"}}};
+  struct Case {
+    std::string script;
+    json args;
+  };
+  for (const Case& c :
+       {Case{"exec vllm serve /m \"$@\"", {"--", opens + ")", "$(A)"}},
+        Case{"echo \"" + flags + "\"; exec vllm serve /m \"$@\"", {"--"}},
+        Case{"log \"" + launches + "\"\nexec vllm serve /m \"$@\"", {"--"}},
+        Case{assignments + "\nexec vllm serve /m $X \"$@\"", {"--"}}}) {
+    json pod = Pod(kEmptyDirSpec, {{{"name", "main"},
+                                    {"image", "vllm"},
+                                    {"command", {"/bin/bash", "-c", c.script}},
+                                    {"args", c.args},
+                                    {"env", env}}});
+    pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+    const json patched = Patched(pod);
+    const json status =
+        json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+    EXPECT_EQ(status["vllmFlag"], "args") << c.script.substr(0, 80);
+  }
+}
+
 TEST_F(HostileInputTest, ManyKubeletReferencesOverALargeEnvAreExpandedInOnePass) {
   // Each $(NAME) in command and args was looked up by walking the env array from its start,
   // and each step of that walk did the same: minutes for 100,000 references over 2,000

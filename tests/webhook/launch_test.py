@@ -278,6 +278,12 @@ class LaunchTest(unittest.TestCase):
             "log \"$@\", then eval": [
                 "/bin/bash", "-c", 'log() { echo "[launch] $*" >&2; }\nlog "$@"\n'
                 'eval "exec vllm serve /mnt/models $@"', "--"],
+            # A log line that names the launch and expands "$@" was taken for the launch line
+            # (any line holding "vllm serve"): our flag went unquoted into the eval after it,
+            # and vLLM got it split into pieces and did not start.
+            "log naming vllm serve, then eval": [
+                "/bin/bash", "-c", 'log() { echo "[launch] $*" >&2; }\n'
+                'log "starting vllm serve with $*"\neval "exec vllm serve /mnt/models $@"', "--"],
         }
         # Through VLLM_ADDITIONAL_ARGS: a here-document's "$@" was taken for the launch's (our
         # flag went to args the script drops), and a --shutdown-timeout or a
@@ -367,6 +373,28 @@ class LaunchTest(unittest.TestCase):
                                   '${EXTRA_ARGS} "$@"', "--"],
                                  env=[{"name": "EXTRA_ARGS",
                                        "value": "--kv-transfer-config=" + lmcache}])
+        # A print of the flag before the launch on the same line: only the first occurrence
+        # on a line was read, the print's, so the launch's own was not seen and vLLM got two.
+        echo_then_flag = agent_pod(
+            ["/bin/bash", "-c", 'echo "passing --kv-transfer-config" >&2; exec vllm serve '
+             "/mnt/models --kv-transfer-config '" + lmcache + "' \"$@\"", "--"])
+        # The user's env entry, extended by the script from itself (the `set -u` idiom): any
+        # NAME= in the script counted as setting it, so the entry was not read, and vLLM got
+        # two.
+        env_extended = agent_pod(
+            ["/bin/bash", "-c", 'EXTRA_ARGS="${EXTRA_ARGS:-} --enforce-eager"\n'
+             'exec vllm serve /mnt/models $EXTRA_ARGS "$@"', "--"],
+            env=[{"name": "EXTRA_ARGS", "value": "--kv-transfer-config=" + lmcache}])
+        # The flag in a quoted assignment with more on its line: what followed the closing
+        # quote was read into the value, and a valid flag was reported as invalid JSON.
+        variable_then_more = agent_pod(
+            ["/bin/bash", "-c", "KV='--kv-transfer-config=" + lmcache + "'; "
+             'exec vllm serve /mnt/models $KV "$@"', "--"])
+        # The dotted form setting a key and then a key under it: reading it threw, the
+        # admission answered 500, and the thread's cached plan was left half made.
+        dotted_nested = agent_pod(["vllm", "serve", "/mnt/models"],
+                                  args=["--kv-transfer-config.kv_connector=LMCacheConnectorV1",
+                                        "--kv-transfer-config.kv_connector.a=1"])
         # A launch in a function called without the script's arguments: "$@" there is the
         # call's (none), so ours in args never reached vLLM while the status said "args".
         function_without_args = agent_pod(
@@ -384,7 +412,15 @@ class LaunchTest(unittest.TestCase):
                                               ("quoted", quoted, {}, "not-injected"),
                                               ("envFrom", env_from, from_config_map,
                                                "not-injected"),
-                                              ("dotted", dotted, {}, "user")):
+                                              ("dotted", dotted, {}, "user"),
+                                              ("echo, then the flag on one line",
+                                               echo_then_flag, {}, "user"),
+                                              ("env entry extended from itself",
+                                               env_extended, {}, "user"),
+                                              ("variable, then more on its line",
+                                               variable_then_more, {}, "user"),
+                                              ("dotted, a key under a key", dotted_nested, {},
+                                               "user")):
             with self.subTest(case=name):
                 warnings = []
                 patched = inject(before, cluster, warnings)

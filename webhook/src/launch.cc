@@ -185,6 +185,10 @@ bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_sh
       nlohmann::json* at = &dotted;
       for (size_t from = 0; from <= path.size();) {
         const size_t dot = std::min(path.find('.', from), path.size());
+        // A key under one given a value before (`.a=X` then `.a.b=1`): an object from here
+        // on. Whichever vLLM keeps, the flag is the user's; indexing the string threw, and the
+        // admission answered 500.
+        if (!at->is_null() && !at->is_object()) *at = nlohmann::json::object();
         at = &(*at)[std::string(path.substr(from, dot - from))];
         from = dot + 1;
       }
@@ -201,6 +205,13 @@ bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_sh
 // occurrence is a glob pattern in a test (`[[ "$*" != *"--kv-transfer-config"* ]]`), i.e. the
 // text only asks whether someone else passed the flag.
 // `at`, when given, is set to where the flag found starts; `split_only` as for FlagValueAt.
+// Whether the flag at `pos` is a glob pattern's (`*--kv-transfer-config*`,
+// `*"--kv-transfer-config"*`): a test of what was passed, not a flag.
+bool IsGlobAt(std::string_view text, size_t pos) {
+  return (pos >= 1 && text[pos - 1] == '*') ||
+         (pos >= 2 && text[pos - 1] == '"' && text[pos - 2] == '*');
+}
+
 bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
                     size_t* at = nullptr, bool split_only = false) {
   bool found_flag = false;
@@ -208,9 +219,7 @@ bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
   for (std::string_view flag : kFlagNames) {
     for (size_t pos = text.find(flag); pos != std::string_view::npos;
          pos = text.find(flag, pos + 1)) {
-      const bool glob = (pos >= 1 && text[pos - 1] == '*') ||
-                        (pos >= 2 && text[pos - 1] == '"' && text[pos - 2] == '*');
-      if (glob) {
+      if (IsGlobAt(text, pos)) {
         *defers = true;
       } else if (!found_flag) {
         found_flag = true;
@@ -405,6 +414,27 @@ Quote QuoteAt(std::string_view line, size_t pos) {
   return q;
 }
 
+// Where the shell word that `from` is in ends (an unquoted blank or operator), `quote` being
+// the quote `from` stands in (0, '\'' or '"').
+size_t WordEnd(std::string_view line, size_t from, char quote) {
+  for (size_t i = from; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote == '\'') {
+      if (c == '\'') quote = 0;
+    } else if (c == '\\') {
+      ++i;
+    } else if (quote == '"') {
+      if (c == '"') quote = 0;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == ';' || c == '&' || c == '|' ||
+               c == '<' || c == '>' || c == '(' || c == ')') {
+      return i;
+    }
+  }
+  return line.size();
+}
+
 // How many compound commands and brace groups `line` opens less how many it closes: `if`,
 // `case`, `do` and `{` against `fi`, `esac`, `done` and `}`, as words outside quotes.
 int BlockDepthChange(std::string_view line) {
@@ -454,6 +484,7 @@ int BlockDepthChange(std::string_view line) {
 // closed is passed whatever the arguments hold: the user's (2026-12-07: a `case "$*"` that
 // only logged, then `KV=--kv-transfer-config=...` and `vllm serve $KV "$@"`, gave vLLM two
 // flags, ours last and winning, where the status said args).
+constexpr size_t kMaxFlagsRead = 64;
 bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value) {
   static constexpr std::array<std::string_view, 3> kPrints = {"echo", "printf", ":"};
   struct Flag {
@@ -464,25 +495,41 @@ bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value)
   std::vector<int> depth_after(lines.size());
   size_t last_test = lines.size();
   int depth = 0;
+  // Each occurrence costs a walk of its line (its command's words), so a hostile script is
+  // read no further than this many.
+  size_t read = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    std::string v;
+    const std::string& line = lines[i];
     bool test = false;
-    size_t at = 0;
-    if (FindFlagInText(lines[i], &v, &test, &at)) {
-      const std::vector<std::string> words = CommandWordsBefore(lines[i], at);
-      if (words.empty() ||
-          std::find(kPrints.begin(), kPrints.end(), words.front()) == kPrints.end()) {
+    bool found = false;
+    for (std::string_view flag : kFlagNames) {
+      // Every occurrence on the line, not only its first: a print of the flag before the
+      // launch (`echo "passing --kv-transfer-config"; exec vllm serve ... --kv-transfer-config
+      // ...`) hid the launch's own, and vLLM got two.
+      for (size_t at = line.find(flag); at != std::string::npos; at = line.find(flag, at + 1)) {
+        if (IsGlobAt(line, at)) {
+          test = true;
+          continue;
+        }
+        if (found || read >= kMaxFlagsRead) continue;
+        ++read;
+        const std::vector<std::string> words = CommandWordsBefore(line, at);
+        if (!words.empty() &&
+            std::find(kPrints.begin(), kPrints.end(), words.front()) != kPrints.end()) {
+          continue;
+        }
+        std::string v = FlagValueAt(line, at, flag.size());
         // Inside a quoted string (`KV='--kv-transfer-config={"a":1}'`): the value is what the
         // string holds from the flag on, split at blanks as its unquoted expansion is. Read
         // as a word of its own, the string's closing quote opened a new one, and a valid flag
-        // was reported as invalid JSON.
-        if (const Quote q = QuoteAt(lines[i], at); q.mark != 0) {
-          const std::string held =
-              UnquoteWord(std::string(1, q.mark) + lines[i].substr(at));
-          static_assert(kFlagNames[0].size() == kFlagNames[1].size());
-          v = FlagValueAt(held, 0, kFlagNames[0].size(), /*split_only=*/true);
+        // was reported as invalid JSON; so was one followed on its line by more (`'; exec`).
+        if (const Quote q = QuoteAt(line, at); q.mark != 0) {
+          const std::string held = UnquoteWord(
+              std::string(1, q.mark) + line.substr(at, WordEnd(line, at, q.mark) - at));
+          v = FlagValueAt(held, 0, flag.size(), /*split_only=*/true);
         }
         flags.push_back({i, std::move(v)});
+        found = true;
       }
     }
     if (test) last_test = i;
@@ -586,10 +633,21 @@ Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
   return {};
 }
 
-// A line that starts vLLM (`vllm serve`, `-m vllm.entrypoints...`).
+// A line that starts vLLM (`vllm serve`, `-m vllm.entrypoints...`): the words outside quotes,
+// or in a string that eval or a shell runs. Inside another command's string it is text (`log
+// "starting vllm serve with $*"`), and taken for the launch, the log's "$*" sent our flag
+// unquoted into the eval that followed: vLLM got it in pieces and did not start.
 bool IsLaunchLine(std::string_view line) {
-  return line.find("vllm serve") != std::string_view::npos ||
-         line.find("vllm.entrypoints") != std::string_view::npos;
+  static constexpr std::array<std::string_view, 2> kLaunches = {"vllm serve", "vllm.entrypoints"};
+  size_t read = 0;  // each costs a walk of the line: a hostile one is read no further
+  for (std::string_view launch : kLaunches) {
+    for (size_t pos = line.find(launch); pos != std::string_view::npos && read < kMaxFlagsRead;
+         pos = line.find(launch, pos + 1), ++read) {
+      const Quote q = QuoteAt(line, pos);
+      if (q.mark == 0 || ReparsesArgument(CommandWordsBefore(line, q.start))) return true;
+    }
+  }
+  return false;
 }
 
 // One pass over a script: whether each byte is inside quotes, and the brace that closes each
@@ -818,14 +876,29 @@ std::vector<std::string> EnvExpandedBy(const std::vector<std::string>& lines) {
   }
   if (expanded.empty()) return expanded;
   std::vector<bool> set(expanded.size());
+  size_t values_read = 0;  // each walks its word: a hostile script is read no further
   for (const std::string& line : lines) {
     for (size_t eq = line.find('='); eq != std::string::npos; eq = line.find('=', eq + 1)) {
       size_t from = eq;
       while (from > 0 && IsWordChar(line[from - 1])) --from;
       const std::string_view name = std::string_view(line).substr(from, eq - from);
-      for (size_t i = 0; i < expanded.size(); ++i) {
-        if (expanded[i] == name) set[i] = true;
+      const auto it = std::find(expanded.begin(), expanded.end(), name);
+      if (it == expanded.end()) continue;
+      // An assignment that reads the entry keeps what it holds (`X="${X:-} --enforce-eager"`,
+      // the `set -u` idiom): counted as set, the entry was not read, and a flag in it was
+      // missed while ours was added.
+      bool reads_itself = false;
+      if (++values_read > kMaxExpansionsRead) {
+        set[static_cast<size_t>(it - expanded.begin())] = true;
+        continue;
       }
+      const std::string_view value =
+          std::string_view(line).substr(eq + 1, WordEnd(line, eq + 1, 0) - eq - 1);
+      ForEachExpansion(value, [&](size_t, std::string_view found) {
+        reads_itself = found == name;
+        return !reads_itself;
+      });
+      if (!reads_itself) set[static_cast<size_t>(it - expanded.begin())] = true;
     }
   }
   std::vector<std::string> unset;
@@ -1044,11 +1117,12 @@ bool MayHoldKubeReference(std::string_view text) {
        at = text.find('$', at + 1)) {
     if (text[at + 1] == '$') return true;
     if (text[at + 1] != '(') continue;
-    const size_t close = text.find(')', at + 2);
-    if (close == std::string_view::npos) return false;
-    const std::string_view name = text.substr(at + 2, close - at - 2);
-    if (!name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
-        std::all_of(name.begin(), name.end(), IsWordChar)) {
+    // The name's characters, then its `)`: looking for the `)` first made each `$(` read to
+    // the next one, quadratic in a run of `$(`.
+    size_t end = at + 2;
+    while (end < text.size() && IsWordChar(text[end])) ++end;
+    if (end > at + 2 && end < text.size() && text[end] == ')' &&
+        !(text[at + 2] >= '0' && text[at + 2] <= '9')) {
       return true;
     }
   }
@@ -1059,25 +1133,39 @@ bool MayHoldKubeReference(std::string_view text) {
 // the container is its value (the last entry of that name), $$ is $, anything else stays as
 // written (an entry set through valueFrom or envFrom is not known here).
 std::string ExpandKubeReferences(std::string_view text, const LiteralEnv& env) {
+  // Each `$(` names what runs to the next `)`. That `)` is kept for the `$(`s before it, and a
+  // name is looked up only when an entry has its length: finding the `)` and hashing the name
+  // afresh for each `$(` was quadratic in a run of them.
+  std::vector<bool> name_lengths;
+  for (const auto& entry : env) {
+    if (name_lengths.size() <= entry.first.size()) name_lengths.resize(entry.first.size() + 1);
+    name_lengths[entry.first.size()] = true;
+  }
   std::string out;
+  size_t close = 0;  // the first `)` at or after where the last `$(` looked
   for (size_t i = 0; i < text.size(); ++i) {
     if (text[i] != '$' || i + 1 >= text.size()) {
       out += text[i];
-    } else if (text[i + 1] == '$') {
+      continue;
+    }
+    if (text[i + 1] == '$') {
       out += '$';
       ++i;
-    } else if (const size_t close = text.find(')', i + 2);
-               text[i + 1] == '(' && close != std::string_view::npos) {
-      if (const auto it = env.find(text.substr(i + 2, close - i - 2));
-          it != env.end() && it->second) {
+      continue;
+    }
+    if (text[i + 1] == '(' && close != std::string_view::npos && close < i + 2) {
+      close = text.find(')', i + 2);
+    }
+    const size_t length = close == std::string_view::npos ? 0 : close - i - 2;
+    if (text[i + 1] == '(' && close != std::string_view::npos && length < name_lengths.size() &&
+        name_lengths[length]) {
+      if (const auto it = env.find(text.substr(i + 2, length)); it != env.end() && it->second) {
         out += *it->second;
         i = close;
-      } else {
-        out += '$';
+        continue;
       }
-    } else {
-      out += '$';
     }
+    out += '$';
   }
   return out;
 }
@@ -1129,12 +1217,13 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
       last->additional_args != additional_args ||
       !std::equal(argv.begin(), argv.end(), last->argv.begin(), last->argv.end())) {
     const bool references = std::any_of(argv.begin(), argv.end(), MayHoldKubeReference);
-    last = Last{std::vector<std::string>(argv.begin(), argv.end()), command.size(),
-                std::string(additional_args), additional_args_unseen, {}, references, {}};
+    Last made{std::vector<std::string>(argv.begin(), argv.end()), command.size(),
+              std::string(additional_args), additional_args_unseen, {}, references, {}};
     if (!references) {
-      last->plan = PlanArgv(argv, command.size(), additional_args, additional_args_unseen, {},
-                            &last->env_expanded);
+      made.plan = PlanArgv(argv, command.size(), additional_args, additional_args_unseen, {},
+                           &made.env_expanded);
     }
+    last = std::move(made);  // only a finished plan: one that threw would be served next
   }
   if (!last->references) {
     // The plan holds for any env but one with a flag in an entry the script expands.
