@@ -223,6 +223,23 @@ TEST_F(HostileInputTest, MebibyteOfEnvExpansionsIsReadInBoundedTime) {
   }
 }
 
+TEST_F(HostileInputTest, StatusAnnotationEditedByHandIsReplaced) {
+  // Our status annotation with a field of the wrong type (a string for a boolean), as a hand
+  // edit or another tool leaves it: reading it threw, and the admission answered 500, which
+  // under failurePolicy Fail refuses the pod with no reason given. It is ours to replace.
+  for (const char* status : {R"({"configHash":"x","vllmFlagInjected":"true"})",
+                             R"({"configHash":"x","vllmFlagInjected":null,"tiers":"a"})",
+                             R"({"configHash":"x","mode":7,"vllmFlag":[]})"}) {
+    SCOPED_TRACE(status);
+    json pod = Pod(kEmptyDirSpec);
+    pod["metadata"]["annotations"][kAnnotationStatus] = status;
+    const json patched = Patched(pod);
+    const json now =
+        json::parse(patched["metadata"]["annotations"][kAnnotationStatus].get<std::string>());
+    EXPECT_NE(now["configHash"], "x");
+  }
+}
+
 TEST_F(HostileInputTest, MebibyteOfNearMissesInALaunchIsReadInBoundedTime) {
   // Text that nearly names what the launch is read for, a mebibyte of it: `$(` before one `)`
   // in args (each `$(` looked for its `)` and hashed the name up to it), the flag printed by

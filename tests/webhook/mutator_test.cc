@@ -116,9 +116,19 @@ TEST(MutateTest, AgentModeWithoutImageAndTooSmallEphemeralLimit) {
   Mutation m = Mutate(Input(pod));
   ASSERT_EQ(m.denials.size(), 2u) << m.denial;
   EXPECT_NE(m.denials[0].find("--agent-image"), std::string::npos) << m.denials[0];
-  EXPECT_NE(m.denials[1].find("ephemeral-storage limit 10Gi is below the request 100Gi"),
+  // Without a request, the request is the limit, as the API server sets it for a Pod before
+  // any webhook sees it: an offline manifest or a template is judged as its pods will be.
+  EXPECT_NE(m.denials[1].find("ephemeral-storage limit 10Gi is below the request 110Gi after "
+                              "adding 100Gi of emptyDir tiers (without a request, a pod's "
+                              "request is its limit)"),
             std::string::npos)
       << m.denials[1];
+  // With a request of its own, that is what the tiers are added to.
+  pod["spec"]["containers"][0]["resources"]["limits"]["ephemeral-storage"] = "110Gi";
+  pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "10Gi";
+  pod["metadata"]["annotations"][kAnnotationMode] = "vllm-native";
+  m = Mutate(Input(pod));
+  EXPECT_TRUE(m.allowed) << m.denial;
 }
 
 // What the pod has under our names or at our paths. As KServe renders a tier (our volume, at

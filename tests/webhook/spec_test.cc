@@ -68,6 +68,19 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"0"}}}]})",
                   "kvCacheOffloading.secondary[0].fileSystem.emptyDir.size",
                   "must be greater than 0"},
+        // Milli for mega: a fraction of a byte was taken as it stood (a 1-byte tier).
+        ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"100m"}}}]})",
+                  "kvCacheOffloading.secondary[0].fileSystem.emptyDir.size",
+                  "\"100m\" is not a whole number of bytes (m is milli, a thousandth); for "
+                  "megabytes write \"100M\" or \"100Mi\""},
+        ErrorCase{R"({"cpu":"10m"})", "kvCacheOffloading.cpu",
+                  "\"10m\" is not a whole number of bytes"},
+        ErrorCase{R"({"cpu":"0.5"})", "kvCacheOffloading.cpu",
+                  "\"0.5\" is not a whole number of bytes"},
+        // The API server refuses such a claim, in words about the pod's volume we added.
+        ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"pvc":{"spec":{"resources":{"requests":{"storage":"1Gi"}}}}}}]})",
+                  "kvCacheOffloading.secondary[0].fileSystem.pvc.spec.accessModes",
+                  "at least one access mode is required"},
         ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{}}}]})",
                   "kvCacheOffloading.secondary[0].fileSystem.emptyDir.size", "size is required"},
         ErrorCase{R"({"cpu":"1Gi","secondary":[{"fileSystem":{"emptyDir":{"size":"1Gi"}}},{"fileSystem":{"pvc":{"ref":{"name":"My_PVC"}}}}]})",
@@ -122,7 +135,8 @@ TEST(SpecTest, ValidSpecIsNormalised) {
     "cpu": "10240Mi", "evictionPolicy": "arc",
     "secondary": [
       {"fileSystem": {"emptyDir": {"size": "100Gi"}}},
-      {"fileSystem": {"pvc": {"spec": {"resources": {"requests": {"storage": "200Gi"}}}}}},
+      {"fileSystem": {"pvc": {"spec": {"accessModes": ["ReadWriteOnce"],
+                                       "resources": {"requests": {"storage": "200Gi"}}}}}},
       {"fileSystem": {"pvc": {"ref": {"name": "my-kv-cache-pvc", "path": "kv-cache/"}}}}]})"));
   ASSERT_TRUE(parsed.errors.empty()) << parsed.errors[0].message;
   const OffloadSpec& s = parsed.spec;

@@ -787,13 +787,21 @@ CheckedMutation CheckMutation(const MutationInput& in) {
   if (ephemeral_added && sum_ok) {
     Quantity request;
     bool request_ok = true;
-    if (const std::string cur = StringAt(requests, "ephemeral-storage"); !cur.empty()) {
+    // A Pod without a request has its limit for one: the API server sets it before any
+    // admission webhook sees the pod. A template or an offline manifest has not been through
+    // that yet, and taken as no request, inject and the apply-time check passed what the
+    // webhook then denied at every pod of the workload.
+    std::string cur = StringAt(requests, "ephemeral-storage");
+    const bool limit_as_request = cur.empty();
+    if (limit_as_request) cur = StringAt(limits, "ephemeral-storage");
+    if (!cur.empty()) {
       Result<Quantity> parsed = Quantity::Parse(cur);
       if (parsed.ok()) {
         request = *parsed;
       } else {
         request_ok = false;
-        denials.push_back("container \"" + c_name + "\": resources.requests.ephemeral-storage \"" +
+        denials.push_back("container \"" + c_name + "\": resources." +
+                          (limit_as_request ? "limits" : "requests") + ".ephemeral-storage \"" +
                           cur + "\" is not a valid quantity");
       }
     }
@@ -807,7 +815,12 @@ CheckedMutation CheckMutation(const MutationInput& in) {
           denials.push_back("container \"" + c_name + "\": ephemeral-storage limit " +
                             limit->ToString() + " is below the request " + total->ToString() +
                             " after adding " + ephemeral_added->ToString() +
-                            " of emptyDir tiers; raise the limit or shrink the emptyDir tiers" +
+                            " of emptyDir tiers" +
+                            (limit_as_request
+                                 ? " (without a request, a pod's request is its limit); set "
+                                   "resources.requests.ephemeral-storage to what the container "
+                                   "itself needs, raise the limit or shrink the emptyDir tiers"
+                                 : "; raise the limit or shrink the emptyDir tiers") +
                             from);
         } else {
           plan.ephemeral_request = *total;
@@ -1071,7 +1084,10 @@ json WithoutOurEarlierParts(json pod, const json& old) {
   std::string target_error;
   const int target = TargetContainer(JsonDocument::Of(pod).Root(), &target_error);
   const bool agent = StringAt(old, "mode") == "agent";
-  const bool flag_ours = old.value("vllmFlagInjected", false) == true;
+  // A status edited by hand may hold anything here: json::value() threw on a non-boolean, and
+  // the admission answered 500.
+  const auto injected = old.find("vllmFlagInjected");
+  const bool flag_ours = injected != old.end() && injected->is_boolean() && injected->get<bool>();
   const std::string flag_where = StringAt(old, "vllmFlag");
   const size_t tiers = old.contains("tiers") && old["tiers"].is_array() ? old["tiers"].size() : 0;
   auto ours = [&](const json& item) {

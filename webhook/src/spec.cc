@@ -42,7 +42,7 @@ class Validator {
     }
   }
 
-  // A quantity that must be > 0. Returns false (and records why) when it is not.
+  // A number of bytes that must be > 0. Returns false (and records why) when it is not.
   bool PositiveQuantity(const json& value, const std::string& path, Quantity* out) {
     if (!value.is_string() && !value.is_number()) {
       Error(path, Quoted(value) + " must be a quantity string such as \"10Gi\"");
@@ -57,6 +57,17 @@ class Validator {
     }
     if (q->Sign() <= 0) {
       Error(path, "must be greater than 0, got " + Quoted(value));
+      return false;
+    }
+    // A fraction of a byte is a typo ("100m", milli, for "100M"): taken as it stood, the tier
+    // was one byte and an emptyDir of 1 byte got the pod evicted.
+    if (!q->IsWhole()) {
+      Error(path, Quoted(value) + " is not a whole number of bytes" +
+                      (text.ends_with('m') ? " (m is milli, a thousandth); for megabytes write "
+                                             "\"" + text.substr(0, text.size() - 1) +
+                                                 "M\" or \"" + text.substr(0, text.size() - 1) +
+                                                 "Mi\""
+                                           : std::string()));
       return false;
     }
     *out = *q;
@@ -135,6 +146,15 @@ class Validator {
         return;
       }
       if (!PositiveQuantity(*storage, spec_path + ".resources.requests.storage", &tier.size)) return;
+      // The API server refuses a volume claim without one, naming the pod's volume we added
+      // rather than this field.
+      if (!spec.contains("accessModes") || !spec["accessModes"].is_array() ||
+          spec["accessModes"].empty()) {
+        Error(spec_path + ".accessModes",
+              "at least one access mode is required, as for any volume claim; a tier of one "
+              "pod takes [\"ReadWriteOnce\"]");
+        return;
+      }
       tier.pvc_spec = spec;
       tiers->push_back(std::move(tier));
       return;

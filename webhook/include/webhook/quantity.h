@@ -38,6 +38,8 @@ class Quantity {
   int64_t Value() const;
   int Sign() const { return nanos_ > 0 ? 1 : (nanos_ < 0 ? -1 : 0); }
   bool IsZero() const { return nanos_ == 0; }
+  // Whether it is a whole number of units (no milli, micro or nano part).
+  bool IsWhole() const { return nanos_ % 1'000'000'000 == 0; }
   Format format() const { return format_; }
   // -1, 0, 1.
   int Compare(const Quantity& other) const;
