@@ -46,7 +46,7 @@ from conftest import (GOLDEN, golden_env, golden_kv_transfer_config,
 from kvoffload import engine, settings
 from kvoffload.transfer import TransferCore, engine_key
 from kvoffload.vllm import (KVOffloadAgentSpec, check_vllm_release, model_digest, pod_engines,
-                            rank_share, resolve_settings)
+                            rank_share, resolve_settings, write_back_budget)
 
 PAGE = 4096
 TENSORS = 2
@@ -641,6 +641,24 @@ def test_write_back_seconds_must_be_a_duration(tmp_path, monkeypatch):
         with pytest.raises(ValueError, match=re.escape(f"{key}={value!r}") +
                            " is not a number of seconds from 0 to 3600"):
             OffloadingSpecFactory.create_spec(offloading_config({**agent_extra(), key: value}))
+
+
+def test_write_back_fits_the_multiproc_executors_wait_for_its_workers(monkeypatch):
+    """vLLM's multiproc executor (a process per rank, named VllmWorker-<rank>) waits
+    VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (5 s) for its workers to exit, then signals and kills
+    them: the 10 s write-back was killed part way, before the engine closed. There the budget
+    ends a second before that wait, saying which variable gives it all; elsewhere it is whole."""
+    import multiprocessing
+    monkeypatch.delenv("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", raising=False)
+    assert write_back_budget(10.0) == (10.0, None)
+    monkeypatch.setattr(multiprocessing.current_process(), "name", "VllmWorker-1")
+    budget, why = write_back_budget(10.0)
+    assert budget == 4.0
+    assert "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS=5" in why and "to 11 or more" in why, why
+    monkeypatch.setenv("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "30")
+    assert write_back_budget(10.0) == (10.0, None)
+    monkeypatch.setenv("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "0")
+    assert write_back_budget(10.0)[0] == 0.0
 
 
 def test_a_failed_write_back_still_closes_the_engine(tmp_path, monkeypatch):

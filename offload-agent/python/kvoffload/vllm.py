@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import os
 import re
 import threading
@@ -95,6 +96,30 @@ EVENT_CAPACITY = 1 << 20
 # tier before its engine closes (extra config "write_back_seconds"). Kubernetes gives a pod 30 s
 # between SIGTERM and SIGKILL by default, and vLLM needs some of it for itself.
 DEFAULT_WRITE_BACK_SECONDS = 10.0
+# A worker of vLLM's multiproc executor (tensor or pipeline parallel ranks: processes named
+# VllmWorker-<rank>) gets VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (default 5) to exit once the
+# executor shuts down, then SIGTERM and, 4 s later, SIGKILL: a write-back longer than that
+# was killed part way, before the engine closed. The budget there ends this long before it.
+WORKER_EXIT_MARGIN_SECONDS = 1.0
+
+
+def write_back_budget(configured: float) -> tuple[float, str | None]:
+    """The write-back budget this process can spend at shutdown, and why it is less than
+    `configured` (None when it is not)."""
+    if not multiprocessing.current_process().name.startswith("VllmWorker-"):
+        return configured, None
+    raw = os.environ.get("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "5")
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = 5.0  # vLLM itself fails on it first
+    budget = max(0.0, timeout - WORKER_EXIT_MARGIN_SECONDS)
+    if budget >= configured:
+        return configured, None
+    return budget, (f"vLLM's multiproc executor waits VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS="
+                    f"{raw} s for a worker to exit, so the shutdown write-back gets {budget:g} "
+                    f"s of its {configured:g}; set that variable to "
+                    f"{configured + WORKER_EXIT_MARGIN_SECONDS:g} or more for all of it")
 # The most either duration of the extra config may be: an hour is past any pod's grace period
 # and any sensible metrics interval, and inf (or 1e20) s overflowed the engine's milliseconds
 # at shutdown, after the last step, leaving the engine unclosed and nothing written back.
@@ -739,7 +764,9 @@ class KVOffloadAgentSpec(OffloadingSpec):
                     f"({sorted(sorted(g) for g in groups)}); agent mode offloads models whose "
                     "groups share them (full and sliding-window attention): run this pod in "
                     "vllm-native mode (annotation kvoffload.io/mode: vllm-native)")
-            write_back_s = self._write_back_s()
+            write_back_s, cut = write_back_budget(self._write_back_s())
+            if cut is not None:
+                logger.warning("kvoffload: %s", cut)
             p = self.config.parallel
             # A tier's directory is its volume's mount (the webhook mounts /mnt/kv-cache-<i>);
             # the rank's directory below it is made here, and libkvoffload refuses a directory
