@@ -3,6 +3,7 @@
 #include "kvoffload/c.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -14,7 +15,8 @@
 
 struct kvo_engine {
   std::unique_ptr<kvoffload::Engine> engine;
-  size_t segments;  // device pointers per block
+  size_t segments;        // device pointers per block
+  uint64_t event_capacity;  // the most events its feed holds
 };
 
 namespace {
@@ -110,13 +112,17 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
     }
     *out = nullptr;
     // Fields are appended: a struct from an older caller ends before the newer ones, which
-    // then keep their zero defaults.
-    const size_t first_size = offsetof(kvo_options, event_capacity);
-    if (options->struct_size != first_size && options->struct_size != sizeof(kvo_options)) {
+    // then keep their zero defaults. Every size the struct has had is one a caller may pass
+    // (only the first and the current were, and a caller built between them was refused).
+    static constexpr std::array<size_t, 3> kSizes = {offsetof(kvo_options, event_capacity),
+                                                     offsetof(kvo_options, segments),
+                                                     sizeof(kvo_options)};
+    if (std::find(kSizes.begin(), kSizes.end(), options->struct_size) == kSizes.end()) {
+      std::string known;
+      for (size_t size : kSizes) known += (known.empty() ? "" : ", ") + std::to_string(size);
       return Report(Status::InvalidArgument(
           "kvo_options.struct_size=" + std::to_string(options->struct_size) + " but this " +
-          "libkvoffload knows " + std::to_string(first_size) + " and " +
-          std::to_string(sizeof(kvo_options)) + "; set it to sizeof(kvo_options)"));
+          "libkvoffload knows " + known + "; set it to sizeof(kvo_options)"));
     }
     kvo_options full;
     std::memset(&full, 0, sizeof(full));
@@ -147,7 +153,7 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
     kvoffload::Result<std::unique_ptr<kvoffload::Engine>> engine =
         kvoffload::Engine::Open(config);
     if (!engine.ok()) return Report(engine.status());
-    *out = new kvo_engine{std::move(engine).value(), config.segments};
+    *out = new kvo_engine{std::move(engine).value(), config.segments, config.event_capacity};
     return Report(Status::Ok());
   });
 }
@@ -206,7 +212,9 @@ kvo_status kvo_take_events(kvo_engine* engine, kvo_event* out, size_t cap, size_
     if ((cap > 0 && out == nullptr) || n == nullptr) {
       return Report(Status::InvalidArgument("out and n must not be NULL"));
     }
-    std::vector<kvoffload::TierEvent> events(cap);
+    // At most what the feed can hold: a caller's large buffer is no reason to allocate as
+    // much again here.
+    std::vector<kvoffload::TierEvent> events(std::min<uint64_t>(cap, engine->event_capacity));
     *n = engine->engine->TakeEvents(events);
     for (size_t i = 0; i < *n; ++i) {
       out[i] = kvo_event{kvo_key{events[i].key.hi, events[i].key.lo}, events[i].tier,
@@ -280,8 +288,11 @@ kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* writ
                           uint64_t* failed, uint64_t* left) {
   return Guard([&] {
     if (CheckEngine(engine) != KVO_OK) return KVO_INVALID_ARGUMENT;
-    const kvoffload::WriteBackReport r =
-        engine->engine->WriteBack(std::chrono::milliseconds(budget_ms));
+    // A day is past any shutdown: larger budgets (UINT64_MAX as "no limit") turned negative or
+    // overflowed the clock's nanoseconds, a deadline already past, and nothing was written.
+    constexpr uint64_t kMaxBudgetMs = 24ull * 3600 * 1000;
+    const kvoffload::WriteBackReport r = engine->engine->WriteBack(
+        std::chrono::milliseconds(static_cast<int64_t>(std::min(budget_ms, kMaxBudgetMs))));
     if (written != nullptr) *written = r.written;
     if (failed != nullptr) *failed = r.failed;
     if (left != nullptr) *left = r.left;
@@ -289,17 +300,27 @@ kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* writ
   });
 }
 
+// Nothing may throw into C: the two calls that return a length, not a status, give 0 (an
+// empty text) where building the text failed (out of memory).
 size_t kvo_describe(kvo_engine* engine, char* buf, size_t len) {
   if (engine == nullptr) return 0;
-  return CopyOut(engine->engine->Describe(), buf, len);
+  try {
+    return CopyOut(engine->engine->Describe(), buf, len);
+  } catch (const std::exception&) {
+    return CopyOut("", buf, len);
+  }
 }
 
 size_t kvo_policy_names(char* buf, size_t len) {
-  std::string joined;
-  for (const std::string& name : kvoffload::EvictionPolicyNames()) {
-    joined += (joined.empty() ? "" : ",") + name;
+  try {
+    std::string joined;
+    for (const std::string& name : kvoffload::EvictionPolicyNames()) {
+      joined += (joined.empty() ? "" : ",") + name;
+    }
+    return CopyOut(joined, buf, len);
+  } catch (const std::exception&) {
+    return CopyOut("", buf, len);
   }
-  return CopyOut(joined, buf, len);
 }
 
 }  // extern "C"

@@ -133,14 +133,22 @@ class CudaDevice final : public DeviceBackend {
     cudaError_t err = scope.status();
     if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
     cudaStream_t stream = streams_[direction == CopyDirection::kDeviceToHost ? 0 : 1];
-    if (Status s = Enqueue(ops, stream); !s.ok()) return s;
+    // On an error the copies already queued (a batch of kOpsPerCall before the one that
+    // failed) still run, and the caller gives their slots and buffers back as soon as this
+    // returns: another block's copy into a slot reused meanwhile would be overwritten by them.
+    // So an error returns only once the stream has finished them.
+    auto failed = [stream](Status s) {
+      cudaStreamSynchronize(stream);
+      return s;
+    };
+    if (Status s = Enqueue(ops, stream); !s.ok()) return failed(s);
     cudaEvent_t event = nullptr;
     if ((err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming)) != cudaSuccess) {
-      return CudaStatus(err, "cudaEventCreateWithFlags");
+      return failed(CudaStatus(err, "cudaEventCreateWithFlags"));
     }
     if ((err = cudaEventRecord(event, stream)) != cudaSuccess) {
       cudaEventDestroy(event);
-      return CudaStatus(err, "cudaEventRecord");
+      return failed(CudaStatus(err, "cudaEventRecord"));
     }
     return std::unique_ptr<CopyTicket>(std::make_unique<CudaTicket>(event));
   }

@@ -211,7 +211,11 @@ class Ring {
   void Drain(std::span<IoOp> ops, size_t in_flight) REQUIRES(mu) {
     while (in_flight > 0) {
       io_uring_cqe* cqe = nullptr;
-      if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
+      const int err = io_uring_wait_cqe(&ring_, &cqe);
+      // A signal is no reason to stop: the kernel still owns the entries' buffers, which the
+      // caller frees or reuses once this returns.
+      if (err == -EINTR) continue;
+      if (err != 0) break;
       ops[static_cast<size_t>(io_uring_cqe_get_data64(cqe))].status = broken_;
       io_uring_cqe_seen(&ring_, cqe);
       --in_flight;

@@ -185,7 +185,9 @@ TEST(CApiTest, WriteBackCopiesPinnedOnlyBlocksToThePersistentTier) {
   ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), keys.size(), &job), KVO_OK);
   ASSERT_EQ(kvo_job_wait(e, job), KVO_OK) << kvo_last_error();
   uint64_t written = 99, failed = 99, left = 99;
-  ASSERT_EQ(kvo_write_back(e, 10000, &written, &failed, &left), KVO_OK) << kvo_last_error();
+  // UINT64_MAX as "no limit": it overflowed the clock into a deadline already past, and
+  // nothing was written.
+  ASSERT_EQ(kvo_write_back(e, UINT64_MAX, &written, &failed, &left), KVO_OK) << kvo_last_error();
   EXPECT_EQ(written, 2u);
   EXPECT_EQ(failed, 0u);
   EXPECT_EQ(left, 0u);
@@ -292,6 +294,18 @@ TEST(CApiTest, HoldReleaseAndEventFeed) {
   ASSERT_EQ(kvo_job_wait(e, job), KVO_OK);
   ASSERT_EQ(kvo_take_events(e, events.data(), events.size(), &n), KVO_OK);
   EXPECT_EQ(n, 0u);
+  kvo_engine_destroy(e);
+
+  // One compiled after event_capacity but before segments was refused (only the first and the
+  // current sizes were known); it gets its feed.
+  o = Options(2);
+  o.struct_size = offsetof(kvo_options, segments);
+  o.event_capacity = 4;
+  ASSERT_EQ(kvo_engine_create(&o, &e), KVO_OK) << kvo_last_error();
+  ASSERT_EQ(kvo_store(e, keys.data(), ptrs.data(), 1, &job), KVO_OK);
+  ASSERT_EQ(kvo_job_wait(e, job), KVO_OK);
+  ASSERT_EQ(kvo_take_events(e, events.data(), events.size(), &n), KVO_OK);
+  EXPECT_EQ(n, 1u) << "its feed is on";
   kvo_engine_destroy(e);
 }
 
