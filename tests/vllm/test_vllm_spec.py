@@ -916,6 +916,42 @@ def test_lookup_hit_stays_loadable_until_its_load_is_done(tmp_path, monkeypatch)
         worker.shutdown()
 
 
+def test_a_load_whose_holds_cannot_be_released_still_finishes(tmp_path, monkeypatch):
+    """Releasing a finished load's holds failed (the engine said a key was not held): the
+    error reached the job's except clause, which finished the job a second time, and the
+    KeyError of the job already gone ended vLLM's worker. The load is reported once."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    spec, manager, worker, tensors = new_spec(agent_extra())
+    try:
+        keys = offload_keys(2, salt=b"release")
+        store(manager, worker, keys, range(2), job_id=1)
+        ctx = ReqContext("req-release")
+        assert [manager.lookup(k, ctx) for k in keys] == [LookupResult.HIT] * 2
+        spec_ = manager.prepare_load(keys, ctx)
+        manager.on_schedule_end(END_OF_STEP)
+
+        def refuse(*_args, **_kwargs):
+            raise engine.KvoError("kvo_release", 8, "key ... is not held")
+        monkeypatch.setattr(worker._core, "release", refuse)
+        for wait in (True, False):
+            job = 2 if wait else 3
+            assert worker.submit_load(job, spec_, GPULoadStoreSpec([10, 11], group_sizes=[2],
+                                                                   block_indices=[0]))
+            if wait:
+                worker.wait({job})
+            finished = []
+            while not finished:
+                finished = worker.get_finished()
+            assert [(r.job_id, r.success) for r in finished] == [(job, True)]
+        # A block id past the tensors' rows: refused and reported, not raised into vLLM.
+        rows = tensors[0].shape[0]
+        assert worker.submit_load(4, spec_, GPULoadStoreSpec([rows, rows + 1], group_sizes=[2],
+                                                             block_indices=[0]))
+        assert [(r.job_id, r.success) for r in worker.get_finished()] == [(4, False)]
+    finally:
+        worker.shutdown()
+
+
 def test_lookup_holds_without_a_load_end_with_the_step(tmp_path, monkeypatch):
     scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     spec, manager, worker, _ = new_spec(agent_extra())

@@ -559,9 +559,14 @@ class KVOffloadWorker(OffloadingWorker):
 
     def _release_load_holds(self, spec: KVOffloadLoadStoreSpec) -> None:
         """A load is over on this rank (done, failed or refused): the holds the manager
-        handed it end here, in this rank's engine."""
+        handed it end here, in this rank's engine. Never raises: it runs where vLLM waits
+        for a job's result, and an error let out there ended the worker (the job was already
+        gone when the handler tried to finish it again: a KeyError)."""
         if spec.held:
-            self._core.release(spec.held, spec.generation)
+            try:
+                self._core.release(spec.held, spec.generation)
+            except KvoError as e:
+                logger.error("kvoffload: releasing a load's holds: %s", e)
 
     def _rows(self, gpu) -> Sequence[int]:
         """The GPU blocks of a transfer as rows of the KV tensors: vLLM 0.32 and 0.33 give
@@ -583,9 +588,11 @@ class KVOffloadWorker(OffloadingWorker):
                 raise ValueError(f"{len(keys)} keys paired with {len(block_ids)} GPU blocks")
             fn = self._core.store if is_store else self._core.load
             engine_job = fn(keys, block_ids, generation=spec.generation)
-        except (KvoError, ValueError) as e:
+        except (KvoError, ValueError, IndexError) as e:
             # ValueError: a job whose GPU side does not match its keys, or page addresses
-            # that name no row of the registered tensors, which are neither read nor written.
+            # that name no row of the registered tensors, which are neither read nor written;
+            # IndexError: a block id past the KV tensors' rows. Let out, the load's holds
+            # were never released.
             logger.error("kvoffload: job %d not submitted: %s", job_id, e)
             if not is_store:
                 self._release_load_holds(spec)
@@ -608,7 +615,9 @@ class KVOffloadWorker(OffloadingWorker):
                     expedited: bool = False) -> bool:
         # The engine runs jobs in submission order on its workers; an expedited load is
         # waited on right away by vLLM, and a job waited on before a worker took it runs on
-        # the waiting thread at once: that is the priority it gets here.
+        # the waiting thread if fewer jobs than the engine's worker threads are running (two
+        # by default): that is the priority it gets here. Behind two running stores it waits
+        # for one of them to end.
         assert isinstance(src_spec, KVOffloadLoadStoreSpec), src_spec
         return self._submit(job_id, src_spec, dst_spec, is_store=False)
 
@@ -629,12 +638,14 @@ class KVOffloadWorker(OffloadingWorker):
         load_running = False
         for job_id, (engine_job, is_store, *_rest) in list(self._jobs.items()):
             try:
-                if self._core.poll(engine_job):
-                    self._finish(job_id, True, None)
-                else:
-                    load_running |= not is_store
+                done = self._core.poll(engine_job)
             except KvoError as e:
                 self._finish(job_id, False, e)
+                continue
+            if done:
+                self._finish(job_id, True, None)
+            else:
+                load_running |= not is_store
         if load_running and self._yield_to_copies:
             # The host device copies a load on the engine's threads, on the cores that run
             # vLLM. A request waiting for it leaves vLLM nothing to run, and its in-process
@@ -652,9 +663,10 @@ class KVOffloadWorker(OffloadingWorker):
                 continue
             try:
                 self._core.wait(self._jobs[job_id].engine_job)
-                self._finish(job_id, True, None)
             except KvoError as e:
                 self._finish(job_id, False, e)
+                continue
+            self._finish(job_id, True, None)
 
     def shutdown(self) -> None:
         with _cores_lock:
