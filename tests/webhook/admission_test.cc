@@ -390,6 +390,27 @@ TEST_F(AdmissionTest, ValidateNamespacesAndWorkloads) {
     r = Response(handler_.Validate("application/json", ObjectReview("apps", kind, w).dump(), false));
     EXPECT_EQ(r["allowed"], false) << kind << ": " << r.dump();
   }
+
+  // The Deployment controller scales an old ReplicaSet down by updating spec.replicas: its
+  // pods do not change, so neither does the verdict on them. Checked in full, a template that
+  // no longer passed (the LLMInferenceService changed since) was refused its scale-down and
+  // the rollout stopped; an update of the template is checked as before.
+  json replica_set = deployment;
+  replica_set["kind"] = "ReplicaSet";
+  replica_set["spec"]["replicas"] = 3;
+  json scaled = replica_set;
+  scaled["spec"]["replicas"] = 1;
+  HttpAnswer scale = handler_.Validate(
+      "application/json",
+      ObjectReview("apps", "ReplicaSet", scaled, "UPDATE", replica_set).dump(), false);
+  EXPECT_EQ(Response(scale)["allowed"], true) << Response(scale).dump();
+  EXPECT_EQ(scale.verdict, Verdict::kSkipped);
+  json retemplated = scaled;
+  retemplated["spec"]["template"]["metadata"]["labels"]["x"] = "y";
+  r = Response(handler_.Validate(
+      "application/json",
+      ObjectReview("apps", "ReplicaSet", retemplated, "UPDATE", replica_set).dump(), false));
+  EXPECT_EQ(r["allowed"], false) << r.dump();
 }
 
 TEST_F(AdmissionTest, ValidateRefusesOtherKindsAndAdmitsWhenLookupsFail) {

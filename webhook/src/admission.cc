@@ -116,14 +116,26 @@ bool IsValidatedKind(const std::string& group, const std::string& kind) {
          (group == "leaderworkerset.x-k8s.io" && kind == "LeaderWorkerSet");
 }
 
-// What the checks read: the default-config annotation of a Namespace, the spec of the rest.
+// What the checks read: the default-config annotation of a Namespace, the pod templates of a
+// workload, the spec of the rest. A workload's other fields change without its pods changing:
+// the Deployment controller scales a ReplicaSet by updating spec.replicas, and checked in full
+// against today's LLMInferenceService, an old ReplicaSet whose template no longer passed was
+// refused its scale-down, and the rollout stopped with the old pods running.
 bool CheckedPartUnchanged(const std::string& kind, const JsonView& object, const JsonView& old) {
   if (!old.IsObject()) return false;
   if (kind == "Namespace") {
     return object["metadata"]["annotations"][kAnnotationDefaultConfig].String() ==
            old["metadata"]["annotations"][kAnnotationDefaultConfig].String();
   }
-  return object["spec"].ToJson() == old["spec"].ToJson();
+  const json now = object.ToJson();
+  const json before = old.ToJson();
+  const std::vector<std::string> templates = PodTemplatePointers(now);
+  if (templates.empty()) return now["spec"] == before["spec"];
+  if (PodTemplatePointers(before) != templates) return false;
+  return std::all_of(templates.begin(), templates.end(), [&](const std::string& pointer) {
+    const json::json_pointer p(pointer);
+    return before.contains(p) && now.contains(p) && now[p] == before[p];
+  });
 }
 
 HttpAnswer Verdicted(HttpAnswer answer, Verdict verdict) {
