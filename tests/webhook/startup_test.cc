@@ -205,6 +205,20 @@ TEST_F(StartupTest, LookupBudgetOutsideWhatTheApiServerWaits) {
   }
 }
 
+TEST_F(StartupTest, PodWhoseServiceAccountCannotBeUsed) {
+  // In a pod (the kubelet sets KUBERNETES_SERVICE_HOST/PORT) without a readable service
+  // account, the webhook served with lookups off: pods whose spec comes from an
+  // LLMInferenceService or a namespace default were admitted without offloading, under
+  // failurePolicy Fail. This machine has no /var/run/secrets/kubernetes.io/serviceaccount.
+  ASSERT_FALSE(fs::exists("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"));
+  ::setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  ExpectOneLineError(Serve("tls.crt", "tls.key"),
+                     "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+}
+
 TEST_F(StartupTest, MetricsOnTheAdmissionPort) {
   std::vector<std::string> args = Serve("tls.crt", "tls.key");
   Set(args, "--port=18443");
