@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <mutex>
@@ -716,6 +717,69 @@ TEST_F(KubeClientTest, AnswerMustBeTheObjectAskedFor) {
   EXPECT_NE(cut.status().message().find("the answer to GET " + url + " is not valid JSON"),
             std::string::npos)
       << cut.status().message();
+}
+
+// A reader the cache sits in front of, answering by name: "slow" takes until its caller's
+// deadline and fails as an unreached API server does, "gone" does not exist, the rest exist.
+class ScriptedReader final : public ClusterReader {
+ public:
+  Result<std::optional<json>> GetBefore(const ObjectRef& ref, Deadline deadline) override {
+    calls_.fetch_add(1);
+    if (ref.name == "slow" && slow_.load()) {
+      std::this_thread::sleep_until(deadline);
+      return Status::Unavailable("GET " + ref.name + ": no answer within the lookup budget");
+    }
+    if (ref.name.starts_with("gone")) return std::optional<json>();
+    return std::optional<json>(json{{"metadata", {{"name", ref.name}}}});
+  }
+  bool Authoritative() const override { return true; }
+  std::atomic<int> calls_{0};
+  std::atomic<bool> slow_{true};
+};
+
+TEST(CachingReaderTest, NamesThatDoNotExistOrAnswersTooOldToServeAreForgotten) {
+  // Every name ever asked about stayed in the cache: a loop of dry-run pods, each naming an
+  // LLMInferenceService or PVC that does not exist, grew the webhook until it was killed.
+  ScriptedReader inner;
+  CachingClusterReader cache(&inner, std::chrono::seconds(10), std::chrono::minutes(5), nullptr);
+  for (int i = 0; i < 5000; ++i) {
+    const ObjectRef ref{ObjectKind::kPersistentVolumeClaim, "team-a", "gone-" + std::to_string(i)};
+    Result<std::optional<json>> r = cache.Get(ref);
+    ASSERT_TRUE(r.ok() && !r->has_value());
+  }
+  EXPECT_EQ(cache.entries(), 0u);
+  // Answers that exist are kept while they may be served (here: not at all, a stale TTL of
+  // 0), so the map is swept as it grows.
+  CachingClusterReader unkept(&inner, std::chrono::seconds(0), std::chrono::seconds(0), nullptr);
+  for (int i = 0; i < 5000; ++i) {
+    ASSERT_TRUE(unkept.Get({ObjectKind::kPersistentVolumeClaim, "team-a", "kv-" + std::to_string(i)})
+                    .ok());
+  }
+  EXPECT_LE(unkept.entries(), 1024u);
+}
+
+TEST(CachingReaderTest, AWaiterWithTimeLeftAsksAgainWhenTheCallItWaitedForRanOut) {
+  // Two admissions want one object from a slow API server: the first, with 100 ms of its
+  // budget left, makes the call; the second, with 5 s, waits for it. It got the first's
+  // "no answer within the lookup budget" and was denied with seconds to spare.
+  ScriptedReader inner;
+  CachingClusterReader cache(&inner, std::chrono::seconds(10), std::chrono::minutes(5), nullptr);
+  const ObjectRef ref{ObjectKind::kLLMInferenceService, "team-a", "slow"};
+  const auto start = std::chrono::steady_clock::now();
+  std::future<bool> first = std::async(std::launch::async, [&] {
+    return cache.GetBefore(ref, start + std::chrono::milliseconds(100)).ok();
+  });
+  while (inner.calls_.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::future<Result<std::optional<json>>> second = std::async(std::launch::async, [&] {
+    return cache.GetBefore(ref, start + std::chrono::seconds(5));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  inner.slow_ = false;  // the API server answers again, in time for the second admission
+  EXPECT_FALSE(first.get());
+  const Result<std::optional<json>> got = second.get();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_TRUE(got->has_value());
+  EXPECT_EQ(inner.calls_.load(), 2);
 }
 
 }  // namespace

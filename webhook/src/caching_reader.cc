@@ -1,5 +1,7 @@
 #include "webhook/caching_reader.h"
 
+#include <algorithm>
+
 #include "kvoffload/work_queue.h"
 
 namespace kvoffload::webhook {
@@ -12,10 +14,24 @@ void CachingClusterReader::Record(ObjectKind kind, LookupResult result) {
   if (metrics_ != nullptr) metrics_->RecordLookup(kind, result);
 }
 
+size_t CachingClusterReader::entries() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+void CachingClusterReader::SweepLocked(Clock::time_point now) {
+  std::erase_if(entries_, [&](const auto& item) {
+    const Entry& e = item.second;
+    return !e.inflight.valid() && (!e.last_good || now - e.fetched_at >= stale_ttl_);
+  });
+  sweep_at_ = std::max<size_t>(1024, 2 * entries_.size());
+}
+
 CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& ref,
                                                             Deadline deadline) {
   std::promise<Shared> promise;
-  {
+  bool asked_again = false;
+  for (;;) {
     std::unique_lock<std::mutex> lock(mu_);
     Entry& e = entries_[ref];
     const Clock::time_point now = Clock::now();
@@ -23,37 +39,51 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
       Record(ref.kind, LookupResult::kHit);
       return *e.last_good;
     }
-    if (e.inflight.valid()) {
-      // Someone is already asking: wait for that answer instead of asking again.
-      std::shared_future<Shared> shared = e.inflight;
-      lock.unlock();
-      const bool answered = [&] {
-        const WorkQueue::Blocking waiting;  // another admission may run meanwhile
-        // Deadline::max() would overflow inside wait_until's clock arithmetic.
-        if (deadline == Deadline::max()) {
-          shared.wait();
-          return true;
-        }
-        return shared.wait_until(deadline) == std::future_status::ready;
-      }();
-      if (answered) {
-        // The call's own GET is its miss; a waiter cost none, so a fresh answer is a hit for
-        // it, but a stale copy or an error is what it got and is counted as such.
-        const Shared& got = shared.get();
-        Record(ref.kind, got.result == LookupResult::kMiss ? LookupResult::kHit : got.result);
-        return got.answer;
-      }
-      lock.lock();
-      Entry& waited = entries_[ref];
-      if (waited.last_good && Clock::now() - waited.fetched_at < stale_ttl_) {
-        Record(ref.kind, LookupResult::kStale);
-        return *waited.last_good;
-      }
-      Record(ref.kind, LookupResult::kError);
-      return Status::Unavailable("the API server has not answered for " + ref.ToString() +
-                                 " within the lookup budget (--lookup-timeout)");
+    if (!e.inflight.valid()) {
+      e.inflight = promise.get_future().share();
+      e.inflight_deadline = deadline;
+      if (entries_.size() >= sweep_at_) SweepLocked(now);
+      break;
     }
-    e.inflight = promise.get_future().share();
+    // Someone is already asking: wait for that answer instead of asking again.
+    std::shared_future<Shared> shared = e.inflight;
+    const Deadline theirs = e.inflight_deadline;
+    lock.unlock();
+    const bool answered = [&] {
+      const WorkQueue::Blocking waiting;  // another admission may run meanwhile
+      // Deadline::max() would overflow inside wait_until's clock arithmetic.
+      if (deadline == Deadline::max()) {
+        shared.wait();
+        return true;
+      }
+      return shared.wait_until(deadline) == std::future_status::ready;
+    }();
+    if (answered) {
+      const Shared& got = shared.get();
+      // That call ran out of its own time (or reached no API server) with this one's left:
+      // its error is not this admission's, which asks once itself (an admission with 50 ms
+      // left handed its "budget spent" to those waiting with seconds).
+      if (got.result == LookupResult::kError &&
+          got.answer.status().code() == StatusCode::kUnavailable && !asked_again &&
+          deadline > theirs && Clock::now() < deadline) {
+        asked_again = true;
+        continue;
+      }
+      // The call's own GET is its miss; a waiter cost none, so a fresh answer is a hit for
+      // it, but a stale copy or an error is what it got and is counted as such.
+      Record(ref.kind, got.result == LookupResult::kMiss ? LookupResult::kHit : got.result);
+      return got.answer;
+    }
+    lock.lock();
+    const auto waited = entries_.find(ref);
+    if (waited != entries_.end() && waited->second.last_good &&
+        Clock::now() - waited->second.fetched_at < stale_ttl_) {
+      Record(ref.kind, LookupResult::kStale);
+      return *waited->second.last_good;
+    }
+    Record(ref.kind, LookupResult::kError);
+    return Status::Unavailable("the API server has not answered for " + ref.ToString() +
+                               " within the lookup budget (--lookup-timeout)");
   }
 
   Shared shared{[&] {
@@ -89,6 +119,9 @@ CachingClusterReader::Answer CachingClusterReader::GetBefore(const ObjectRef& re
     }
     Record(ref.kind, shared.result);
     e.inflight = {};
+    // Nothing left to serve from it (not found, or an error with no copy): forgotten, so that
+    // names that do not exist cost no memory. Waiters hold the answer itself.
+    if (!e.last_good) entries_.erase(ref);
   }
   promise.set_value(shared);
   return std::move(shared.answer);

@@ -23,9 +23,13 @@ class CachingClusterReader final : public ClusterReader {
                        Metrics* metrics);
   // A caller that finds another's call for the same object in flight waits for it only until
   // its own deadline; then it gets the last good answer if one is recent enough, else an error.
+  // Where that call ran out of time or reached no API server and the waiter has more time than
+  // it had, the waiter asks once itself.
   Result<std::optional<nlohmann::json>> GetBefore(const ObjectRef& ref,
                                                   Deadline deadline) override;
   bool Authoritative() const override { return inner_->Authoritative(); }
+  // Objects remembered: those with an answer that may still be served, and calls in flight.
+  size_t entries();
 
  private:
   using Answer = Result<std::optional<nlohmann::json>>;
@@ -37,9 +41,14 @@ class CachingClusterReader final : public ClusterReader {
   };
   struct Entry {
     std::shared_future<Shared> inflight;  // valid while a call is running
+    Deadline inflight_deadline;           // that call's
     std::optional<Answer> last_good;      // the last successful answer
     Clock::time_point fetched_at;
   };
+  // Forgets the entries that can serve nothing any more (no call in flight, no answer younger
+  // than stale_ttl): every name ever asked about stayed, and a loop of dry-run pods naming a
+  // new object each time grew the webhook without bound. Run when the map has doubled since.
+  void SweepLocked(Clock::time_point now);
   void Record(ObjectKind kind, LookupResult result);
 
   ClusterReader* const inner_;
@@ -48,6 +57,7 @@ class CachingClusterReader final : public ClusterReader {
   Metrics* const metrics_;
   std::mutex mu_;
   std::map<ObjectRef, Entry> entries_;  // GUARDED_BY(mu_)
+  size_t sweep_at_ = 1024;               // GUARDED_BY(mu_): the size that sweeps next
 };
 
 }  // namespace kvoffload::webhook
