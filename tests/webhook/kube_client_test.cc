@@ -654,6 +654,28 @@ TEST_F(KubeClientTest, TlsVerificationErrorsSayWhichCheckFailed) {
   EXPECT_NE(expired.find("certificate has expired"), std::string::npos) << expired;
 }
 
+// The configured CA is the only one trusted. With a certificate store, cpp-httplib added the
+// system's default CAs to it (in the image, Debian's public CAs), so any of them could vouch
+// for an API server's name, as kubectl never lets them. SSL_CERT_FILE points OpenSSL's default
+// at the server's own CA here: trusted through it, the server was accepted.
+TEST_F(KubeClientTest, OnlyTheConfiguredCaIsTrusted) {
+  const testing::Pki server = MakePki("server");
+  api_.reset();
+  api_ = std::make_unique<FakeApiServer>(dir_, server);
+  WriteFileAtomic(dir_ / "kubeconfig", api_->Kubeconfig("token"));
+  WriteFileAtomic(dir_ / "system-ca.pem", server.ca_pem);
+  ::setenv("SSL_CERT_FILE", (dir_ / "system-ca.pem").c_str(), 1);
+  KubeConnection c = Connection();
+  c.ca_pem = MakePki("configured").ca_pem;
+  Result<std::optional<json>> r =
+      KubeClusterReader(c).Get({ObjectKind::kNamespace, "team-a", "team-a"});
+  ::unsetenv("SSL_CERT_FILE");
+  ASSERT_FALSE(r.ok()) << "accepted through the system's CAs";
+  EXPECT_NE(r.status().message().find("unable to get local issuer certificate"),
+            std::string::npos)
+      << r.status().message();
+}
+
 // No API server object comes near 8 MiB (etcd keeps 1.5 MiB at most): a 100 MB answer was read
 // whole, kept in the cache and copied at every hit.
 TEST_F(KubeClientTest, AnswersOverTheCapAreRefusedUnread) {

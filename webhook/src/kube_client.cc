@@ -6,6 +6,7 @@
 #include <openssl/x509.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,17 +115,6 @@ struct X509Free {
 struct PkeyFree {
   void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
 };
-
-X509_STORE* StoreFromPem(const std::string& pem) {
-  X509_STORE* store = X509_STORE_new();
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    X509_STORE_add_cert(store, cert);
-    X509_free(cert);
-  }
-  BIO_free(bio);
-  return store;
-}
 
 // Answers larger than this are refused as soon as they are seen to be: the API server never
 // sends an object near it (etcd keeps values up to 1.5 MiB, requests are capped at 3 MiB), so a
@@ -329,6 +319,21 @@ Result<KubeConnection> InClusterConnection(const std::string& sa_dir) {
 
 KubeClusterReader::KubeClusterReader(KubeConnection connection) : conn_(std::move(connection)) {
   token_ = conn_.token;
+  if (conn_.ca_pem.empty()) return;
+  ca_fd_ = ::memfd_create("kvoffload-api-ca", MFD_CLOEXEC);
+  if (ca_fd_ >= 0 &&
+      ::write(ca_fd_, conn_.ca_pem.data(), conn_.ca_pem.size()) ==
+          static_cast<ssize_t>(conn_.ca_pem.size())) {
+    ca_path_ = "/proc/self/fd/" + std::to_string(ca_fd_);
+  } else {
+    // No CA file: every lookup is then refused with the CA's source named (GetPath), never
+    // verified against the system's CAs instead.
+    ca_path_ = "/nonexistent/kvoffload-api-ca";
+  }
+}
+
+KubeClusterReader::~KubeClusterReader() {
+  if (ca_fd_ >= 0) ::close(ca_fd_);
 }
 
 std::string KubeClusterReader::CurrentToken() {
@@ -397,7 +402,7 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const ObjectRef
   // slow API server answer never blocks another admission's lookup.
   httplib::SSLClient client(name, conn_.port, cert.get(), key.get());
   client.set_hostname_addr_map(std::move(addresses));
-  if (!conn_.ca_pem.empty()) client.set_ca_cert_store(StoreFromPem(conn_.ca_pem));
+  if (!ca_path_.empty()) client.set_ca_cert_path(ca_path_);
   client.enable_server_certificate_verification(!conn_.insecure_skip_verify);
   const auto timeout = [](std::chrono::milliseconds t) {
     return std::pair{static_cast<time_t>(t.count() / 1000), static_cast<time_t>(t.count() % 1000 * 1000)};

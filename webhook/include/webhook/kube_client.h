@@ -25,7 +25,7 @@ struct KubeConnection {
   // The kubeconfig's tls-server-name: the name sent as SNI and verified against the API
   // server's certificate instead of `host`; empty: `host`.
   std::string tls_server_name;
-  std::string ca_pem;           // empty: the system trust store
+  std::string ca_pem;           // the only CAs trusted; empty: the system trust store
   // Where ca_pem came from ("certificate-authority of cluster x in kubeconfig /p"), for
   // TLS verification errors: they must say which setting to fix.
   std::string ca_source;
@@ -55,6 +55,9 @@ Result<KubeConnection> InClusterConnection(const std::string& sa_dir);
 class KubeClusterReader final : public ClusterReader {
  public:
   explicit KubeClusterReader(KubeConnection connection);
+  ~KubeClusterReader() override;
+  KubeClusterReader(const KubeClusterReader&) = delete;
+  KubeClusterReader& operator=(const KubeClusterReader&) = delete;
   Result<std::optional<nlohmann::json>> GetBefore(const ObjectRef& ref,
                                                   Deadline deadline) override;
   bool Authoritative() const override { return true; }
@@ -66,6 +69,11 @@ class KubeClusterReader final : public ClusterReader {
   std::string CurrentToken();
 
   const KubeConnection conn_;
+  // conn_.ca_pem as a file (a memfd, /proc/self/fd/N): cpp-httplib trusts only the CAs of a
+  // file it is given, where with a certificate store it added the system's (Debian's public
+  // CAs in the image) to ours. Empty without ca_pem.
+  int ca_fd_ = -1;
+  std::string ca_path_;
   std::mutex token_mu_;
   std::string token_;          // GUARDED_BY(token_mu_)
   std::timespec token_mtime_{};  // GUARDED_BY(token_mu_)
