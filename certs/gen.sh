@@ -80,6 +80,12 @@ if [[ -f "${out}/ca.crt" || -f "${out}/ca.key" ]]; then
       || die "${out} holds only one of ca.crt/ca.key; remove it or pass --rotate-ca"
     openssl x509 -in "${out}/ca.crt" -noout -checkend 0 >/dev/null \
       || die "CA ${out}/ca.crt has expired; pass --rotate-ca to replace it"
+    # A serving certificate that outlives its CA is refused by the API server from the CA's
+    # end on, with failurePolicy Fail, and its own expiry (what the alert watches) is later.
+    openssl x509 -in "${out}/ca.crt" -noout -checkend $((days * 86400)) >/dev/null \
+      || die "CA ${out}/ca.crt expires within the --days ${days} the serving certificate would" \
+             "be valid ($(openssl x509 -in "${out}/ca.crt" -noout -enddate | cut -d= -f2));" \
+             "pass --rotate-ca, or a shorter --days"
     echo "gen.sh: reusing CA ${out}/ca.crt (pass --rotate-ca to replace it)" >&2
     create_ca=0
   fi

@@ -19,6 +19,18 @@ cp -r "${repo}/manifests" "${work}/manifests"
 rm -rf "${work}/manifests/overlays/self-signed/generated"
 "${repo}/certs/gen.sh" --out "${work}/manifests/overlays/self-signed/generated" >/dev/null
 
+# A reused CA that expires before the serving certificate would is refused, naming it: the
+# certificate was signed for --days anyway and the API server refused it from the CA's end on.
+"${repo}/certs/gen.sh" --out "${work}/short-ca" --ca-days 10 >/dev/null 2>&1
+if err="$("${repo}/certs/gen.sh" --out "${work}/short-ca" --days 30 2>&1 >/dev/null)"; then
+  echo "check_manifests: gen.sh signed 30 days under a CA with 10 left" >&2
+  exit 1
+fi
+[[ "${err}" == *"short-ca/ca.crt expires within the --days 30"* ]] \
+  || { echo "check_manifests: gen.sh's refusal does not name the CA: ${err}" >&2; exit 1; }
+"${repo}/certs/gen.sh" --out "${work}/short-ca" --days 5 >/dev/null 2>&1 \
+  || { echo "check_manifests: gen.sh refused 5 days under a CA with 10 left" >&2; exit 1; }
+
 failed=0
 checked=0
 for dir in "${work}/manifests/base" "${work}/manifests/overlays"/*/; do
