@@ -352,7 +352,13 @@ bool DiskTier::Contains(const BlockKey& key) {
     // Checked again under the lock: a block we published since the first look is indexed
     // only after its file is linked.
     if (it != entries_.end() && !it->second.doomed && !in_use(it->second, key) && !on_disk()) {
-      RemoveLocked(key);  // its bytes went back with the other process's unlink
+      // A name that is no block file any more is not ours to remove (FORMAT.md); a file gone
+      // took its bytes back with the other process's unlink.
+      if (NamesNonFile(BlockPath(dir_, key))) {
+        DropNonFileLocked(key);
+      } else {
+        RemoveLocked(key);
+      }
     }
     return false;
   }

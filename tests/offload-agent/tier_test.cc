@@ -965,6 +965,17 @@ TEST_F(DiskTierTest, BlockFileReplacedByAFifoFailsItsLoadAndIsAMissAfter) {
   }
 }
 
+// The same FIFO found by a lookup of a shared tier (its name no longer a block file): the
+// lookup unlinked it like a block another replica had evicted, though such names are left
+// alone (FORMAT.md), and gave the file's bytes back to the ledger a second time.
+TEST_F(DiskTierTest, SharedLookupThatFindsANameNoBlockFileLeavesItAlone) {
+  auto t = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  const std::string path = StoreTwoAndMakeTheFirstAFifo(*t);
+  EXPECT_FALSE(t->Contains(Key(1)));
+  EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::symlink_status(path))) << "it stays";
+  EXPECT_TRUE(t->Contains(Key(2)));
+}
+
 // The same FIFO in place of a victim's file: renamed to a spare, the write over it waited for a
 // reader forever; unlinked, it was removed. Now it is left where it is, and the write goes on.
 TEST_F(DiskTierTest, FifoInPlaceOfAVictimsFileIsLeftAloneAndTheWriteGoesOn) {
