@@ -59,6 +59,17 @@ class DownReader : public ClusterReader {
   bool Authoritative() const override { return true; }
 };
 
+// Answers nothing, remembering the deadlines it was given.
+class DeadlineRecorder : public ClusterReader {
+ public:
+  Result<std::optional<json>> GetBefore(const ObjectRef&, Deadline deadline) override {
+    deadlines.push_back(deadline);
+    return Status::Unavailable("connection refused");
+  }
+  bool Authoritative() const override { return true; }
+  std::vector<Deadline> deadlines;
+};
+
 class AdmissionTest : public ::testing::Test {
  protected:
   AdmissionHandler handler_{AdmissionOptions{}, nullptr};
@@ -265,6 +276,25 @@ TEST(AdmissionLookupTest, UnreachableApiServerIsAnErrorNotAHang) {
             std::string::npos);
 }
 
+
+TEST(AdmissionBudgetTest, LookupsShareABudgetFromWhenTheRequestArrived) {
+  // The budget started when a worker took the request: one queued behind others (up to the
+  // pool's size waiting on a slow API server) still got all of it, and answered after the API
+  // server had given up on it. It starts when the request was read whole.
+  DeadlineRecorder reader;
+  AdmissionOptions options;
+  options.lookup_budget = std::chrono::milliseconds(2000);
+  AdmissionHandler handler(options, &reader);
+  json pod = {{"metadata", {{"labels", {{"app.kubernetes.io/part-of", "llminferenceservice"},
+                                        {"app.kubernetes.io/name", "llama"}}}}},
+              {"spec", {{"containers", {{{"name", "main"}}}}}}};
+  const auto received = std::chrono::steady_clock::now() - std::chrono::milliseconds(1500);
+  handler.Handle("application/json", Review(pod).dump(), received);
+  ASSERT_FALSE(reader.deadlines.empty());
+  for (const Deadline d : reader.deadlines) {
+    EXPECT_EQ(d, received + std::chrono::milliseconds(2000));
+  }
+}
 
 // --- /validate: apply-time checks ------------------------------------------------------------
 

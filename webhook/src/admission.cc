@@ -151,7 +151,7 @@ HttpAnswer Counted(HttpAnswer answer, AdmissionResult result) {
 }  // namespace
 
 HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::string& body,
-                                      bool pods_need_label) const {
+                                      bool pods_need_label, Clock::time_point received) const {
   std::optional<JsonDocument> review;
   std::string uid;
   if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {
@@ -205,7 +205,7 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::
   vo.kserve_namespace = options_.kserve_namespace;
   Result<ObjectReport> report = Status::Internal("not run");
   try {
-    BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
+    BudgetReader budget(reader_, received + options_.lookup_budget);
     report = ValidateObject(object, ns, vo, reader_ != nullptr ? &budget : nullptr);
   } catch (const json::exception& e) {
     // An object the API server accepted but nlohmann cannot walk: not ours to refuse.
@@ -232,7 +232,8 @@ HttpAnswer AdmissionHandler::Validate(std::string_view content_type, const std::
                    verdict);
 }
 
-HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::string& body) const {
+HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::string& body,
+                                    Clock::time_point received) const {
   std::optional<JsonDocument> review;
   std::string uid;
   if (std::optional<HttpAnswer> bad = Decode(content_type, body, &review, &uid)) {
@@ -268,7 +269,7 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::st
     return Counted(Reject(uid, 400, bad), AdmissionResult::Failed(FailureType::kBadRequest));
   }
 
-  BudgetReader budget(reader_, Clock::now() + options_.lookup_budget);
+  BudgetReader budget(reader_, received + options_.lookup_budget);
   Result<Resolution> resolution = Resolve(pod, ns, reader_ != nullptr ? &budget : nullptr,
                                               options_.kserve_namespace);
   if (!resolution.ok()) {

@@ -346,6 +346,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req->target = std::string(msg.target());
     req->content_type = std::string(msg[http::field::content_type]);
     req->body = std::move(msg.body());
+    req->received = std::chrono::steady_clock::now();
     const bool keep_alive = msg.keep_alive();
     parser_.reset();
     read_buf_.reset();

@@ -184,8 +184,9 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
   HttpAnswer answer;
   try {
     answer = validation ? handler_->Validate(req.content_type, req.body,
-                                             /*pods_need_label=*/path == "/validate-labelled")
-                        : handler_->Handle(req.content_type, req.body);
+                                             /*pods_need_label=*/path == "/validate-labelled",
+                                             req.received)
+                        : handler_->Handle(req.content_type, req.body, req.received);
   } catch (const std::exception& e) {
     // Unreachable by design (every layer returns Status); kept so nothing can crash the server.
     LogEvent(spdlog::level::err, validation ? "validation" : "admission",

@@ -46,7 +46,11 @@ class AdmissionHandler {
 
   // /mutate-pods: a Pod CREATE, answered with the patch. The body is parsed where it lies when
   // its spare capacity holds kJsonPadding bytes (json_util.h), as the server reserves.
-  HttpAnswer Handle(std::string_view content_type, const std::string& body) const;
+  // `received`: when the request arrived; its lookups share a budget that starts then, so
+  // that one queued behind others still answers before the API server's timeout.
+  HttpAnswer Handle(std::string_view content_type, const std::string& body,
+                    std::chrono::steady_clock::time_point received =
+                        std::chrono::steady_clock::now()) const;
 
   // /validate and /validate-labelled: CREATE and UPDATE of LLMInferenceServices, Namespaces and
   // workloads (Deployment, StatefulSet, Job, LeaderWorkerSet), denied with every error of their
@@ -56,7 +60,9 @@ class AdmissionHandler {
   // workload's namespace has no kvoffload.io/injection label, so only templates labelled
   // kvoffload.io/inject=true make injected pods.
   HttpAnswer Validate(std::string_view content_type, const std::string& body,
-                      bool pods_need_label) const;
+                      bool pods_need_label,
+                      std::chrono::steady_clock::time_point received =
+                          std::chrono::steady_clock::now()) const;
 
  private:
   AdmissionOptions options_;

@@ -27,6 +27,9 @@ struct HttpsRequest {
   std::string target;
   std::string content_type;
   std::string body;  // with kBodySpareBytes of spare capacity when Content-Length was sent
+  // When it was read whole: the API server's timeout runs from about then, not from when a
+  // worker takes it.
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 
 struct HttpsResponse {
