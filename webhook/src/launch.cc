@@ -201,10 +201,6 @@ bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_sh
   return true;
 }
 
-// Finds a flag anywhere in free text (a script, an env value). `checks_only` is set when every
-// occurrence is a glob pattern in a test (`[[ "$*" != *"--kv-transfer-config"* ]]`), i.e. the
-// text only asks whether someone else passed the flag.
-// `at`, when given, is set to where the flag found starts; `split_only` as for FlagValueAt.
 // Whether the flag at `pos` is a glob pattern's (`*--kv-transfer-config*`,
 // `*"--kv-transfer-config"*`): a test of what was passed, not a flag.
 bool IsGlobAt(std::string_view text, size_t pos) {
@@ -212,6 +208,10 @@ bool IsGlobAt(std::string_view text, size_t pos) {
          (pos >= 2 && text[pos - 1] == '"' && text[pos - 2] == '*');
 }
 
+// Finds a flag anywhere in free text (a script, an env value). `checks_only` is set when every
+// occurrence is a glob pattern in a test (`[[ "$*" != *"--kv-transfer-config"* ]]`), i.e. the
+// text only asks whether someone else passed the flag.
+// `at`, when given, is set to where the flag found starts; `split_only` as for FlagValueAt.
 bool FindFlagInText(std::string_view text, std::string* value, bool* defers,
                     size_t* at = nullptr, bool split_only = false) {
   bool found_flag = false;
@@ -473,6 +473,10 @@ int BlockDepthChange(std::string_view line) {
   return change;
 }
 
+// The most occurrences of the flag (or of `vllm serve`) a script is read for: each walks its
+// line for the command around it, so a hostile script is read no further.
+constexpr size_t kMaxFlagsRead = 64;
+
 // FindFlagInText over a script's logical lines, without its comments and the commands that
 // only print or test text (a comment or an echo that names the flag passed vLLM nothing, and
 // once made the webhook leave the pod without one). Assignments stay: a flag kept in a
@@ -484,7 +488,6 @@ int BlockDepthChange(std::string_view line) {
 // closed is passed whatever the arguments hold: the user's (2026-12-07: a `case "$*"` that
 // only logged, then `KV=--kv-transfer-config=...` and `vllm serve $KV "$@"`, gave vLLM two
 // flags, ours last and winning, where the status said args).
-constexpr size_t kMaxFlagsRead = 64;
 bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value) {
   static constexpr std::array<std::string_view, 3> kPrints = {"echo", "printf", ":"};
   struct Flag {
@@ -495,9 +498,7 @@ bool FindFlagInScript(const std::vector<std::string>& lines, std::string* value)
   std::vector<int> depth_after(lines.size());
   size_t last_test = lines.size();
   int depth = 0;
-  // Each occurrence costs a walk of its line (its command's words), so a hostile script is
-  // read no further than this many.
-  size_t read = 0;
+  size_t read = 0;  // kMaxFlagsRead
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& line = lines[i];
     bool test = false;
@@ -639,7 +640,7 @@ Expansion FindLaunchExpansion(const std::vector<std::string>& lines,
 // unquoted into the eval that followed: vLLM got it in pieces and did not start.
 bool IsLaunchLine(std::string_view line) {
   static constexpr std::array<std::string_view, 2> kLaunches = {"vllm serve", "vllm.entrypoints"};
-  size_t read = 0;  // each costs a walk of the line: a hostile one is read no further
+  size_t read = 0;  // kMaxFlagsRead
   for (std::string_view launch : kLaunches) {
     for (size_t pos = line.find(launch); pos != std::string_view::npos && read < kMaxFlagsRead;
          pos = line.find(launch, pos + 1), ++read) {
@@ -1153,16 +1154,18 @@ std::string ExpandKubeReferences(std::string_view text, const LiteralEnv& env) {
       ++i;
       continue;
     }
-    if (text[i + 1] == '(' && close != std::string_view::npos && close < i + 2) {
-      close = text.find(')', i + 2);
-    }
-    const size_t length = close == std::string_view::npos ? 0 : close - i - 2;
-    if (text[i + 1] == '(' && close != std::string_view::npos && length < name_lengths.size() &&
-        name_lengths[length]) {
-      if (const auto it = env.find(text.substr(i + 2, length)); it != env.end() && it->second) {
-        out += *it->second;
-        i = close;
-        continue;
+    if (text[i + 1] == '(') {
+      if (close != std::string_view::npos && close < i + 2) close = text.find(')', i + 2);
+      if (close != std::string_view::npos) {
+        const size_t length = close - i - 2;
+        const auto it = length < name_lengths.size() && name_lengths[length]
+                            ? env.find(text.substr(i + 2, length))
+                            : env.end();
+        if (it != env.end() && it->second) {
+          out += *it->second;
+          i = close;
+          continue;
+        }
       }
     }
     out += '$';
