@@ -661,6 +661,33 @@ def test_write_back_fits_the_multiproc_executors_wait_for_its_workers(monkeypatc
     assert write_back_budget(10.0)[0] == 0.0
 
 
+def test_blocks_moved_down_never_decrease_when_their_writes_fail_later():
+    """The pinned tier counts an eviction when its write to disk0 starts and a drop when that
+    write fails, so between two reads evictions less drops can shrink: the increase of the
+    'moved to disk0' counter came out negative, which prometheus_client refuses with an error
+    raised in vLLM's output handler. It stays at 0 until the count is back above what was
+    reported, and the total is right in the end."""
+    from kvoffload import metrics as metrics_mod
+
+    def snapshot(evictions, dropped):
+        tier = {name: 0 for name in engine._TIER_FIELDS}
+        tier.update(refused=0, lost=0)
+        cpu = dict(tier, evictions=evictions, dropped=dropped)
+        out = {name: 0 for name in engine._STATS_FIELDS}
+        out["tiers"] = [cpu, dict(tier)]
+        return out
+
+    reporter = metrics_mod.MetricsReporter(0.0)
+    moved = []
+    for evictions, dropped in [(16, 0), (16, 16), (24, 16), (40, 16)]:
+        stats = reporter.take(lambda: ([snapshot(evictions, dropped)], [], []))
+        got = stats.data["data"][metrics_mod.EVICTED].get(("cpu", "disk0"), 0)
+        assert got >= 0, (evictions, dropped, got)
+        moved.append(got)
+    assert moved == [16, 0, 0, 8]
+    assert sum(moved) == 40 - 16
+
+
 def test_a_failed_write_back_still_closes_the_engine(tmp_path, monkeypatch):
     scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
     core = TransferCore([torch.zeros(4, PAGE, dtype=torch.uint8)],

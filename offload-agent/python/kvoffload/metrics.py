@@ -168,6 +168,12 @@ class MetricsReporter:
         self._interval_s = interval_s
         self._last_read = float("-inf")
         self._prev: dict | None = None
+        # Per tier: how far the count of victims moved down has been reported ahead of the
+        # engines' own (evictions less drops). An eviction is counted when its write down
+        # starts and its drop when that write fails, so between two reads the difference can
+        # shrink, and a negative counter increase made prometheus_client raise in vLLM's
+        # output handler. The shortfall is reported as 0 and taken off the next increases.
+        self._moved_ahead: dict[int, int] = {}
 
     def take(self, read_ranks) -> OffloadingConnectorStats | None:
         """read_ranks() -> (per-rank engine stats, rank 0's load seconds, store seconds)."""
@@ -195,8 +201,9 @@ class MetricsReporter:
             # A tier's victims go down one tier; those no tier took are dropped.
             stats.increase_counter(EVICTED, delta("dropped"), (label[0], "dropped"))
             if i + 1 < len(cur["tiers"]):
-                stats.increase_counter(EVICTED, delta("evictions") - delta("dropped"),
-                                       (label[0], tier_name(i + 1)))
+                moved = delta("evictions") - delta("dropped") - self._moved_ahead.get(i, 0)
+                self._moved_ahead[i] = max(0, -moved)
+                stats.increase_counter(EVICTED, max(0, moved), (label[0], tier_name(i + 1)))
             stats.set_gauge(RESIDENT_BYTES, t["used_bytes"], label)
             stats.set_gauge(RESIDENT_BLOCKS, t["blocks"], label)
             stats.set_gauge(CAPACITY_BYTES, t["capacity_bytes"], label)
