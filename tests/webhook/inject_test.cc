@@ -451,6 +451,29 @@ spec: {containers: [{name: main}]}
   }
   EXPECT_EQ(injected,
             (std::vector<std::string>{"asks-in-plain", "in-on", "unknown-namespace"}));
+
+  // Nor is a spec checked where no webhook is called: one bad spec in kube-system or in a
+  // namespace labelled disabled failed the whole stream, though neither webhook sees it.
+  std::string bad = in + make("bad-in-system", "kube-system", "{}") +
+                    make("bad-in-out", "out", "{kvoffload.io/inject: 'true'}");
+  for (const char* name : {"bad-in-system", "bad-in-out"}) {
+    const size_t at = bad.find(std::string("name: ") + name);
+    const size_t spec = bad.find("1Gi", at);
+    bad.replace(spec, 3, "0");
+  }
+  Result<InjectResult> skipped = InjectManifests(bad, InjectOptions{});
+  ASSERT_TRUE(skipped.ok()) << skipped.status().message();
+}
+
+// A workload without its pod template: the error named no document or field (a JSON
+// library's "key 'template' not found").
+TEST(InjectTest, WorkloadWithoutATemplateIsNamed) {
+  Result<InjectResult> out = InjectManifests(
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: team}\n"
+      "spec: {replicas: 1}\n",
+      InjectOptions{});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().message(), "Deployment team/d: spec.template: no pod template here");
 }
 
 TEST(InjectTest, JsonInJsonOut) {
@@ -501,6 +524,20 @@ spec:
   EXPECT_NE(out.status().message().find("does not fit in container \"main\"'s memory limit 8Gi"),
             std::string::npos)
       << out.status().message();
+}
+
+// An unrendered Helm chart: `name: {{ .Release.Name }}` is a mapping used as a key, which read
+// as "null" and was written back as {"null": null}, injected and exit 0. Refused, naming the
+// line and what to do; kubectl refuses such keys too.
+TEST(InjectTest, TemplateKeysOfAnUnrenderedChartAreRefused) {
+  for (const char* doc : {"metadata:\n  name: {{ .Release.Name }}\n", "? [a, b]\n: x\n"}) {
+    SCOPED_TRACE(doc);
+    Result<std::vector<ojson>> parsed = ParseYamlDocuments(doc);
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_NE(parsed.status().message().find("is used as a key (line "), std::string::npos)
+        << parsed.status().message();
+    EXPECT_NE(parsed.status().message().find("helm template"), std::string::npos);
+  }
 }
 
 // A few hundred bytes of aliases of aliases ("billion laughs") took 2.7 GB and 18 s to expand,

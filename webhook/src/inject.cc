@@ -170,6 +170,23 @@ std::string NamespaceOf(const json& doc, const InjectOptions& options) {
 // Validates every object against the others (LLMInferenceService, Namespace and PVC documents
 // resolve specs, as a cluster would), never stopping at the first problem. Each report's object
 // starts with its prefix (the file it came from, or nothing).
+bool SelectedOffline(const JsonView& pod, const std::string& ns, ClusterReader& reader);
+
+// Whether any pod template of `object` would reach the webhooks (all but the templates' kinds:
+// true). A workload in a namespace they never see (kube-system, one labelled
+// kvoffload.io/injection=disabled) was checked anyway, and one bad spec there failed the
+// whole stream, though neither webhook is called for it in a cluster.
+bool AnyTemplateSelected(const json& object, const std::string& ns, ClusterReader& reader) {
+  const std::vector<std::string> templates = PodTemplatePointers(object);
+  if (templates.empty()) return true;
+  return std::any_of(templates.begin(), templates.end(), [&](const std::string& pointer) {
+    const json::json_pointer p(pointer);
+    if (!object.contains(p)) return true;  // said where it is missing
+    const JsonDocument document = JsonDocument::Of(object.at(p));
+    return !OptedOut(document.Root()) && SelectedOffline(document.Root(), ns, reader);
+  });
+}
+
 Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objects,
                                                   const std::vector<std::string>& prefixes,
                                                   const InjectOptions& options) {
@@ -184,7 +201,9 @@ Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objec
   for (size_t i = 0; i < objects.size(); ++i) {
     const json& object = objects[i];
     if (!object.is_object()) continue;
-    Result<ObjectReport> report = ValidateObject(object, NamespaceOf(object, options), vo, &reader);
+    const std::string ns = NamespaceOf(object, options);
+    if (!AnyTemplateSelected(object, ns, reader)) continue;
+    Result<ObjectReport> report = ValidateObject(object, ns, vo, &reader);
     if (!report.ok()) return report.status();
     if (!report->checked) continue;
     report->object = prefixes[i] + report->object;
@@ -242,8 +261,12 @@ Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
     const std::string ns = NamespaceOf(whole, options);
     for (const std::string& pointer : PodTemplatePointers(whole)) {
       const std::string what = prefixes[i] + DescribeObject(whole, ns);
-      // Validation found the template; the template as it is: a missing metadata stays
-      // missing, so the patch adds it whole.
+      // The template as it is: a missing metadata stays missing, so the patch adds it whole.
+      if (!whole.contains(json::json_pointer(pointer))) {
+        std::string path = pointer.substr(1);
+        std::replace(path.begin(), path.end(), '/', '.');
+        return Status::InvalidArgument(what + ": " + path + ": no pod template here");
+      }
       JsonDocument document = JsonDocument::Of(whole.at(json::json_pointer(pointer)));
       const JsonView pod = document.Root();
       if (OptedOut(pod) || !SelectedOffline(pod, ns, reader)) continue;

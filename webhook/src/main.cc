@@ -493,8 +493,8 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
   if (!kserve_namespace.ok()) return kserve_namespace.status();
   opts->kserve_namespace = *kserve_namespace;
   opts->namespace_name = flags.Get("namespace", "default");
-  // Written into the documents that lack a namespace: a name that is not a DNS-1123 label
-  // would fail only when applied.
+  // The namespace of the documents that lack one, for resolving their specs (the documents
+  // are written back without it): a name that is not a DNS-1123 label names no namespace.
   if (const std::string& ns = opts->namespace_name; !IsDns1123Label(ns)) {
     return Status::InvalidArgument("--namespace=" + ns +
                                    " is not a namespace name: lowercase letters, digits and '-', "

@@ -189,6 +189,17 @@ Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
       // the first that has a key gives it; merged keys take the place of their `<<`.
       std::set<std::string> own;
       for (const auto& kv : node) {
+        // A key that is a mapping or a list read as "" and then "null": an unrendered Helm
+        // chart's `name: {{ .Release.Name }}` became {"null": null} and was injected and
+        // written out without a word. kubectl refuses such keys too.
+        if (!kv.first.IsScalar() && !kv.first.IsNull()) {
+          return Status::InvalidArgument(
+              "input is not a Kubernetes manifest: a " +
+              std::string(kv.first.IsMap() ? "mapping" : "list") + " is used as a key (line " +
+              std::to_string(kv.first.Mark().line + 1) +
+              "); an unquoted template such as {{ .Values.x }} reads so: render the chart "
+              "first (helm template) and inject its output");
+        }
         if (!IsMergeKey(kv.first)) own.insert(KeyString(kv.first));
       }
       ojson obj = ojson::object();
