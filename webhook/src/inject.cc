@@ -187,9 +187,12 @@ bool AnyTemplateSelected(const json& object, const std::string& ns, ClusterReade
   });
 }
 
+// `selected_only`: for inject, which writes back only what the webhooks would see; `validate`
+// checks every spec it is given.
 Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objects,
                                                   const std::vector<std::string>& prefixes,
-                                                  const InjectOptions& options) {
+                                                  const InjectOptions& options,
+                                                  bool selected_only) {
   // Offline we only know the documents given: a PVC missing from them proves nothing.
   StaticClusterReader reader(objects, options.namespace_name, /*authoritative=*/false);
   ValidationOptions vo;
@@ -202,7 +205,7 @@ Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objec
     const json& object = objects[i];
     if (!object.is_object()) continue;
     const std::string ns = NamespaceOf(object, options);
-    if (!AnyTemplateSelected(object, ns, reader)) continue;
+    if (selected_only && !AnyTemplateSelected(object, ns, reader)) continue;
     Result<ObjectReport> report = ValidateObject(object, ns, vo, &reader);
     if (!report.ok()) return report.status();
     if (!report->checked) continue;
@@ -243,7 +246,8 @@ Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
   const std::vector<json> cluster_objects = AsJson(objects);
 
   // Every problem in every document first, so one run shows them all.
-  Result<std::vector<ObjectReport>> reports = ValidateObjects(cluster_objects, prefixes, options);
+  Result<std::vector<ObjectReport>> reports =
+      ValidateObjects(cluster_objects, prefixes, options, /*selected_only=*/true);
   if (!reports.ok()) return reports.status();
   InjectResult result;
   std::string errors;
@@ -312,7 +316,7 @@ Result<std::vector<ObjectReport>> ValidateUnchecked(const std::vector<ManifestFi
   if (!read.ok()) return read.status();
   std::vector<std::string> prefixes;
   const std::vector<json> objects = AsJson(read->Objects(&prefixes));
-  return ValidateObjects(objects, prefixes, options);
+  return ValidateObjects(objects, prefixes, options, /*selected_only=*/false);
 }
 
 }  // namespace
