@@ -136,6 +136,14 @@ Result<Files> OpenFiles(const std::string& path, const std::string& name) {
   return Files{fd, wfd};
 }
 
+// Whether `path` names the file open as `fd` (the same inode), not another or nothing.
+bool IsFileAt(int fd, const std::string& path) {
+  struct stat open {};
+  struct stat named {};
+  return ::fstat(fd, &open) == 0 && ::stat(path.c_str(), &named) == 0 &&
+         named.st_ino == open.st_ino && named.st_dev == open.st_dev;
+}
+
 // How often a ledger that is not full looks for writers that died.
 constexpr auto kReapInterval = std::chrono::seconds(5);
 
@@ -311,21 +319,11 @@ class FileLedger final : public CapacityLedger {
   // block write it is for). Should the move fail (the file system turned read-only), the old
   // ledger is kept and the next reservation tries again.
   void FollowPath() {
-    struct stat ours {};
-    struct stat named {};
-    if (::fstat(fd_, &ours) != 0) return;
-    if (::stat(path_.c_str(), &named) == 0 && named.st_ino == ours.st_ino &&
-        named.st_dev == ours.st_dev) {
-      return;
-    }
+    if (IsFileAt(fd_, path_)) return;
     // Only the ledger file replaced or removed (`rm ledger`, a restore that renames one in):
     // our writer file is still where the others count it, and creating it again (O_EXCL)
     // would fail at every reservation, leaving us counting in the old file for good.
-    struct stat writer_named {};
-    struct stat writer_ours {};
-    if (::stat((writers_dir_ + "/" + writer_name_).c_str(), &writer_named) == 0 &&
-        ::fstat(writer_fd_, &writer_ours) == 0 && writer_named.st_ino == writer_ours.st_ino &&
-        writer_named.st_dev == writer_ours.st_dev) {
+    if (IsFileAt(writer_fd_, writers_dir_ + "/" + writer_name_)) {
       Result<int> ledger = OpenLedgerFile(path_);
       if (!ledger.ok()) return;
       int old = *ledger;

@@ -167,10 +167,21 @@ std::string NamespaceOf(const json& doc, const InjectOptions& options) {
   return options.namespace_name;
 }
 
-// Validates every object against the others (LLMInferenceService, Namespace and PVC documents
-// resolve specs, as a cluster would), never stopping at the first problem. Each report's object
-// starts with its prefix (the file it came from, or nothing).
-bool SelectedOffline(const JsonView& pod, const std::string& ns, ClusterReader& reader);
+// Whether the webhooks would be called for a pod of `ns` (deploy.md): never for one labelled
+// kvoffload.io/inject=false, nor in kube-system or our own namespace; where the input holds
+// the Namespace, every pod of one labelled kvoffload.io/injection=enabled, none of one
+// labelled otherwise, and in one without the label only pods labelled
+// kvoffload.io/inject=true. A namespace the input does not hold is
+// not known here: its pods are injected as asked (the user ran inject on them).
+bool SelectedOffline(const JsonView& pod, const std::string& ns, ClusterReader& reader) {
+  if (OptedOut(pod) || ns == "kube-system" || ns == "kv-offload-system") return false;
+  Result<std::optional<json>> found = reader.Get(ObjectRef{ObjectKind::kNamespace, ns, ns});
+  if (!found.ok() || !found->has_value()) return true;
+  const json& namespace_object = **found;
+  const json::json_pointer label("/metadata/labels/kvoffload.io~1injection");
+  if (!namespace_object.contains(label)) return OptedIn(pod);
+  return namespace_object[label] == "enabled";
+}
 
 // Whether any pod template of `object` would reach the webhooks (all but the templates' kinds:
 // true). A workload in a namespace they never see (kube-system, one labelled
@@ -183,10 +194,13 @@ bool AnyTemplateSelected(const json& object, const std::string& ns, ClusterReade
     const json::json_pointer p(pointer);
     if (!object.contains(p)) return true;  // said where it is missing
     const JsonDocument document = JsonDocument::Of(object.at(p));
-    return !OptedOut(document.Root()) && SelectedOffline(document.Root(), ns, reader);
+    return SelectedOffline(document.Root(), ns, reader);
   });
 }
 
+// Validates every object against the others (LLMInferenceService, Namespace and PVC documents
+// resolve specs, as a cluster would), never stopping at the first problem. Each report's object
+// starts with its prefix (the file it came from, or nothing).
 // `selected_only`: for inject, which writes back only what the webhooks would see; `validate`
 // checks every spec it is given.
 Result<std::vector<ObjectReport>> ValidateObjects(const std::vector<json>& objects,
@@ -219,21 +233,6 @@ std::vector<json> AsJson(const std::vector<ojson*>& objects) {
   std::vector<json> out;
   for (const ojson* o : objects) out.push_back(json::parse(o->dump()));
   return out;
-}
-
-// Whether the webhooks would be called for a pod of `ns` (deploy.md): never in kube-system or
-// our own namespace; where the input holds the Namespace, every pod of one labelled
-// kvoffload.io/injection=enabled, none of one labelled otherwise, and in one without the
-// label only pods labelled kvoffload.io/inject=true. A namespace the input does not hold is
-// not known here: its pods are injected as asked (the user ran inject on them).
-bool SelectedOffline(const JsonView& pod, const std::string& ns, ClusterReader& reader) {
-  if (ns == "kube-system" || ns == "kv-offload-system") return false;
-  Result<std::optional<json>> found = reader.Get(ObjectRef{ObjectKind::kNamespace, ns, ns});
-  if (!found.ok() || !found->has_value()) return true;
-  const json& namespace_object = **found;
-  const json::json_pointer label("/metadata/labels/kvoffload.io~1injection");
-  if (!namespace_object.contains(label)) return OptedIn(pod);
-  return namespace_object[label] == "enabled";
 }
 
 Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
@@ -273,7 +272,7 @@ Result<InjectResult> InjectUnchecked(const std::vector<ManifestFile>& files,
       }
       JsonDocument document = JsonDocument::Of(whole.at(json::json_pointer(pointer)));
       const JsonView pod = document.Root();
-      if (OptedOut(pod) || !SelectedOffline(pod, ns, reader)) continue;
+      if (!SelectedOffline(pod, ns, reader)) continue;
       Result<Resolution> res = Resolve(pod, ns, &reader, options.kserve_namespace);
       if (!res.ok()) return Status::InvalidArgument(what + ": " + res.status().message());
       if (!res->spec && options.config) {

@@ -306,14 +306,21 @@ Result<KubeConnection> InClusterConnection(const std::string& sa_dir) {
   std::string h = host;
   const std::string server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) +
                              ":" + port;
+  // In a pod from here on: what fails is its setup, not the absence of one.
+  auto broken = [](const Status& s) {
+    return Status::FailedPrecondition(
+        "running in a pod (KUBERNETES_SERVICE_HOST is set), but its service account cannot be "
+        "used for API lookups: " + s.message() +
+        "; mount its token (automountServiceAccountToken: true) or pass --kubeconfig");
+  };
   KubeConnection conn;
-  if (Status s = ParseServer(server, &conn); !s.ok()) return s;
+  if (Status s = ParseServer(server, &conn); !s.ok()) return broken(s);
   Result<std::string> ca = ReadWholeFile(sa_dir + "/ca.crt");
-  if (!ca.ok()) return ca.status();
+  if (!ca.ok()) return broken(ca.status());
   conn.ca_pem = *ca;
   conn.ca_source = "the in-cluster CA file " + sa_dir + "/ca.crt";
   conn.token_file = sa_dir + "/token";
-  if (Result<std::string> t = ReadWholeFile(conn.token_file); !t.ok()) return t.status();
+  if (Result<std::string> t = ReadWholeFile(conn.token_file); !t.ok()) return broken(t.status());
   return conn;
 }
 

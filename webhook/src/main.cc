@@ -363,14 +363,9 @@ int Serve(const Flags& flags) {
     // In a pod whose service account cannot be used (its token not mounted, the CA file
     // unreadable, a bad port), serving with lookups off admitted every pod whose spec comes
     // from an LLMInferenceService or a namespace default without offloading, under
-    // failurePolicy Fail: a broken setup is refused at start instead.
-    if (!conn.ok() && std::getenv("KUBERNETES_SERVICE_HOST") != nullptr &&
-        std::getenv("KUBERNETES_SERVICE_PORT") != nullptr) {
-      return Fail(Status::FailedPrecondition(
-          "running in a pod (KUBERNETES_SERVICE_HOST is set), but its service account cannot "
-          "be used for API lookups: " + conn.status().message() +
-          "; mount its token (automountServiceAccountToken: true) or pass --kubeconfig"));
-    }
+    // failurePolicy Fail: a broken setup is refused at start instead. Only outside a pod
+    // (NotFound) are lookups off.
+    if (!conn.ok() && conn.status().code() != StatusCode::kNotFound) return Fail(conn.status());
   }
   std::unique_ptr<CachingClusterReader> cached;
   if (conn.ok()) {

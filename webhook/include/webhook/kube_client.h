@@ -45,7 +45,8 @@ struct KubeConnection {
 Result<KubeConnection> LoadKubeconfig(const std::string& path);
 
 // In-cluster settings: KUBERNETES_SERVICE_HOST/PORT and the service account's files under
-// `sa_dir` (/var/run/secrets/kubernetes.io/serviceaccount). NotFound when not in a pod.
+// `sa_dir` (/var/run/secrets/kubernetes.io/serviceaccount). NotFound when not in a pod;
+// FailedPrecondition, naming the file, when in a pod whose service account cannot be used.
 Result<KubeConnection> InClusterConnection(const std::string& sa_dir);
 
 // Errors keep their meaning for the cache: a 404 is "no object" (not an error), a 403 is
