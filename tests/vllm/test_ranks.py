@@ -7,6 +7,8 @@ manager made (pickled, as vLLM's connector metadata carries them)."""
 import dataclasses
 import json
 import multiprocessing
+import pickle
+import threading
 import uuid
 
 import pytest
@@ -174,6 +176,10 @@ def test_a_block_first_seen_at_a_hit_is_announced_where_rank_0_has_it(two_ranks)
     assert group.hold(keys[0], 0) == [0, 1]
     group.release([keys[0]], 0)
     group.close()
+    # Only rank 0's feed is read, so only rank 0 keeps one (up to 24 MiB of events each).
+    rank1 = ranks.RemoteRank(engine_id, 1)
+    assert rank1.call("take_events") == []
+    rank1.close()
 
     manager = OffloadingSpecFactory.create_spec(rank_config(engine_id, 0)).get_manager()
     assert manager.lookup(keys[0], ctx) is LookupResult.HIT
@@ -245,3 +251,105 @@ def test_each_rank_gets_its_share_of_the_pods_tiers():
     share = rank_share(pod, 0, 1, engine=0, engines=2)
     assert share.cpu_bytes == 500
     assert [(t.path, t.capacity_bytes) for t in share.tiers] == [("/mnt/kv-cache-0/dp0", 2000)]
+    # A share under a byte stays 1 byte, not 0 (the engine's "size from the file system",
+    # which gave every rank the whole disk): the engine refuses it as too small for a block.
+    tiny = dataclasses.replace(pod, tiers=(dataclasses.replace(pod.tiers[0], capacity_bytes=3),))
+    assert rank_share(tiny, 3, 4).tiers[0].capacity_bytes == 1
+
+
+class _Touch:
+    """A pickle that creates a file when it is loaded: what anyone who can reach a rank's
+    socket could send if the link carried pickles (the key comes from the engine id, which is
+    in the pod's command line: it keeps engines apart, it is no secret)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_call_on_the_link_is_data_never_code(tmp_path, monkeypatch):
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    engine_id = f"code-{uuid.uuid4().hex}"
+    worker = OffloadingSpecFactory.create_spec(rank_config(engine_id, 0)).get_worker(kv_caches())
+    try:
+        from multiprocessing.connection import Client
+        marker = tmp_path / "ran"
+        conn = Client(ranks.address(engine_id, 0), family="AF_UNIX",
+                      authkey=ranks._authkey(engine_id))
+        try:
+            conn.send((_Touch(marker), ()))
+            assert conn.poll(10), "the rank did not answer"
+            answer = conn.recv_bytes()
+        finally:
+            conn.close()
+        assert not marker.exists()
+        assert b"not a call" in answer
+        # The server still serves its own manager afterwards.
+        assert held(engine_id, 0) == 0
+    finally:
+        worker.shutdown()
+
+
+def _impostor(engine_id: str, answer):
+    """A listener on rank 0's address that takes the manager's connection and answers its
+    first call with `answer` (bytes), or never when it is None."""
+    from multiprocessing.connection import Listener
+    listener = Listener(ranks.address(engine_id, 0), family="AF_UNIX",
+                        authkey=ranks._authkey(engine_id))
+    conns = []
+
+    def serve():
+        conn = listener.accept()
+        conns.append(conn)
+        conn.recv_bytes()
+        if answer is not None:
+            conn.send_bytes(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, conns
+
+
+def test_an_answer_on_the_link_is_data_never_code(tmp_path):
+    engine_id = f"answer-{uuid.uuid4().hex}"
+    marker = tmp_path / "ran"
+    listener, conns = _impostor(engine_id, pickle.dumps(("ok", _Touch(marker))))
+    try:
+        rank = ranks.RemoteRank(engine_id, 0)
+        with pytest.raises(RuntimeError, match="rank 0 answered stats with no answer"):
+            rank.call("stats")
+        assert not marker.exists()
+        rank.close()
+    finally:
+        listener.close()
+
+
+def test_a_rank_that_stops_answering_fails_the_call_in_time(monkeypatch):
+    """A worker that is alive but whose engine never answers (stuck under a lock) must not
+    hang vLLM's scheduler for ever: the call fails, naming the rank, and the link is not used
+    again (a late answer would be taken for the next call's)."""
+    monkeypatch.setattr(ranks, "CALL_TIMEOUT_S", 0.3)
+    engine_id = f"stuck-{uuid.uuid4().hex}"
+    listener, conns = _impostor(engine_id, None)
+    try:
+        rank = ranks.RemoteRank(engine_id, 0)
+        outcome = []
+
+        def call():
+            try:
+                rank.call("stats")
+            except RuntimeError as e:
+                outcome.append(str(e))
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the call still waits"
+        assert outcome and "rank 0 did not answer stats within 0.3 s" in outcome[0]
+        with pytest.raises(RuntimeError, match="rank 0 did not answer"):
+            rank.call("stats")
+        rank.close()
+    finally:
+        listener.close()

@@ -11,22 +11,106 @@ sends in its connector metadata.
 Sockets are Linux abstract Unix sockets named after the vLLM engine id and the rank: nothing
 on a file system to create or clean up, reachable by the processes of the pod's network
 namespace (vLLM's 'uni' and 'mp' executors keep the scheduler and its workers there). A worker
-in the scheduler's own process is called directly. Never imports vLLM or torch."""
+in the scheduler's own process is called directly. Never imports vLLM or torch.
+
+What travels is JSON, never pickles: the link's key comes from the engine id, which is in the
+pod's command line, so it keeps engines apart but is no secret, and anything of the pod that
+reaches the socket could have its pickle run in a worker (or, answering first, in the
+scheduler). Calls are data checked against what each method takes."""
 
 import errno
 import hashlib
+import json
 import os
 import socket
 import threading
 import time
 from multiprocessing.connection import Client, Connection, Listener
 
+from kvoffload.engine import TierEvent
+
 # How long the manager waits for a rank's socket: vLLM registers the workers' KV caches (which
 # starts the servers) before it builds the scheduler, so this only covers a slow start.
 CONNECT_TIMEOUT_S = 60.0
 
-# Calls a rank serves: the index side of its engine, never a transfer.
-_METHODS = ("hold", "release", "stored", "take_events", "stats", "take_metrics")
+# How long the manager waits for a rank's answer. A call is an index operation (microseconds)
+# and the worker's serving thread runs beside its transfers, so no answer in this long is a
+# worker that is stuck; vLLM's scheduler then fails with a message instead of hanging for ever.
+CALL_TIMEOUT_S = 60.0
+
+# Calls a rank serves: the index side of its engine, never a transfer. Those taking blocks
+# take their keys and the key generation.
+_KEYED_METHODS = ("hold", "release", "stored")
+_METHODS = _KEYED_METHODS + ("take_events", "stats", "take_metrics")
+
+# Largest message read, so that a peer cannot make the other end allocate without bound: a
+# call names a step's blocks at most (tens of thousands of keys, ~70 bytes each in JSON);
+# an answer can carry an engine's whole event feed (2^20 events, ~60 bytes each).
+MAX_CALL_BYTES = 64 << 20
+MAX_ANSWER_BYTES = 256 << 20
+
+
+def _encode_call(method: str, args: tuple) -> bytes:
+    call: dict = {"method": method}
+    if method in _KEYED_METHODS:
+        keys, generation = args
+        call["keys"] = [k.hex() for k in keys]
+        call["generation"] = generation
+    return json.dumps(call).encode()
+
+
+def _decode_call(data: bytes) -> tuple[str, tuple]:
+    """(method, args) of a call, or ValueError saying what is wrong with it."""
+    try:
+        call = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError("not a call (want a JSON object)") from None
+    if not isinstance(call, dict) or call.get("method") not in _METHODS:
+        raise ValueError(f"not a call: method must be one of {', '.join(_METHODS)}")
+    method = call["method"]
+    if method not in _KEYED_METHODS:
+        return method, ()
+    keys, generation = call.get("keys"), call.get("generation")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ValueError(f"{method}: keys must be a list of hex strings")
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        raise ValueError(f"{method}: generation must be an integer >= 0")
+    try:
+        return method, ([bytes.fromhex(k) for k in keys], generation)
+    except ValueError:
+        raise ValueError(f"{method}: keys must be a list of hex strings") from None
+
+
+def _encode_answer(method: str, value) -> bytes:
+    if method == "take_events":
+        value = [[e.key[0], e.key[1], e.tier, e.removed] for e in value]
+    return json.dumps(["ok", value]).encode()
+
+
+def _encode_error(message: str) -> bytes:
+    return json.dumps(["error", message]).encode()
+
+
+def _decode_answer(method: str, data: bytes):
+    """The value of an answer to `method`; RuntimeError for an error answer, ValueError for
+    one that is none."""
+    try:
+        status, value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError):
+        raise ValueError("no answer (want a JSON [status, value] pair)") from None
+    if status == "error":
+        raise RuntimeError(f"kvoffload: {value}")
+    if status != "ok":
+        raise ValueError(f"no answer (status {status!r})")
+    try:
+        if method == "take_events":
+            return [TierEvent((int(e[0]), int(e[1])), int(e[2]), bool(e[3])) for e in value]
+        if method == "take_metrics":
+            stats, loads, stores = value
+            return stats, loads, stores
+    except (TypeError, ValueError, IndexError):
+        raise ValueError(f"no answer (a {method} value of another shape)") from None
+    return value
 
 
 def address(engine_id: str, rank: int) -> str:
@@ -89,23 +173,29 @@ class RankServer:
     def _serve(self, conn: Connection) -> None:
         while True:
             try:
-                method, args = conn.recv()
+                # OSError also for a message over the bound: the link is then out of step.
+                data = conn.recv_bytes(MAX_CALL_BYTES)
             except (EOFError, OSError):
                 return
             with self._lock:
-                if self._closed:
-                    reply = ("error", f"rank {self._rank}: the worker's engine is closed")
-                elif method not in _METHODS:
-                    reply = ("error", f"rank {self._rank}: unknown call {method!r}")
-                else:
-                    try:
-                        reply = ("ok", getattr(self._core, method)(*args))
-                    except Exception as e:  # travels back and is raised by the caller
-                        reply = ("error", f"rank {self._rank}: {method}: {e}")
+                reply = self._answer(data)
             try:
-                conn.send(reply)
+                conn.send_bytes(reply)
             except OSError:
                 return
+
+    def _answer(self, data: bytes) -> bytes:
+        """The answer to one call; an error travels back and is raised by the caller."""
+        try:
+            method, args = _decode_call(data)
+        except ValueError as e:
+            return _encode_error(f"rank {self._rank}: {e}")
+        if self._closed:
+            return _encode_error(f"rank {self._rank}: the worker's engine is closed")
+        try:
+            return _encode_answer(method, getattr(self._core, method)(*args))
+        except Exception as e:
+            return _encode_error(f"rank {self._rank}: {method}: {e}")
 
     def close(self) -> None:
         """Stops serving; the address is free again when this returns (unless a stuck client
@@ -139,6 +229,8 @@ class RemoteRank:
 
     def __init__(self, engine_id: str, rank: int):
         self.rank = rank
+        self._broken = ""  # why the link may not be used any more
+        self._sent = ""  # the call whose answer is due
         timeout_s = CONNECT_TIMEOUT_S
         deadline = time.monotonic() + timeout_s
         while True:
@@ -153,21 +245,37 @@ class RemoteRank:
                         f"{timeout_s:.0f} s") from None
                 time.sleep(0.05)
 
+    def _fail(self, why: str):
+        """Takes the link out of use (an answer still to come would be read as the next
+        call's) and raises."""
+        self._broken = why
+        self._conn.close()
+        raise RuntimeError(f"kvoffload: the worker of rank {self.rank} {why}")
+
     def send(self, method: str, *args) -> None:
+        if self._broken:
+            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} {self._broken}")
+        self._sent = method
         try:
-            self._conn.send((method, args))
+            self._conn.send_bytes(_encode_call(method, args))
         except OSError as e:
-            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} is gone: {e}") from e
+            self._fail(f"is gone: {e}")
 
     def result(self):
+        method = self._sent
+        if self._broken:
+            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} {self._broken}")
         try:
-            status, value = self._conn.recv()
+            if not self._conn.poll(CALL_TIMEOUT_S):
+                self._fail(f"did not answer {method} within {CALL_TIMEOUT_S:g} s: its "
+                           "engine is stuck")
+            data = self._conn.recv_bytes(MAX_ANSWER_BYTES)
         except (EOFError, OSError) as e:
-            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} is gone: "
-                               f"{e or 'connection closed'}") from e
-        if status != "ok":
-            raise RuntimeError(f"kvoffload: {value}")
-        return value
+            self._fail(f"is gone: {e or 'connection closed'}")
+        try:
+            return _decode_answer(method, data)
+        except ValueError as e:
+            self._fail(f"answered {method} with {e}")
 
     def call(self, method: str, *args):
         self.send(method, *args)

@@ -215,8 +215,10 @@ def rank_share(settings: settings_mod.Settings, rank: int, world_size: int,
     if parts == 1:
         return settings
     sub = ([f"dp{engine}"] if engines > 1 else []) + ([f"rank{rank}"] if world_size > 1 else [])
+    # Never 0, which the engine takes as "size the tier from its file system": a share too
+    # small for a block is refused by the engine, naming the share.
     tiers = tuple(dataclasses.replace(t, path=os.path.join(t.path, *sub),
-                                      capacity_bytes=t.capacity_bytes // parts)
+                                      capacity_bytes=max(1, t.capacity_bytes // parts))
                   for t in settings.tiers)
     return dataclasses.replace(settings, cpu_bytes=settings.cpu_bytes // parts, tiers=tiers)
 
@@ -804,8 +806,9 @@ class KVOffloadAgentSpec(OffloadingSpec):
                                     tiers_json=s.tiers_json(),
                                     disk_io=str(self.extra_config.get("disk_io", "auto")),
                                     page_bytes=pages.pop(),
-                                    event_capacity=EVENT_CAPACITY if self._events_enabled()
-                                    else 0)
+                                    # The manager reads rank 0's feed alone.
+                                    event_capacity=EVENT_CAPACITY
+                                    if self._events_enabled() and p.rank == 0 else 0)
             except KvoError as e:
                 # The library names its own inputs; these came by the extra config (disk_io
                 # always does), and a rank's sizes are its share of the pod's.
