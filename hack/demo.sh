@@ -67,7 +67,7 @@ jq -r '
       "    \(.mountPath) <- \(.name)" + (if .subPath then " subPath=\(.subPath)" else "" end)),
     "  requests: \(.resources.requests)",
     "  env:",
-    (.env // [] | .[] | select(.name | startswith("KVOFFLOAD_") or . == "PYTHONHASHSEED" or . == "PYTHONPATH") |
+    (.env // [] | .[] | select(.name | startswith("KVOFFLOAD_") or . == "PYTHONHASHSEED" or . == "PYTHONPATH" or . == "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS") |
       "    \(.name)=\(.value)"),
     "  command: \(.command[0:2] // [] | join(" ")) <KServe launch script> \(.command[3:] // [] | join(" "))",
     "  args:",

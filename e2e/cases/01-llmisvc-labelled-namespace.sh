@@ -78,6 +78,7 @@ assert_eq 1 "$(jq '[.spec.volumes[] | select(.name == "kvoffload-agent" and .emp
 assert_eq "/opt/kvoffload" "$(jqv "${m2}" '.volumeMounts[] | select(.name == "kvoffload-agent") | .mountPath')" "agent mount"
 assert_eq "true" "$(jqv "${m2}" '.volumeMounts[] | select(.name == "kvoffload-agent") | .readOnly')" "agent mount read-only"
 assert_eq "/opt/kvoffload/lib/libkvoffload.so" "$(env_of "${m2}" KVOFFLOAD_LIBRARY)" "KVOFFLOAD_LIBRARY"
+assert_eq "11" "$(env_of "${m2}" VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS)" "vLLM's wait for its workers: the write-back's time"
 assert_contains "$(env_of "${m2}" PYTHONPATH)" "/opt/kvoffload/python" "PYTHONPATH"
 assert_eq "KVOffloadAgentSpec" "$(jqv "$(kv_transfer_config "${p2}")" .kv_connector_extra_config.spec_name)" "agent spec_name"
 assert_eq "agent" "$(jqv "$(jqv "${p2}" '.metadata.annotations["kvoffload.io/status"]')" .mode)" "status mode (the default)"

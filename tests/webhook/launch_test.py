@@ -472,6 +472,13 @@ class LaunchTest(unittest.TestCase):
                     if change == "spec":
                         self.assertEqual(got[0]["kv_connector_extra_config"].get(
                             "cpu_bytes_to_use", 8 * 2**30), 8 * 2**30)
+                    # The agent's env goes with the agent: vLLM's wait for its workers too.
+                    env = {e["name"]: e.get("value") for c in patched["spec"]["containers"]
+                           for e in c.get("env", [])}
+                    agent = status["mode"] == "agent"
+                    self.assertEqual("KVOFFLOAD_LIBRARY" in env, agent, env)
+                    self.assertEqual(env.get("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS"),
+                                     "11" if agent else None, env)
                     # Once more over its own output: nothing changes.
                     self.assertEqual(inject(patched, cluster), patched)
 

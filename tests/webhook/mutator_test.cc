@@ -353,6 +353,38 @@ TEST(MutateTest, TheEnvEntryTheContainerGetsIsTheOneReadAndReplaced) {
   }
 }
 
+// vLLM's multiproc executor kills its workers VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (5 s by
+// default) after it shuts down, which cut the agent's write-back in them to 4 s: agent mode
+// sets it to the write-back's 10 s and a margin, unless the container sets it itself.
+TEST(MutateTest, AgentModeGivesVllmWorkersTheWriteBacksTime) {
+  auto worker_timeout = [](const json& env_before) {
+    json pod = Pod(EmptyDirSpec("1Gi"));
+    if (!env_before.is_null()) pod["spec"]["containers"][0]["env"] = env_before;
+    Result<Resolution> res = Resolve(pod, "team-a", nullptr);
+    EXPECT_TRUE(res.ok()) << res.status().message();
+    const Mutation m = Mutate(
+        MutationInput(pod, "team-a", std::move(*res), {Mode::kAgent, "registry/agent:1"}));
+    EXPECT_TRUE(m.allowed) << m.denial;
+    const json patched = pod.patch(json::parse(m.patch));
+    std::vector<json> entries;
+    for (const json& e : patched["spec"]["containers"][0]["env"]) {
+      if (e["name"] == std::string(kWorkerShutdownEnv)) entries.push_back(e);
+    }
+    return entries;
+  };
+  std::vector<json> got = worker_timeout(nullptr);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["value"], "11");
+  got = worker_timeout(json::array({{{"name", kWorkerShutdownEnv}, {"value", "30"}}}));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["value"], "30");
+  const json from_map = {{"name", kWorkerShutdownEnv},
+                         {"valueFrom", {{"configMapKeyRef", {{"name", "vllm"}, {"key", "t"}}}}}};
+  got = worker_timeout(json::array({from_map}));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], from_map);
+}
+
 // What a mutation derives from the spec alone (tiers, hash, the vLLM flag) is kept per thread
 // for the last spec: inputs that differ in any part it reads must each get their own, as a
 // thread that saw none of the others gives them. A quantity written another way is another

@@ -894,7 +894,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   const JsonView env = container["env"];
   // The names this admission sets or reads.
   std::vector<std::string_view> env_wanted = {"PYTHONHASHSEED", "KVOFFLOAD_LIBRARY",
-                                              "PYTHONPATH", "VLLM_ADDITIONAL_ARGS"};
+                                              "PYTHONPATH", "VLLM_ADDITIONAL_ARGS",
+                                              kWorkerShutdownEnv};
   for (const FromSpec::Env& e : plan.from_spec->env) env_wanted.push_back(e.name);
   const EnvPositions env_at(env.StringMembers("name"), std::move(env_wanted));
   ArrayAppend add_env(env, c_path + "/env");
@@ -917,6 +918,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   if (any_shared && !env_at.Of("PYTHONHASHSEED")) set_env("PYTHONHASHSEED", "0");
   if (mode == Mode::kAgent) {
     set_env("KVOFFLOAD_LIBRARY", kAgentLibrary);
+    if (!env_at.Of(kWorkerShutdownEnv)) set_env(kWorkerShutdownEnv, kAgentWorkerShutdownSeconds);
     const std::optional<size_t> at = env_at.Of("PYTHONPATH");
     const JsonView entry = at ? env.At(*at) : JsonView();
     if (!at) {
@@ -1142,11 +1144,14 @@ json WithoutOurEarlierParts(json pod, const json& old) {
     }
     EraseItems(c, "volumeMounts", ours);
     // A PYTHONPATH that is only ours goes: a user's own empty one, which cannot be told from
-    // none, means what no PYTHONPATH means.
+    // none, means what no PYTHONPATH means. So does the worker shutdown timeout at our value
+    // (the user's own at that value is told from ours no more than such a PYTHONPATH).
     EraseItems(c, "env", [agent](const json& e) {
-      return kOurEnv.contains(StringAt(e, "name")) ||
-             (agent && StringAt(e, "name") == "PYTHONPATH" &&
-              StringAt(e, "value") == kAgentPythonPath);
+      const std::string name = StringAt(e, "name");
+      return kOurEnv.contains(name) ||
+             (agent && name == "PYTHONPATH" && StringAt(e, "value") == kAgentPythonPath) ||
+             (agent && name == kWorkerShutdownEnv &&
+              StringAt(e, "value") == kAgentWorkerShutdownSeconds && !e.contains("valueFrom"));
     });
     json no_env = json::array();
     for (json& e : c.contains("env") && c["env"].is_array() ? c["env"] : no_env) {

@@ -43,6 +43,13 @@ inline constexpr char kAgentPythonPath[] = "/opt/kvoffload/python";
 // the engine at once on SIGTERM, before the adapter writes pinned-only blocks back to a
 // persistent tier (its budget is 10 s). Below Kubernetes' default 30 s grace period.
 inline constexpr int kAgentShutdownTimeoutSeconds = 20;
+// vLLM's multiproc executor (every tensor- or pipeline-parallel pod, and any pod of vLLM's CPU
+// build) waits this long for its worker processes to exit, then kills them; its default, 5 s,
+// cut the adapter's write-back in the workers to 4 s. Set in agent mode unless the container
+// sets it: the write-back budget (10 s) and the adapter's margin (1 s), and within
+// kAgentShutdownTimeoutSeconds.
+inline constexpr char kWorkerShutdownEnv[] = "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS";
+inline constexpr char kAgentWorkerShutdownSeconds[] = "11";
 
 // Why the status annotation says vllmFlagInjected=false (its "vllmFlagReason").
 // The container is not known to run vLLM: no LLMInferenceService labels, no
