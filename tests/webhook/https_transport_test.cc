@@ -157,5 +157,33 @@ TEST_F(HttpsTransportTest, ChunkedBodiesArriveWhole) {
   EXPECT_NE(answer.find("\r\n\r\n11"), std::string::npos) << answer;
 }
 
+// A Transfer-Encoding whose last coding is not chunked leaves the body's length unknown (RFC
+// 9112 6.3): the request is refused and the connection closed. Read as a request without a
+// body, its bytes were answered as a second request (a request smuggled inside another).
+TEST_F(HttpsTransportTest, ATransferEncodingThatIsNotChunkedIsRefused) {
+  for (const std::string coding : {"gzip", "identity", "chunked, gzip", "xchunked"}) {
+    const std::string answer = Exchange(
+        {"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+         "Transfer-Encoding: " + coding + "\r\n\r\n"
+         "GET /hidden HTTP/1.1\r\nHost: t\r\n\r\n"});
+    EXPECT_TRUE(TakeSeen().empty()) << coding << ": " << answer;
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400 ", 0), 0u) << coding << ": " << answer;
+    EXPECT_EQ(answer.find("HTTP/1.1", 1), std::string::npos) << coding << ": one answer: " << answer;
+  }
+}
+
+// An answer to HEAD has the headers of the answer to GET and no body: bytes after them were
+// read by the client as the start of its next answer on the connection.
+TEST_F(HttpsTransportTest, AnAnswerToHeadHasNoBody) {
+  const std::string answer = Exchange(
+      {"HEAD /p HTTP/1.1\r\nHost: t\r\n\r\n", Post("next", true)});
+  const std::string first_end = "\r\n\r\n";
+  const size_t head_end = answer.find(first_end);
+  ASSERT_NE(head_end, std::string::npos) << answer;
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 ", 0), 0u) << answer;
+  EXPECT_EQ(answer.substr(head_end + first_end.size(), 9), "HTTP/1.1 ") << answer;
+  EXPECT_EQ(TakeSeen().size(), 2u);
+}
+
 }  // namespace
 }  // namespace kvoffload::webhook

@@ -298,6 +298,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // is sized before its first byte arrives: its length plus the spare bytes, one
       // allocation and no copy. Beast's own reserve of the length is then a no-op.
       if (parser_->is_header_done() && !body_reserved_) {
+        // A Transfer-Encoding not ending in chunked leaves the body's length unknown (RFC 9112
+        // 6.3): Beast reads such a request as bodiless, and its body as the next request.
+        if (parser_->get().count(http::field::transfer_encoding) > 0 && !parser_->chunked()) {
+          return Refuse(http::error::bad_transfer_encoding);
+        }
         body_reserved_ = true;
         const boost::optional<uint64_t> length = parser_->content_length();
         if (length && *length <= server_->options_.max_body_bytes) {
@@ -347,6 +352,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req->content_type = std::string(msg[http::field::content_type]);
     req->body = std::move(msg.body());
     req->received = std::chrono::steady_clock::now();
+    head_ = msg.method() == http::verb::head;
     const bool keep_alive = msg.keep_alive();
     parser_.reset();
     read_buf_.reset();
@@ -384,7 +390,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!res.allow.empty()) out_.append("\r\nAllow: ").append(res.allow);
     // While draining, the API server reconnects and reaches a replica that is still ready.
     if (close) out_.append("\r\nConnection: close");
-    out_.append("\r\n\r\n").append(res.body);
+    out_.append("\r\n\r\n");
+    // An answer to HEAD is the answer to GET without its body (RFC 9110 9.3.2).
+    if (!head_) out_.append(res.body);
+    head_ = false;
     phase_ = Phase::kWriting;
     Arm(server_->options_.write_timeout);
     Write(close ? Then::kLinger : Then::kNextRequest);
@@ -460,6 +469,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t out_off_ = 0;
   bool sent_continue_ = false;
   bool body_reserved_ = false;
+  bool head_ = false;  // the request being answered is a HEAD
   uint64_t served_ = 0;
 };
 
