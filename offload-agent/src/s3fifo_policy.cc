@@ -85,7 +85,7 @@ class S3FifoPolicy final : public EvictionPolicy {
 
   std::optional<BlockKey> SelectVictim(const IsPinned& is_pinned) override {
     // Pinned blocks go back to their queue's front; a queue whose blocks were all passed over
-    // as pinned is not tried again in this call.
+    // as pinned, one after another, is not tried again in this call.
     size_t pinned_small = 0;
     size_t pinned_main = 0;
     // Each block of M is passed at most kMaxUses + 1 times before it goes (its count drops on
@@ -105,6 +105,7 @@ class S3FifoPolicy final : public EvictionPolicy {
         } else if (e.uses > 0) {
           e.uses = 0;
           Enqueue(kMain, e, tag);
+          pinned_main = 0;  // M's pinned blocks now come round again behind a usable one
         } else {
           const BlockKey victim = e.key;
           Enqueue(kGhost, e, tag);
@@ -120,6 +121,7 @@ class S3FifoPolicy final : public EvictionPolicy {
         } else if (e.uses > 0) {
           --e.uses;
           Enqueue(kMain, e, tag);
+          pinned_main = 0;  // counted again when passed again: it counts distinct blocks
         } else {
           const BlockKey victim = e.key;
           Erase(&e);
