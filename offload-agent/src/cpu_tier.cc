@@ -202,6 +202,7 @@ void CpuTier::DemoteLocked(Victims& victims, MutexLock& lock, std::vector<size_t
     if (events_) events_->Record(key, kTierCpu, /*removed=*/true);
     if (!taken[i]) ++stats_.dropped;
     Entry& demoted = entries_.at(key);
+    --resident_;
     if (demoted.pins == 0) {
       entries_.erase(key);
       (freed != nullptr ? *freed : free_).push_back(victims[i].slot);
@@ -222,6 +223,7 @@ void CpuTier::CommitInsert(const BlockKey& key, bool keep_pinned) {
   MutexLock lock(&mu_);
   Entry& e = entries_.at(key);
   e.state = State::kResident;
+  ++resident_;
   if (events_) events_->Record(key, kTierCpu, /*removed=*/false);
   if (keep_pinned) {
     ++e.pins;  // the insert's transfer goes on as the pin's (transfers_in_flight_ unchanged)
@@ -344,11 +346,7 @@ void CpuTier::RecordLookup(bool hit) {
 TierStats CpuTier::Stats() {
   MutexLock lock(&mu_);
   TierStats s = stats_;
-  size_t resident = 0;
-  for (const auto& [key, e] : entries_) {
-    resident += e.state == State::kResident || e.state == State::kEvicting ? 1 : 0;
-  }
-  s.blocks = resident;
+  s.blocks = resident_;
   s.used_bytes = (slot_count_ - free_.size()) * slot_bytes_;
   return s;
 }

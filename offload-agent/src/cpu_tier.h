@@ -189,6 +189,9 @@ class CpuTier {
   CondVar demoter_cv_{&mu_};
   std::thread demoter_;
   TierStats stats_ GUARDED_BY(mu_);
+  // Entries kResident or kEvicting (readable): kept as they change so that Stats() is O(1),
+  // since vLLM asks for stats every scheduler step.
+  size_t resident_ GUARDED_BY(mu_) = 0;
   // Whether the last store was refused, and how many were since the tier turned full: a
   // change is logged once, not once per block.
   bool full_ GUARDED_BY(mu_) = false;

@@ -259,7 +259,9 @@ bool DiskTier::EvictForeignLocked(Status* failure) {
   }
   const fs::path dir = fs::path(path).parent_path();
   foreign_.pop_back();
+  // Removed, not moved down: no lower tier takes another model's block.
   ++stats_.evictions;
+  ++stats_.dropped;
   // A private tier removes a fingerprint directory with its last file (rmdir fails while
   // another is there). In a shared tier a replica of that fingerprint may still write there.
   if (!options_.config.shared) ::rmdir(dir.c_str());

@@ -799,6 +799,8 @@ TEST_F(DiskTierTest, SharedTierFilledByAnotherModelAfterOpenEvictsItsBlocks) {
     EXPECT_TRUE(s.ok()) << k << ": " << s.ToString();
   }
   EXPECT_EQ(a->Stats().evictions, 3u);
+  // Removed, not moved down: metrics report evictions less drops as blocks moved down.
+  EXPECT_EQ(a->Stats().dropped, 3u);
   EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot) << "within the capacity";
   EXPECT_EQ(testing::FilesUnder(FpDir()), 1u) << "the other model's oldest went first";
   EXPECT_TRUE(b->Contains(Key(4)));

@@ -85,10 +85,15 @@ _ENGINE_COUNTERS = (
     (FAILED_STORES, "failed_stores"),
     (FAILED_LOADS, "failed_loads"),
 )
-# Summed over ranks; every other field is rank 0's.
+# Summed over ranks; every other field is rank 0's, but for the blocks that failed on some
+# rank: a block fails where any rank's shard does (its own file, its own I/O), so these are the
+# most any rank counts, a lower bound that never counts one block twice (and, as each rank's
+# count only grows, never goes down).
 _SUMMED_TIER_FIELDS = ("capacity_bytes", "used_bytes", "bytes_read", "bytes_written", "read_ns",
                        "write_ns", "io_errors", "corrupt")
 _SUMMED_ENGINE_FIELDS = ("d2h_bytes", "h2d_bytes")
+_MOST_TIER_FIELDS = ("refused", "lost")
+_MOST_ENGINE_FIELDS = ("failed_stores", "failed_loads")
 
 
 def definitions() -> dict[str, OffloadingMetricMetadata]:
@@ -148,11 +153,15 @@ def combine(per_rank: list[dict]) -> dict:
     out = dict(first)
     for field in _SUMMED_ENGINE_FIELDS:
         out[field] = sum(r[field] for r in per_rank)
+    for field in _MOST_ENGINE_FIELDS:
+        out[field] = max(r[field] for r in per_rank)
     tiers = []
     for i, tier in enumerate(first["tiers"]):
         t = dict(tier)
         for field in _SUMMED_TIER_FIELDS:
             t[field] = sum(r["tiers"][i][field] for r in per_rank)
+        for field in _MOST_TIER_FIELDS:
+            t[field] = max(r["tiers"][i][field] for r in per_rank)
         tiers.append(t)
     out["tiers"] = tiers
     return out
@@ -161,8 +170,9 @@ def combine(per_rank: list[dict]) -> dict:
 class MetricsReporter:
     """Turns successive engine snapshots into vLLM connector stats: counters as the increase
     since the last call, gauges as the value now, histograms as the observations since.
-    Reads the engines at most once per `interval_s` (a stats call walks every tier's index;
-    vLLM asks every step). Not thread-safe: the scheduler calls it."""
+    Reads the engines at most once per `interval_s` (0 by default: every step vLLM asks, as a
+    read is a few counters per tier; a read skipped is reported only at the next step, which
+    never comes once the engine is idle). Not thread-safe: the scheduler calls it."""
 
     def __init__(self, interval_s: float):
         self._interval_s = interval_s

@@ -126,9 +126,11 @@ def write_back_budget(configured: float) -> tuple[float, str | None]:
 MAX_SECONDS = 3600.0
 
 # How often the manager reads the engines' counters for vLLM's metrics (extra config
-# "metrics_interval_seconds"; 0 = every scheduler step). vLLM asks every step; a read walks
-# every tier's index on every rank, and Prometheus scrapes every 15-60 s.
-DEFAULT_METRICS_INTERVAL_SECONDS = 1.0
+# "metrics_interval_seconds"; 0 = every scheduler step). vLLM asks every step and a read is a
+# few counters per tier (one round trip per other rank). Every step by default: vLLM stops
+# stepping when idle, so what a skipped read missed stayed off /metrics until the next request
+# (a 1 s default showed a burst shorter than that as nothing at all).
+DEFAULT_METRICS_INTERVAL_SECONDS = 0.0
 
 # engine_id -> the transfer core of that engine's worker, so the scheduler-side manager of
 # the same vLLM engine calls it directly when both run in one process.
