@@ -20,6 +20,11 @@ if [[ -n "${KVOFFLOAD_VLLM_PYTHON:-}" ]]; then
 fi
 # No bytecode in the source tree (stage-agent.sh copies offload-agent/python as is).
 export PYTHONDONTWRITEBYTECODE=1
+# vLLM's engines bind their ZMQ sockets as files under this (default /tmp), and leave them:
+# each run left about fifty there.
+rpc="$(mktemp -d /tmp/kvoffload-vllm-rpc.XXXXXX)"
+trap 'rm -rf "${rpc}"' EXIT
+export VLLM_RPC_BASE_PATH="${rpc}"
 set +e
 "${venv}/bin/python" -m pytest -p no:cacheprovider -q "$@"
 rc=$?

@@ -47,8 +47,11 @@ def launch(pod, volumes, port, log):
         t["capacityBytes"] = slots * tier_block_bytes(tiny_model.BLOCK_BYTES, t["kind"])
     env["KVOFFLOAD_TIERS"] = json.dumps(tiers)
     env["KVOFFLOAD_CPU_BYTES"] = str(CPU_SLOTS * SLOT)
+    # VLLM_RPC_BASE_PATH: where vLLM binds (and leaves) its ZMQ socket files; run.sh's
+    # directory, removed after the run, not /tmp.
     env.update(PATH=f"{pathlib.Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(log.parent),
-               HF_HUB_OFFLINE="1")
+               HF_HUB_OFFLINE="1",
+               VLLM_RPC_BASE_PATH=os.environ.get("VLLM_RPC_BASE_PATH", "/tmp"))
     argv += ["--port", str(port), "--host", "127.0.0.1", "--max-model-len", "512",
              "--dtype", "float32", "--enforce-eager", "--block-size",
              str(tiny_model.TOKENS_PER_BLOCK), "--num-gpu-blocks-override", str(GPU_BLOCKS),
