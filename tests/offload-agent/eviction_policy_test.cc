@@ -553,6 +553,44 @@ TEST(LirsPolicyTest, KeepsMostOfALoopThatLruNeverHits) {
   EXPECT_EQ(p.resident(), kCapacity - 2);
 }
 
+// When lirs leaves a share for LRU, nearly every ghost becomes one that no use could promote.
+// They are forgotten a few a call: all at once held a 500K-block tier's lock for 110 ms.
+TEST(LirsPolicyTest, GhostsAreForgottenAFewACallWhenTheShareChanges) {
+  constexpr size_t kCapacity = 100;
+  Cache lirs("lirs", kCapacity);
+  auto ghosts = [&] {
+    const std::string state = lirs.policy->DebugString();
+    return std::stoul(state.substr(state.find(" ghosts=") + 8));
+  };
+  // A loop larger than the tier: lirs leaves LRU for a share with LIR blocks.
+  for (uint64_t i = 0; i < 400 * 150; ++i) lirs.Access(Key(i % 150));
+  ASSERT_EQ(lirs.policy->DebugString().find("hir-share=1.00"), std::string::npos)
+      << lirs.policy->DebugString();
+  // New blocks only: each goes through the HIR FIFO and is remembered, newer than every LIR
+  // block's last use.
+  uint64_t next = 1000;
+  for (int i = 0; i < 2000; ++i) lirs.Access(Key(next++));
+  const size_t most = ghosts();
+  ASSERT_GE(most, 4 * kCapacity) << lirs.policy->DebugString();
+  // Each new block used again 50 blocks later: LRU hits every reuse, lirs's small FIFO none, so
+  // the miniatures send the tier back to LRU, whose ghosts are all forgotten.
+  size_t largest_drop = 0;
+  size_t before = ghosts();
+  for (int i = 0; i < 40000; ++i) {
+    lirs.Access(Key(next));
+    lirs.Access(Key(next - 50));
+    ++next;
+    const size_t now = ghosts();
+    if (now < before) largest_drop = std::max(largest_drop, before - now);
+    before = now;
+  }
+  EXPECT_NE(lirs.policy->DebugString().find("hir-share=1.00"), std::string::npos)
+      << lirs.policy->DebugString();
+  EXPECT_EQ(ghosts(), 0u) << "LRU keeps none";
+  // Two accesses a round, each evicting once: a few ghosts each, not hundreds at once.
+  EXPECT_LE(largest_drop, 2 * 5u);
+}
+
 // A disk tier of small blocks can count billions of blocks of capacity: every policy must be
 // made for it without allocating in proportion (lru-tinylfu's counts are capped at 4M blocks).
 TEST(EvictionPolicyFactoryTest, EveryPolicyIsMadeForAHugeTier) {
