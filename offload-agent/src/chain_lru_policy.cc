@@ -8,7 +8,11 @@
 // before it, so a request's blocks sit together in the recency list with the head most recent
 // and the victim is the deepest block of the least recent request: caches that cannot hold a
 // whole chain keep its usable front. Calls without a position (OnInsert / OnAccess) are plain
-// LRU, so the policy is never worse informed than lru.
+// LRU, so the policy is never worse informed than lru. A block joins the latest call's block
+// only when its position is past that block's (a store skips the blocks its request has
+// stored already): jobs interleave their calls, so "the latest chain" may be another
+// request's, and a chain that starts anew, at a position no further than the latest, starts
+// at the front (placed behind another's deepest block, a chain just read was the next victim).
 //
 // Cost: one index probe per call, as lru; placing behind the previous block instead of at the
 // front is the same relinking.
@@ -31,12 +35,9 @@ class ChainLruPolicy final : public EvictionPolicy {
   void OnInsert(const BlockKey& key) override { OnInsertAt(key, kUnknownPosition); }
   void OnAccess(const BlockKey& key) override { OnAccessAt(key, kUnknownPosition); }
   void OnInsertAt(const BlockKey& key, uint32_t position) override {
-    if (const Keys::Node anchor = Anchor(position); anchor != Keys::kNone) {
-      chain_last_ = list_.PushAfter(anchor, key);
-    } else {
-      const Keys::Node n = list_.PushFront(kList, key);
-      chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
-    }
+    const Keys::Node anchor = Anchor(position);
+    SetLast(anchor != Keys::kNone ? list_.PushAfter(anchor, key) : list_.PushFront(kList, key),
+            position);
   }
   void OnAccessAt(const BlockKey& key, uint32_t position) override {
     Access(list_.Find(key), position);
@@ -66,12 +67,16 @@ class ChainLruPolicy final : public EvictionPolicy {
   using Keys = KeyLists<1>;
   static constexpr Keys::ListId kList = 0;
 
-  // The block to place a chain's next block behind: the chain's latest block, unless this
-  // call starts a chain (position 0), carries no position, or that block has left. A call
-  // without a position ends the chain.
+  // The block to place a chain's next block behind: the latest call's block when this call's
+  // position is past it (and that block is still here); otherwise this call starts a chain.
+  // A call without a position ends the chain.
   Keys::Node Anchor(uint32_t position) const {
     if (position == 0 || position == kUnknownPosition) return Keys::kNone;
-    return chain_last_;
+    return position > chain_last_position_ ? chain_last_ : Keys::kNone;
+  }
+  void SetLast(Keys::Node n, uint32_t position) {
+    chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
+    chain_last_position_ = position;
   }
   // A use of node n (kNone: not resident, ignored) at `position` of the chain being loaded.
   void Access(Keys::Node n, uint32_t position) {
@@ -82,7 +87,7 @@ class ChainLruPolicy final : public EvictionPolicy {
     } else if (anchor != n) {  // the same block read twice in a row stays where it is
       list_.MoveAfter(anchor, n);
     }
-    chain_last_ = position == kUnknownPosition ? Keys::kNone : n;
+    SetLast(n, position);
   }
   void Erase(Keys::Node n) {
     if (n == chain_last_) chain_last_ = Keys::kNone;  // its slab node may be reused
@@ -91,6 +96,7 @@ class ChainLruPolicy final : public EvictionPolicy {
 
   Keys list_;
   Keys::Node chain_last_ = Keys::kNone;
+  uint32_t chain_last_position_ = kUnknownPosition;
 };
 
 }  // namespace

@@ -284,7 +284,9 @@ void CpuTier::PinChain(std::span<const BlockKey> keys, std::span<std::byte*> slo
     slots[i] = PinLocked(keys[i], &used);
     if (!used) continue;
     used_keys.push_back(keys[i]);
-    positions.push_back(static_cast<uint32_t>(i));
+    // Numbered among the blocks used here, in chain order: those on disk (a head among them)
+    // leave gaps that would otherwise read as the start of another chain.
+    positions.push_back(static_cast<uint32_t>(positions.size()));
   }
   // The policy hears of the uses after the pins, which it never sees: the same calls in the
   // same order as one Pin per block.

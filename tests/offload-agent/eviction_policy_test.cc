@@ -374,6 +374,37 @@ TEST(ChainLruPolicyTest, ChainWhoseLastBlockLeftRestartsAtTheFront) {
   EXPECT_EQ(p->resident(), 2u);
 }
 
+// A block joins the latest call's only at a position past it (a store skips what its request
+// has stored, leaving gaps); otherwise it starts a chain at the front, as LRU places it. Jobs
+// interleave: a store past its request's stored prefix went behind another request's deepest
+// block, to be evicted with it, and a load whose head is on disk (positions from 1) put the
+// chain it had just read behind the latest chain's deepest block, the next victims.
+TEST(ChainLruPolicyTest, ABlockFollowsTheLatestOnlyAtAPositionPastIt) {
+  auto p = Make("chain-lru", 16);
+  p->OnInsertAt(Key(20), 0);  // request B stores its first two blocks
+  p->OnInsertAt(Key(21), 1);
+  for (uint32_t i = 0; i < 4; ++i) p->OnInsertAt(Key(10 + i), i);  // request A, all four
+  p->OnInsertAt(Key(22), 2);  // B stores two more, past the two it has
+  p->OnInsertAt(Key(23), 3);
+  EXPECT_EQ(p->EvictionOrder(), (std::vector<BlockKey>{Key(21), Key(20), Key(13), Key(12),
+                                                       Key(11), Key(10), Key(23), Key(22)}));
+  // A load of C's blocks 1-3 (its head on disk) after D's chain: C is the most recent.
+  auto q = Make("chain-lru", 16);
+  for (uint32_t i = 0; i < 4; ++i) q->OnInsertAt(Key(30 + i), i);  // C
+  for (uint32_t i = 0; i < 4; ++i) q->OnInsertAt(Key(40 + i), i);  // D
+  const std::vector<BlockKey> c = {Key(31), Key(32), Key(33)};
+  const std::vector<uint32_t> at = {1, 2, 3};
+  q->OnAccessBatch(c, at);
+  EXPECT_EQ(q->EvictionOrder(), (std::vector<BlockKey>{Key(30), Key(43), Key(42), Key(41),
+                                                       Key(40), Key(33), Key(32), Key(31)}));
+  // A store that skips a block it has: the rest still follows its chain.
+  auto r = Make("chain-lru", 16);
+  r->OnInsertAt(Key(50), 0);
+  r->OnInsertAt(Key(51), 1);
+  r->OnInsertAt(Key(53), 3);
+  EXPECT_EQ(r->EvictionOrder(), (std::vector<BlockKey>{Key(53), Key(51), Key(50)}));
+}
+
 // The defaults of the engine-knowledge calls: positioned calls are the plain ones, holds change
 // nothing, for a policy that does not use them.
 // Where blocks are re-read soon after they are stored, the admission filter never wins in the

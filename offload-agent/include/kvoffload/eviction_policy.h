@@ -59,8 +59,10 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
 
   // Engine knowledge (see the top of this file); the defaults ignore what they add.
   static constexpr uint32_t kUnknownPosition = UINT32_MAX;
-  // OnInsert for a block at `position` of the chain the tier is storing, in chain order: a
-  // call at position 0 starts a chain, later positions continue the latest one.
+  // OnInsert for a block at `position` of the chain the tier is storing, in chain order (a
+  // store skips the blocks its chain has already, so positions may leave gaps). Position 0
+  // starts a chain; calls of several jobs interleave, so a later position may belong to
+  // another chain than the latest call's, and one no further than the latest call's does.
   virtual void OnInsertAt(const BlockKey& key, uint32_t position);
   // OnAccess for a block at `position` of the chain the tier is loading, in chain order.
   virtual void OnAccessAt(const BlockKey& key, uint32_t position);
