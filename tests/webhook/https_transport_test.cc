@@ -172,6 +172,21 @@ TEST_F(HttpsTransportTest, ATransferEncodingThatIsNotChunkedIsRefused) {
   }
 }
 
+// 100 Continue answers an HTTP/1.1 client that asks for it before its body; an HTTP/1.0 client
+// has no interim answers and reads it as the answer to its request.
+TEST_F(HttpsTransportTest, ContinueGoesOnlyToHttp11) {
+  for (const std::string version : {"1.1", "1.0"}) {
+    const std::string answer = Exchange(
+        {"POST /p HTTP/" + version + "\r\nHost: t\r\nContent-Length: 5\r\n"
+         "Expect: 100-continue\r\nConnection: close\r\n\r\n",
+         "hello"});
+    EXPECT_EQ(answer.find("100 Continue") != std::string::npos, version == "1.1")
+        << version << ": " << answer;
+    EXPECT_NE(answer.find("\r\n\r\n5"), std::string::npos) << version << ": " << answer;
+    EXPECT_EQ(TakeSeen().size(), 1u) << version;
+  }
+}
+
 // An answer to HEAD has the headers of the answer to GET and no body: bytes after them were
 // read by the client as the start of its next answer on the connection.
 TEST_F(HttpsTransportTest, AnAnswerToHeadHasNoBody) {

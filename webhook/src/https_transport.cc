@@ -311,8 +311,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
     if (parser_->is_done()) return Dispatch();
-    // curl and others wait (about a second) for this before sending a body.
-    if (parser_->is_header_done() && !sent_continue_ &&
+    // curl and others wait (about a second) for this before sending a body. Never to HTTP/1.0,
+    // which has no interim answers (RFC 9110 10.1.1).
+    if (parser_->is_header_done() && !sent_continue_ && parser_->get().version() >= 11 &&
         boost::beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       sent_continue_ = true;
       out_ = "HTTP/1.1 100 Continue\r\n\r\n";
