@@ -138,6 +138,45 @@ TEST_F(ServerTest, ServesAdmissionHealthAndMetrics) {
   EXPECT_NE(m->body.find("kvoffload_webhook_refused_connections_total 0\n"), std::string::npos);
 }
 
+// The metrics port is anyone's to reach (the NetworkPolicy admits Prometheus from any
+// namespace). Clients that trickle a request's header must not keep a scrape from its answer:
+// on cpp-httplib's server (two threads, a timeout per read) two of them held /metrics for as
+// long as they went on. Each is cut at its request deadline (2 s) instead.
+TEST_F(ServerTest, SlowClientsDoNotHoldTheMetricsPort) {
+  StartServer();
+  std::vector<int> slow;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->metrics_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::send(fd, "GET /metrics HTTP/1.1\r\nX", 25, MSG_NOSIGNAL), 25);
+    slow.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> cut{0};
+  std::thread trickle([&] {
+    for (int round = 0; round < 30 && !stop; ++round) {  // a byte each 100 ms, for 3 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      int gone = 0;
+      for (int fd : slow) gone += ::send(fd, "x", 1, MSG_NOSIGNAL) == 1 ? 0 : 1;
+      cut = gone;
+    }
+  });
+  httplib::Client metrics("127.0.0.1", server_->metrics_port());
+  metrics.set_read_timeout(std::chrono::seconds(1));
+  for (int i = 0; i < 3; ++i) {
+    httplib::Result m = metrics.Get("/metrics");
+    ASSERT_TRUE(m) << "scrape " << i << ": " << httplib::to_string(m.error());
+    EXPECT_EQ(m->status, 200);
+  }
+  trickle.join();
+  EXPECT_EQ(cut.load(), 4) << "each slow client is cut at its request deadline";
+  for (int fd : slow) ::close(fd);
+}
+
 TEST_F(ServerTest, QueryStringsUnknownRoutesAndExpectContinue) {
   StartServer();
   auto client = Client((dir_ / "ca.crt").string());

@@ -59,11 +59,11 @@ class HttpsTransport::Impl {
                  WorkQueue::OnStop::kRunQueued, static_cast<size_t>(PerCore())),
         acceptor_(net::make_strand(io_)),
         accept_retry_(acceptor_.get_executor()) {
-    SSL_CTX_up_ref(ctx_);
+    if (ctx_ != nullptr) SSL_CTX_up_ref(ctx_);
   }
   ~Impl() {
     Stop();
-    SSL_CTX_free(ctx_);
+    if (ctx_ != nullptr) SSL_CTX_free(ctx_);
   }
 
   Status Start();
@@ -83,7 +83,7 @@ class HttpsTransport::Impl {
   void Unregister(Connection* c);
 
   const HttpsTransportOptions options_;
-  SSL_CTX* const ctx_;
+  SSL_CTX* const ctx_;  // nullptr: plain HTTP
   const Handler handler_;
   const Draining draining_;
   const int usable_cpus_ = UsableCpus();  // read once: before workers_, which is sized by it
@@ -180,22 +180,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class Phase { kAccepted, kHandshake, kIdle, kReading, kHandling, kWriting, kLingering, kClosed };
   enum class Then { kReadBody, kNextRequest, kLinger };
 
-  // Runs one OpenSSL call until it stops asking for readiness; `done` gets its positive result.
-  // Any other outcome (peer closed, protocol error, socket error) closes the connection.
+  // Runs one OpenSSL call (plain: one recv or send, which waits for `plain_wait`) until it
+  // stops asking for readiness; `done` gets its positive result. Any other outcome (peer
+  // closed, protocol error, socket error) closes the connection.
   template <class Op, class Done>
-  void Drive(Op op, Done done) {
+  void Drive(Op op, Done done, tcp::socket::wait_type plain_wait = tcp::socket::wait_read) {
     ERR_clear_error();
     const int r = op();
+    const int saved_errno = errno;
     if (r > 0) return done(r);
-    const int err = SSL_get_error(ssl_, r);
-    ERR_clear_error();
-    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return Close();
-    socket_.async_wait(err == SSL_ERROR_WANT_READ ? tcp::socket::wait_read : tcp::socket::wait_write,
-                       [self = shared_from_this(), op, done](const error_code& ec) {
-                         if (ec || self->phase_ == Phase::kClosed) return self->Close();
-                         self->Drive(op, done);
-                       });
+    tcp::socket::wait_type wait = plain_wait;
+    if (ssl_ != nullptr) {
+      const int err = SSL_get_error(ssl_, r);
+      ERR_clear_error();
+      if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return Close();
+      wait = err == SSL_ERROR_WANT_READ ? tcp::socket::wait_read : tcp::socket::wait_write;
+    } else if (r == 0 || (saved_errno != EAGAIN && saved_errno != EWOULDBLOCK &&
+                          saved_errno != EINTR)) {
+      return Close();
+    }
+    socket_.async_wait(wait, [self = shared_from_this(), op, done, plain_wait](const error_code& ec) {
+      if (ec || self->phase_ == Phase::kClosed) return self->Close();
+      self->Drive(op, done, plain_wait);
+    });
   }
+  int Fd() { return socket_.native_handle(); }
 
   // One deadline at a time; arming replaces it. The timer is kept lazily: Arm and Disarm only
   // move deadline_, and the timer is set again only when the new deadline comes before its
@@ -225,6 +234,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void Handshake() {
+    if (server_->ctx_ == nullptr) return ReadRequest();  // plain: the request's first bytes
     ssl_ = SSL_new(server_->ctx_);
     if (ssl_ == nullptr || SSL_set_fd(ssl_, socket_.native_handle()) != 1) return Close();
     SSL_set_accept_state(ssl_);
@@ -250,7 +260,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WaitRequest() {
     phase_ = Phase::kIdle;
     // SSL_has_pending, not SSL_pending: it also counts bytes read ahead and not yet decrypted.
-    if (!in_.empty() || SSL_has_pending(ssl_) == 1) return ReadRequest();
+    if (!in_.empty() || (ssl_ != nullptr && SSL_has_pending(ssl_) == 1)) return ReadRequest();
     // Draining, a connection that has served is closed (its client reconnects elsewhere) and
     // a new one gets its first request; once stopped, none waits: one whose handshake ended
     // after the stop would hold the shutdown for the idle timeout.
@@ -279,7 +289,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadMore() {
     if (!read_buf_) read_buf_ = std::make_unique<char[]>(kReadChunk);
-    Drive([this] { return SSL_read(ssl_, read_buf_.get(), kReadChunk); },
+    Drive([this] {
+            return ssl_ != nullptr
+                       ? SSL_read(ssl_, read_buf_.get(), kReadChunk)
+                       : static_cast<int>(::recv(Fd(), read_buf_.get(), kReadChunk, 0));
+          },
           [this](int n) {
             in_.append(read_buf_.get(), static_cast<size_t>(n));
             Parse();
@@ -416,17 +430,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Drive(
         [this] {
           const size_t left = std::min<size_t>(out_.size() - out_off_, INT_MAX);
-          return SSL_write(ssl_, out_.data() + out_off_, static_cast<int>(left));
+          return ssl_ != nullptr
+                     ? SSL_write(ssl_, out_.data() + out_off_, static_cast<int>(left))
+                     : static_cast<int>(::send(Fd(), out_.data() + out_off_, left, MSG_NOSIGNAL));
         },
         [this, then](int n) {
           out_off_ += static_cast<size_t>(n);
           Write(then);
-        });
+        },
+        tcp::socket::wait_write);
   }
 
   void Linger() {
     phase_ = Phase::kLingering;
-    SSL_shutdown(ssl_);  // our close_notify; the client's is not awaited
+    if (ssl_ != nullptr) SSL_shutdown(ssl_);  // our close_notify; the client's is not awaited
     ERR_clear_error();
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
@@ -493,8 +510,8 @@ Status HttpsTransport::Impl::Start() {
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return Status::Unavailable("--port=" + std::to_string(options_.port) + ": cannot listen on " +
-                               where + " (" + ec.message() + ")");
+    return Status::Unavailable(options_.port_flag + "=" + std::to_string(options_.port) +
+                               ": cannot listen on " + where + " (" + ec.message() + ")");
   }
   port_ = acceptor_.local_endpoint(ec).port();
   started_ = true;

@@ -1,12 +1,12 @@
 #include "webhook/server.h"
 
-#include <httplib.h>
 #include <openssl/ssl.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "webhook/log.h"
 
@@ -25,9 +25,10 @@ constexpr char kTls12Ciphers[] =
 constexpr char kTls13Ciphers[] =
     "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384";
 
-void WaitUntilRunning(const httplib::Server* srv) {
-  while (!srv->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
+// The metrics port's bounds: Prometheus opens a connection or two and keeps it; a request is
+// sent at once and is small.
+constexpr int kMetricsMaxConnections = 256;
+constexpr std::chrono::milliseconds kMetricsRequestTimeout{2000};
 
 }  // namespace
 
@@ -221,58 +222,59 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
           std::move(answer.body), ""};
 }
 
-// The metrics port: two routes, scraped every few seconds from inside the cluster.
+// The metrics port: two routes, scraped every few seconds from inside the cluster. Plain HTTP on
+// the admission port's transport, with its bounds: on cpp-httplib's server (two threads, a
+// timeout per read) two clients trickling a header held /metrics for as long as they went on.
 void Server::Routes() {
   if (options_.metrics_port < 0) return;
-  metrics_http_ = std::make_unique<httplib::Server>();
-  metrics_http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  metrics_http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    // The transport's own counts: a connection flood shows here before admissions slow down.
-    const HttpsTransportStats t = https_->stats();
-    std::string text = metrics_->Render();
-    text += "# HELP kvoffload_webhook_open_connections HTTPS connections open now.\n"
-            "# TYPE kvoffload_webhook_open_connections gauge\n"
-            "kvoffload_webhook_open_connections " + std::to_string(t.open_connections) + "\n"
-            "# HELP kvoffload_webhook_refused_connections_total Connections closed on accept past --max-connections.\n"
-            "# TYPE kvoffload_webhook_refused_connections_total counter\n"
-            "kvoffload_webhook_refused_connections_total " + std::to_string(t.refused_connections) + "\n"
-            "# HELP kvoffload_webhook_timed_out_connections_total Connections closed by a handshake, idle, request or write deadline.\n"
-            "# TYPE kvoffload_webhook_timed_out_connections_total counter\n"
-            "kvoffload_webhook_timed_out_connections_total " + std::to_string(t.timed_out) + "\n";
-    res.set_content(text, "text/plain; version=0.0.4");
-  });
-  metrics_http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  // Another method on either route is a 405 naming GET (it was a 400 or a 404).
-  metrics_http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    if ((req.path != "/metrics" && req.path != "/healthz") || req.method == "GET" ||
-        req.method == "HEAD") {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    res.status = 405;
-    res.set_header("Allow", "GET");
-    res.set_content(req.method + " " + req.path + ": method not allowed, use GET\n", "text/plain");
-    return httplib::Server::HandlerResponse::Handled;
-  });
+  HttpsTransportOptions t;
+  t.bind_address = options_.bind_address;
+  t.port = options_.metrics_port;
+  t.port_flag = "--metrics-port";
+  t.max_body_bytes = 0;  // GET only
+  t.max_connections = kMetricsMaxConnections;
+  t.handshake_timeout = kMetricsRequestTimeout;  // to the first byte
+  t.request_timeout = kMetricsRequestTimeout;
+  t.write_timeout = options_.request_timeout;
+  t.io_threads = 1;
+  t.worker_threads = 1;  // bodiless GETs are answered on the I/O thread
+  metrics_https_ = HttpsTransport::Create(
+      t, nullptr, [this](const HttpsRequest& req) { return MetricsRoute(req); },
+      [] { return false; });
+}
+
+HttpsResponse Server::MetricsRoute(const HttpsRequest& req) const {
+  const std::string_view path = PathOf(req.target);
+  if (path != "/metrics" && path != "/healthz") {
+    return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n", ""};
+  }
+  // Another method is a 405 naming GET (HEAD is GET without the body, the transport's part).
+  if (req.method != "GET" && req.method != "HEAD") {
+    return {405, "text/plain",
+            req.method + " " + std::string(path) + ": method not allowed, use GET\n", "GET"};
+  }
+  if (path == "/healthz") return {200, "text/plain", "ok\n", ""};
+  // The transport's own counts: a connection flood shows here before admissions slow down.
+  const HttpsTransportStats t = https_->stats();
+  std::string text = metrics_->Render();
+  text += "# HELP kvoffload_webhook_open_connections HTTPS connections open now.\n"
+          "# TYPE kvoffload_webhook_open_connections gauge\n"
+          "kvoffload_webhook_open_connections " + std::to_string(t.open_connections) + "\n"
+          "# HELP kvoffload_webhook_refused_connections_total Connections closed on accept past --max-connections.\n"
+          "# TYPE kvoffload_webhook_refused_connections_total counter\n"
+          "kvoffload_webhook_refused_connections_total " + std::to_string(t.refused_connections) + "\n"
+          "# HELP kvoffload_webhook_timed_out_connections_total Connections closed by a handshake, idle, request or write deadline.\n"
+          "# TYPE kvoffload_webhook_timed_out_connections_total counter\n"
+          "kvoffload_webhook_timed_out_connections_total " + std::to_string(t.timed_out) + "\n";
+  return {200, "text/plain; version=0.0.4", std::move(text), ""};
 }
 
 Status Server::Start() {
   if (Status s = https_->Start(); !s.ok()) return s;
   port_ = https_->port();
-  if (metrics_http_) {
-    const int wanted = options_.metrics_port;
-    metrics_port_ = wanted == 0 ? metrics_http_->bind_to_any_port(options_.bind_address)
-                                : (metrics_http_->bind_to_port(options_.bind_address, wanted) ? wanted : -1);
-    if (metrics_port_ <= 0) {
-      return Status::Unavailable("--metrics-port=" + std::to_string(wanted) +
-                                 ": cannot listen on " + options_.bind_address + ":" +
-                                 std::to_string(wanted) + " (in use, or not permitted)");
-    }
-    metrics_thread_ = std::thread([this] { metrics_http_->listen_after_bind(); });
-    // stop() is a no-op until listen_after_bind() has begun, so a Shutdown() right after Start()
-    // would leave the listener running and the join waiting forever.
-    WaitUntilRunning(metrics_http_.get());
+  if (metrics_https_) {
+    if (Status s = metrics_https_->Start(); !s.ok()) return s;
+    metrics_port_ = metrics_https_->port();
   }
   certs_->StartPolling(options_.cert_poll_interval);
   ready_ = true;
@@ -300,10 +302,7 @@ void Server::Shutdown() {
   if (!https_) return;
   // Closes the listener and the idle connections; requests under way finish first.
   https_->Stop();
-  if (metrics_http_ && metrics_thread_.joinable()) {
-    metrics_http_->stop();
-    metrics_thread_.join();
-  }
+  if (metrics_https_) metrics_https_->Stop();
   // Only after "serving": a start that failed prints its error alone.
   if (ready_.load()) LogEvent(spdlog::level::info, "stopped");
 }

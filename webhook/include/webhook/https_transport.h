@@ -3,7 +3,8 @@
 // connection may cost: a connection cap, a handshake deadline, an idle keep-alive deadline and one
 // total deadline per request (headers, then body) that slow clients cannot extend byte by byte.
 // Handlers that may block (they have a body: admissions, checks) run on a worker pool; bodiless
-// requests (health, readiness) are answered on the I/O threads. Thread-safe.
+// requests (health, readiness) are answered on the I/O threads. Without a TLS context it serves
+// plain HTTP with the same bounds (the metrics port). Thread-safe.
 #ifndef KVOFFLOAD_WEBHOOK_HTTPS_TRANSPORT_H_
 #define KVOFFLOAD_WEBHOOK_HTTPS_TRANSPORT_H_
 
@@ -42,12 +43,14 @@ struct HttpsResponse {
 struct HttpsTransportOptions {
   std::string bind_address = "0.0.0.0";
   int port = 8443;  // 0: any free port
+  std::string port_flag = "--port";  // names the port in a listen error
   uint64_t max_body_bytes = 1024 * 1024;  // larger declared or sent bodies get 413
   // Connections past this are closed as soon as they are accepted (before any TLS work).
   int max_connections = 10000;
   // The handshake and request deadlines are each connection's own, up to a tenth longer, so
   // that clients that began together are not all cut together; the idle deadline is exact.
-  std::chrono::milliseconds handshake_timeout{5000};  // accept to TLS established
+  std::chrono::milliseconds handshake_timeout{5000};  // accept to TLS established (plain: to
+                                                      // the first byte)
   std::chrono::milliseconds idle_timeout{120000};     // no request in progress, to a first byte
   std::chrono::milliseconds request_timeout{10000};   // first byte to the body's last, in total
   std::chrono::milliseconds write_timeout{10000};     // the whole response

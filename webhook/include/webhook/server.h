@@ -9,17 +9,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "kvoffload/status.h"
 #include "webhook/admission.h"
 #include "webhook/cert_reloader.h"
 #include "webhook/https_transport.h"
 #include "webhook/metrics.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace kvoffload::webhook {
 
@@ -68,6 +63,7 @@ class Server {
   Server(ServerOptions options, AdmissionHandler* handler, Metrics* metrics);
   void Routes();
   HttpsResponse Route(const HttpsRequest& req);
+  HttpsResponse MetricsRoute(const HttpsRequest& req) const;
   // A request the transport refused before routing (its on_refused): counted and logged.
   void Refused(std::string_view target, int status);
 
@@ -76,8 +72,7 @@ class Server {
   Metrics* metrics_;
   std::unique_ptr<CertReloader> certs_;
   std::unique_ptr<HttpsTransport> https_;
-  std::unique_ptr<httplib::Server> metrics_http_;
-  std::thread metrics_thread_;
+  std::unique_ptr<HttpsTransport> metrics_https_;  // plain HTTP
   int port_ = 0;
   int metrics_port_ = -1;
   std::atomic<bool> ready_{false};
