@@ -138,6 +138,18 @@ bool IsValidationPath(std::string_view path) {
   return path == "/validate" || path == "/validate-labelled";
 }
 
+// The answers to a path that is none of a port's routes, and to a route asked with another
+// method than the one it takes (a 404 there reads as a wrong URL in the configuration).
+HttpsResponse NoRoute(const HttpsRequest& req, std::string_view path) {
+  return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n", ""};
+}
+HttpsResponse MethodNotAllowed(const HttpsRequest& req, std::string_view path,
+                               const std::string& allowed) {
+  return {405, "text/plain",
+          req.method + " " + std::string(path) + ": method not allowed, use " + allowed + "\n",
+          allowed};
+}
+
 }  // namespace
 
 void Server::Refused(std::string_view target, int status) {
@@ -170,14 +182,9 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
   // reads as a wrong URL in the webhook configuration.
   const bool probe = path == "/healthz" || path == "/readyz";
   if (probe || ((path == "/mutate-pods" || validation) && !post)) {
-    return {405, "text/plain",
-            req.method + " " + std::string(path) + ": method not allowed, use " +
-                (probe ? "GET" : "POST") + "\n",
-            probe ? "GET" : "POST"};
+    return MethodNotAllowed(req, path, probe ? "GET" : "POST");
   }
-  if (!post || (path != "/mutate-pods" && !validation)) {
-    return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n", ""};
-  }
+  if (!post || (path != "/mutate-pods" && !validation)) return NoRoute(req, path);
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -245,14 +252,9 @@ void Server::Routes() {
 
 HttpsResponse Server::MetricsRoute(const HttpsRequest& req) const {
   const std::string_view path = PathOf(req.target);
-  if (path != "/metrics" && path != "/healthz") {
-    return {404, "text/plain", "no route for " + req.method + " " + std::string(path) + "\n", ""};
-  }
-  // Another method is a 405 naming GET (HEAD is GET without the body, the transport's part).
-  if (req.method != "GET" && req.method != "HEAD") {
-    return {405, "text/plain",
-            req.method + " " + std::string(path) + ": method not allowed, use GET\n", "GET"};
-  }
+  if (path != "/metrics" && path != "/healthz") return NoRoute(req, path);
+  // HEAD is GET without the body (the transport's part).
+  if (req.method != "GET" && req.method != "HEAD") return MethodNotAllowed(req, path, "GET");
   if (path == "/healthz") return {200, "text/plain", "ok\n", ""};
   // The transport's own counts: a connection flood shows here before admissions slow down.
   const HttpsTransportStats t = https_->stats();

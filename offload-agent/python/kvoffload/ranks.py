@@ -252,9 +252,12 @@ class RemoteRank:
         self._conn.close()
         raise RuntimeError(f"kvoffload: the worker of rank {self.rank} {why}")
 
-    def send(self, method: str, *args) -> None:
+    def _check_usable(self) -> None:
         if self._broken:
             raise RuntimeError(f"kvoffload: the worker of rank {self.rank} {self._broken}")
+
+    def send(self, method: str, *args) -> None:
+        self._check_usable()
         self._sent = method
         try:
             self._conn.send_bytes(_encode_call(method, args))
@@ -263,8 +266,7 @@ class RemoteRank:
 
     def result(self):
         method = self._sent
-        if self._broken:
-            raise RuntimeError(f"kvoffload: the worker of rank {self.rank} {self._broken}")
+        self._check_usable()
         try:
             if not self._conn.poll(CALL_TIMEOUT_S):
                 self._fail(f"did not answer {method} within {CALL_TIMEOUT_S:g} s: its "
