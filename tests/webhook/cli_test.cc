@@ -253,6 +253,62 @@ TEST_F(CliTest, EveryFileFlagIsReadAndOtherFlagsOnce) {
   EXPECT_EQ(empty.out, "");
 }
 
+// What a GitOps step must not pass without a word. Each of these exited 0: stdin that is a
+// directory (read as empty), an input with no object (what `kustomize build broken 2>/dev/null
+// | inject -f -` gives), a link to nothing in an -f directory (passed over), output that could
+// not be written (a full disk left the manifest empty), and a bad --config when every
+// document had a spec of its own.
+TEST_F(CliTest, WhatCannotBeReadOrWrittenFailsTheRun) {
+  const fs::path seed = Write("seed.yaml", Seed());
+  CommandResult dir_stdin = Webhook("validate -f -", dir_);
+  EXPECT_EQ(dir_stdin.exit_code, 1);
+  EXPECT_EQ(dir_stdin.err, "kv-offload-webhook: -f stdin: is a directory, not a file\n");
+
+  for (const char* command : {"inject", "validate"}) {
+    CommandResult empty = Webhook(std::string(command) + " -f -", Write("empty.yaml", "# none\n"));
+    EXPECT_EQ(empty.exit_code, 1) << command;
+    EXPECT_EQ(empty.out, "") << command;
+    EXPECT_NE(empty.err.find("the input (stdin) holds no object"), std::string::npos)
+        << empty.err;
+  }
+
+  fs::create_directories(dir_ / "linked");
+  fs::copy_file(seed, dir_ / "linked" / "a.yaml");
+  fs::create_symlink(dir_ / "missing.yaml", dir_ / "linked" / "b.yaml");
+  CommandResult dangling = Webhook("inject -f '" + (dir_ / "linked").string() + "'");
+  EXPECT_EQ(dangling.exit_code, 1);
+  EXPECT_EQ(dangling.err, "kv-offload-webhook: -f " + (dir_ / "linked" / "b.yaml").string() +
+                              ": cannot read: No such file or directory\n");
+
+  for (const char* redirect : {">/dev/full", ">&-"}) {
+    const std::string cmd = std::string("'") + KVOFFLOAD_WEBHOOK_BINARY + "' inject -f '" +
+                            seed.string() + "' " + redirect + " 2>'" + (dir_ / "err").string() +
+                            "'";
+    const int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << redirect;
+    EXPECT_NE(Slurp(dir_ / "err").find("cannot write the output (stdout)"), std::string::npos)
+        << redirect << ": " << Slurp(dir_ / "err");
+  }
+
+  // The seed has a spec of its own, so --config is never used; it is still checked.
+  CommandResult config = Webhook("validate -f '" + seed.string() + "' --config='{\"cpuu\": \"1Gi\"}'");
+  EXPECT_EQ(config.exit_code, 1);
+  EXPECT_NE(config.err.find("kv-offload-webhook: --config: "), std::string::npos) << config.err;
+  EXPECT_NE(config.err.find("cpuu"), std::string::npos) << config.err;
+}
+
+// A flag written without its value took the next flag as it: `--tls-cert-file --tls-key-file=k`
+// then said both flags were missing.
+TEST_F(CliTest, AFlagIsNeverAnotherFlagsValue) {
+  CommandResult r = Webhook("serve --tls-cert-file --tls-key-file=key.pem");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "kv-offload-webhook: flag --tls-cert-file needs a value, and the next "
+                   "argument --tls-key-file=key.pem is a flag; write --tls-cert-file=VALUE\n");
+  CommandResult spaced = Webhook("validate -f '" + Write("seed.yaml", Seed()).string() +
+                                 "' --namespace team-a");
+  EXPECT_EQ(spaced.exit_code, 0) << spaced.err;
+}
+
 TEST_F(CliTest, ValidateWithoutInputIsAUsageError) {
   CommandResult r = Webhook("validate");
   EXPECT_NE(r.exit_code, 0);

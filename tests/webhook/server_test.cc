@@ -422,6 +422,21 @@ TEST_F(ServerTest, CertificateRotationFailsNoRequest) {
   EXPECT_FALSE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
 }
 
+// A certificate file that disappears while serving was passed over without a word (no log, no
+// failed reload counted, so the alert on failed reloads never fired): it is counted once, and
+// the pair loaded before is served on.
+TEST_F(ServerTest, ACertificateFileThatGoesIsAFailedReload) {
+  StartServer();
+  fs::remove(dir_ / "tls.key");
+  for (int i = 0; i < 100 && metrics_.cert_reloads(false) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(metrics_.cert_reloads(false), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several polls
+  EXPECT_EQ(metrics_.cert_reloads(false), 1u) << "counted once, not at every poll";
+  EXPECT_TRUE(Client((dir_ / "ca.crt").string())->Get("/healthz"));
+}
+
 // An expired pair in the files (a renewal that failed, an old Secret restored) is not served
 // over the working one; one not valid yet is (clock skew), and the metric tells its expiry.
 TEST_F(ServerTest, ExpiredRotationKeepsThePairServedAndTheExpiryIsExported) {

@@ -159,6 +159,14 @@ TEST_F(StartupTest, EncryptedKeyCutChainAndDirectoryAreOneLine) {
   ExpectOneLineError(Serve("cut-chain.crt", "chain.key"),
                      "--tls-cert-file=" + File("cut-chain.crt") +
                          ": certificate 2 of the chain is cut short or not a certificate");
+  // Cut inside the second certificate's BEGIN line (or its dashes), which OpenSSL reads as
+  // the end of the chain: the leaf was served alone.
+  for (size_t cut : {size_t{1}, size_t{5}, size_t{12}}) {
+    testing::WriteFileAtomic(dir_ / "cut-begin.crt", pki.cert_pem + pki.ca_pem.substr(0, cut));
+    ExpectOneLineError(Serve("cut-begin.crt", "chain.key"),
+                       "--tls-cert-file=" + File("cut-begin.crt") +
+                           ": certificate 2 of the chain is cut short or not a certificate");
+  }
   ExpectOneLineError(Serve("a-directory", "tls.key"),
                      "--tls-cert-file=" + File("a-directory") + ": is a directory");
   // A whole chain still starts.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "kvoffload/read_file.h"
@@ -129,6 +130,22 @@ std::string CertReloader::FileSignature() const {
   return sig;
 }
 
+namespace {
+
+// True when a line after the last PEM block starts with a dash: a block whose BEGIN line
+// was cut short (a file read while being written), which OpenSSL reads as no block at all.
+bool EndsInACutBoundary(std::string_view pem) {
+  const size_t last_end = pem.rfind("-----END ");
+  if (last_end == std::string_view::npos) return false;
+  for (size_t line = pem.find('\n', last_end); line != std::string_view::npos;
+       line = pem.find('\n', line + 1)) {
+    if (line + 1 < pem.size() && pem[line + 1] == '-') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status CertReloader::Read(Pair* pair) const {
   Result<std::string> cert_text = ReadPem("--tls-cert-file", cert_file_);
   if (!cert_text.ok()) return cert_text.status();
@@ -145,7 +162,8 @@ Status CertReloader::Read(Pair* pair) const {
     // without its intermediates.
     const unsigned long end = ERR_peek_last_error();
     if (pair->cert != nullptr &&
-        !(ERR_GET_LIB(end) == ERR_LIB_PEM && ERR_GET_REASON(end) == PEM_R_NO_START_LINE)) {
+        (!(ERR_GET_LIB(end) == ERR_LIB_PEM && ERR_GET_REASON(end) == PEM_R_NO_START_LINE) ||
+         EndsInACutBoundary(*cert_text))) {
       return Status::InvalidArgument("--tls-cert-file=" + cert_file_ + ": certificate " +
                                      std::to_string(sk_X509_num(pair->chain) + 2) +
                                      " of the chain is cut short or not a certificate" +
@@ -200,10 +218,30 @@ Status CertReloader::Read(Pair* pair) const {
 
 bool CertReloader::ReloadIfChanged() {
   const std::string sig = FileSignature();
+  if (sig.empty()) {
+    // A file gone (a Secret's volume remounted wrong, a key deleted): the pair loaded before
+    // is served on, and the failure is counted once, as a bad pair is, so that the alert on
+    // failed reloads fires instead of nothing being said until the certificate expires.
+    std::string missing;
+    for (const std::string* f : {&cert_file_, &key_file_}) {
+      struct stat st {};
+      if (missing.empty() && ::stat(f->c_str(), &st) != 0) {
+        missing = (f == &cert_file_ ? "--tls-cert-file=" : "--tls-key-file=") + *f +
+                  ": cannot read: " + std::strerror(errno);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (missing.empty() || failed_signature_ == missing) return false;
+      failed_signature_ = missing;
+    }
+    if (observer_) observer_(Load{false, missing, 0, 0});
+    return false;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     // An unchanged broken pair is not re-read every poll: it fails the same way.
-    if (sig.empty() || sig == loaded_signature_ || sig == failed_signature_) return false;
+    if (sig == loaded_signature_ || sig == failed_signature_) return false;
   }
   auto pair = std::make_shared<Pair>();
   const Status read = Read(pair.get());

@@ -156,6 +156,17 @@ Result<Documents> ReadDocuments(const std::vector<ManifestFile>& files) {
     if (Status s = ReadFileDocuments(file, &out); !s.ok()) return s;
     out.prefixes.resize(out.docs.size(), files.size() > 1 ? file.name + ": " : "");
   }
+  // kubectl says "no objects passed to apply". An empty input is what a failed step before
+  // this one leaves (`kustomize build broken | inject -f -`): written out as an empty
+  // manifest, or passed by validate as "0 checked", the failure went on unseen.
+  if (out.docs.empty()) {
+    std::string names;
+    for (const ManifestFile& file : files) {
+      names += (names.empty() ? "" : ", ") + (file.name.empty() ? "stdin" : file.name);
+    }
+    return Status::InvalidArgument("the input (" + names + ") holds no object; give the "
+                                   "manifests to read");
+  }
   if (files.size() != 1) out.is_json = out.json_list = out.json_stream = false;
   return out;
 }

@@ -1,9 +1,12 @@
 // kv-offload-webhook: `serve` (default) runs the admission webhook; `inject` mutates manifests
 // offline; `validate` checks manifests offline. Flags are --name=value or --name value.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,12 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "webhook/admission.h"
@@ -110,6 +111,11 @@ Result<Flags> ParseFlags(int argc, char** argv, int start) {
       value = arg.substr(eq + 1);
     } else if (arg == "help") {
       value = "true";
+    } else if (i + 1 < argc && std::string_view(argv[i + 1]).starts_with("--")) {
+      // `--tls-cert-file --tls-key-file=key.pem` took the second flag as the first's value,
+      // and then said both were missing.
+      return Status::InvalidArgument("flag --" + arg + " needs a value, and the next argument " +
+                                     argv[i + 1] + " is a flag; write --" + arg + "=VALUE");
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
@@ -192,6 +198,14 @@ Result<int> ParseInt(const std::string& flag, const std::string& text, int min, 
 int Fail(const Status& s) {
   std::fprintf(stderr, "kv-offload-webhook: %s\n", s.message().c_str());
   return 1;
+}
+
+// `code`, once stdout is written out; 1 when it could not be: `inject -f x.yaml > out.yaml` on a
+// full disk left out.yaml empty or cut short, and the GitOps step passed.
+int FlushOutput(int code) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  return Fail(Status::IOError(std::string("cannot write the output (stdout): ") +
+                              std::strerror(errno)));
 }
 
 // Commands take flags only; a stray word is a typo (`serve 8443`), never silently ignored.
@@ -409,22 +423,31 @@ int Serve(const Flags& flags) {
   return 0;
 }
 
-// A file's bytes, or stdin's for "-". A directory is refused here (ifstream opens one and
-// reads nothing, which `validate` would report as a clean run).
+// A file's bytes, or stdin's for "-". Read with read(2), whose errors a stream's `<<` dropped:
+// stdin that was a directory, or a file failing with EIO, read as an empty input and passed as
+// a clean run. A directory is refused by name.
 Result<std::string> ReadInput(const std::string& name) {
-  std::stringstream ss;
-  if (name == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
+  const std::string what = name == "-" ? "stdin" : name;
+  const int fd = name == "-" ? STDIN_FILENO : ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::InvalidArgument(what + ": cannot read: " + std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  Status status = Status::Ok();
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    status = Status::InvalidArgument(what + ": is a directory, not a file");
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(name, ec)) {
-    return Status::InvalidArgument(name + ": is a directory, not a file");
+  for (char buf[65536]; status.ok();) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    } else if (errno != EINTR) {
+      status = Status::InvalidArgument(what + ": cannot read: " + std::strerror(errno));
+    }
   }
-  std::ifstream in(name, std::ios::binary);
-  if (!in) return Status::InvalidArgument(name + ": cannot read: " + std::strerror(errno));
-  ss << in.rdbuf();
-  return ss.str();
+  if (fd != STDIN_FILENO) ::close(fd);
+  if (!status.ok()) return status;
+  return text;
 }
 
 // One -f's inputs: a file, stdin ("-"), or as kubectl reads a directory, its *.yaml, *.yml and
@@ -439,7 +462,9 @@ Result<std::vector<ManifestFile>> ReadManifests(const std::string& name) {
   std::vector<std::filesystem::path> paths;
   for (std::filesystem::directory_iterator it(name, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string ext = it->path().extension().string();
-    if ((ext == ".yaml" || ext == ".yml" || ext == ".json") && it->is_regular_file(ec)) {
+    // Anything of those names but a directory: a link to nothing is read (and named as
+    // unreadable) as kubectl reads it, not passed over without a word.
+    if ((ext == ".yaml" || ext == ".yml" || ext == ".json") && !it->is_directory(ec)) {
       paths.push_back(it->path());
     }
   }
@@ -508,6 +533,12 @@ Status ReadOfflineOptions(const Flags& flags, InjectOptions* opts) {
     }
     Result<nlohmann::json> spec = ParseJson(config, "--config");
     if (!spec.ok()) return spec.status();
+    // Checked here, not only when a document falls back to it: a bad --config passed every
+    // run whose documents all had a spec of their own, until the one that did not.
+    if (Result<OffloadSpec> parsed = ParseSpecFrom(*spec, SpecSource::CommandLine());
+        !parsed.ok()) {
+      return Status::InvalidArgument("--config: " + parsed.status().message());
+    }
     opts->config = *spec;
   }
   return Status::Ok();
@@ -542,7 +573,7 @@ int Inject(const Flags& flags) {
   }
   for (const std::string& w : out->warnings) std::fprintf(stderr, "Warning: %s\n", w.c_str());
   std::fwrite(out->output.data(), 1, out->output.size(), stdout);
-  return 0;
+  return FlushOutput(0);
 }
 
 // Errors and warnings on stderr, one per line with the object and the field path; a summary on
@@ -575,7 +606,7 @@ int Validate(const Flags& flags) {
   }
   std::printf("%zu object(s) with a kvCacheOffloading spec checked, %zu invalid\n",
               reports->size(), invalid);
-  return invalid > 0 ? 1 : 0;
+  return FlushOutput(invalid > 0 ? 1 : 0);
 }
 
 int Main(int argc, char** argv) {
@@ -589,11 +620,11 @@ int Main(int argc, char** argv) {
   if (!flags.ok()) return Fail(flags.status());
   if (flags->values.count("help") > 0 || command == "help") {
     std::fputs(kUsage, stdout);
-    return 0;
+    return FlushOutput(0);
   }
   if (command == "version") {
     std::puts(KVOFFLOAD_VERSION);
-    return 0;
+    return FlushOutput(0);
   }
   if (command == "serve") return Serve(*flags);
   if (command == "inject") return Inject(*flags);

@@ -163,6 +163,20 @@ struct NodeBudget {
   bool Take() { return left > 0 && left-- > 0; }
 };
 
+// U+FFFE and U+FFFF (written escaped in double quotes) are Unicode non-characters: yaml-cpp's
+// writer turns them into U+FFFD, so the output would hold another value, and kubectl refuses
+// them raw. Refused here with the line, where nothing has been written yet.
+Status CheckCharacters(const YAML::Node& scalar) {
+  if (!scalar.IsScalar()) return Status::Ok();
+  const std::string& s = scalar.Scalar();
+  if (s.find("\xEF\xBF\xBE") == std::string::npos && s.find("\xEF\xBF\xBF") == std::string::npos) {
+    return Status::Ok();
+  }
+  return Status::InvalidArgument("input has U+FFFE or U+FFFF in a string (line " +
+                                 std::to_string(scalar.Mark().line + 1) +
+                                 "), Unicode non-characters that YAML cannot carry; remove them");
+}
+
 Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
   if (depth > kMaxJsonDepth) {
     return Status::InvalidArgument("document nests deeper than " + std::to_string(kMaxJsonDepth));
@@ -200,6 +214,7 @@ Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
               "); an unquoted template such as {{ .Values.x }} reads so: render the chart "
               "first (helm template) and inject its output");
         }
+        if (Status st = CheckCharacters(kv.first); !st.ok()) return st;
         if (!IsMergeKey(kv.first)) own.insert(KeyString(kv.first));
       }
       ojson obj = ojson::object();
@@ -234,6 +249,7 @@ Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
     case YAML::NodeType::Scalar:
       break;
   }
+  if (Status st = CheckCharacters(node); !st.ok()) return st;
   const std::string& s = node.Scalar();
   const std::string& tag = node.Tag();
   // "!" marks a quoted scalar; an explicit !!str likewise. Only plain scalars are typed.
@@ -253,18 +269,37 @@ Result<ojson> Convert(const YAML::Node& node, int depth, NodeBudget& budget) {
 // YAML 1.1 that kubectl reads (yes/no/on/off booleans, 0644 octal, 1_000, .NaN, ...).
 bool NeedsQuotes(const std::string& s) { return s == "<<" || ResolvePlain(s).has_value(); }
 
-// NEL, LS and PS are line breaks to YAML 1.1 (and so to kubectl's YAML reader), which
-// yaml-cpp writes into a plain scalar as they are: the output would not read back. Written
-// escaped in double quotes instead.
-bool HasUnicodeBreak(const std::string& s) {
-  return s.find("\xC2\x85") != std::string::npos || s.find("\xE2\x80\xA8") != std::string::npos ||
-         s.find("\xE2\x80\xA9") != std::string::npos;
+// What yaml-cpp writes as it is into a plain scalar but YAML does not read back from one.
+enum class Escape { kNone, kControls, kNonAscii };
+Escape EscapeNeeded(const std::string& s) {
+  Escape need = Escape::kNone;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const auto next = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+    const auto after = i + 2 < s.size() ? static_cast<unsigned char>(s[i + 2]) : 0;
+    // NEL, LS and PS are line breaks to YAML 1.1 (and so to kubectl's YAML reader); DEL and
+    // the byte order mark are not printable, and kubectl refuses them. (U+FFFE and U+FFFF,
+    // which yaml-cpp cannot write, are refused on reading: CheckCharacters.)
+    // yaml-cpp escapes these in double quotes only with EscapeNonAscii.
+    if (c == 0x7f || (c == 0xC2 && next == 0x85) ||
+        (c == 0xE2 && next == 0x80 && (after == 0xA8 || after == 0xA9)) ||
+        (c == 0xEF && next == 0xBB && after == 0xBF)) {
+      return Escape::kNonAscii;
+    }
+    // C0 controls but tab and LF (a CR is read back as a line break, so "a\rb" became
+    // "ab"), and C1 controls: double quotes escape them.
+    if ((c < 0x20 && c != '\t' && c != '\n') || (c == 0xC2 && next >= 0x80 && next <= 0x9F)) {
+      need = Escape::kControls;
+    }
+  }
+  return need;
 }
 
 void EmitString(YAML::Emitter& out, const std::string& s) {
-  if (HasUnicodeBreak(s)) {
+  const Escape escape = EscapeNeeded(s);
+  if (escape == Escape::kNonAscii) {
     out << YAML::DoubleQuoted << YAML::EscapeNonAscii;
-  } else if (NeedsQuotes(s)) {
+  } else if (escape == Escape::kControls || NeedsQuotes(s)) {
     out << YAML::DoubleQuoted;
   }
   out << s;
@@ -306,6 +341,8 @@ void Emit(YAML::Emitter& out, const ojson& v) {
 
 }  // namespace
 
+constexpr std::string_view kBom = "\xEF\xBB\xBF";
+
 Result<std::vector<ojson>> ParseYamlDocuments(std::string_view text) {
   try {
     // yaml-cpp passes any bytes through into scalars, and nlohmann's dump() throws on invalid
@@ -322,7 +359,17 @@ Result<std::vector<ojson>> ParseYamlDocuments(std::string_view text) {
                                        std::to_string(c) + " at byte " + std::to_string(i));
       }
     }
-    const std::string copy(text);
+    // A byte order mark may start any document of a stream (YAML 1.2 section 9.1.1), as it
+    // does where files are concatenated and one was saved with it; yaml-cpp keeps one after the
+    // first in the document's first key ("\ufeffkind"). Nowhere else can one stand unescaped.
+    std::string copy(text);
+    for (size_t at = copy.find(kBom); at != std::string::npos; at = copy.find(kBom, at)) {
+      if (at == 0 || copy[at - 1] == '\n') {
+        copy.erase(at, kBom.size());
+      } else {
+        at += kBom.size();
+      }
+    }
     if (Status s = CheckDocumentsEnd(copy); !s.ok()) return s;
     std::vector<ojson> docs;
     // A million nodes of aliases over what the text itself holds.
