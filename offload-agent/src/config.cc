@@ -185,6 +185,13 @@ Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env) {
 
 Status EngineConfig::Validate() const {
   if (block_bytes == 0) return Status::InvalidArgument("block_bytes must be > 0");
+  // A block's file (block, trailer, 4 KiB alignment) must fit size_t, and one disk read or
+  // write of it an io_uring op (32-bit length); vLLM's blocks are KiB to tens of MiB.
+  if (block_bytes > kMaxBlockBytes) {
+    return Status::InvalidArgument("block_bytes=" + std::to_string(block_bytes) + " is over " +
+                                   std::to_string(kMaxBlockBytes) +
+                                   ", the largest block the agent stores; use smaller blocks");
+  }
   if (segments == 0 || block_bytes % segments != 0) {
     return Status::InvalidArgument("segments=" + std::to_string(segments) +
                                    " must be > 0 and divide block_bytes=" +

@@ -169,6 +169,23 @@ TEST(CApiTest, PolicyNamesAreTheRegisteredPolicies) {
       << kvo_last_error();
 }
 
+// A block size whose file (block + trailer, rounded up to 4 KiB) overflowed size_t made the
+// pinned slot 0 bytes, and sizing the pool divided by it: SIGFPE through the C API. A block
+// is at most 1 GiB, refused naming the value.
+TEST(CApiTest, AnImpossibleBlockSizeIsRefusedNotACrash) {
+  for (uint64_t block : {uint64_t{SIZE_MAX} - 100, (uint64_t{1} << 30) + 4096}) {
+    kvo_options o = Options(4);
+    o.block_bytes = block;
+    o.cpu_bytes = UINT64_MAX;
+    kvo_engine* e = nullptr;
+    ASSERT_EQ(kvo_engine_create(&o, &e), KVO_INVALID_ARGUMENT) << block;
+    EXPECT_NE(std::string(kvo_last_error())
+                  .find("block_bytes=" + std::to_string(block) + " is over 1073741824"),
+              std::string::npos)
+        << kvo_last_error();
+  }
+}
+
 TEST(CApiTest, WriteBackCopiesPinnedOnlyBlocksToThePersistentTier) {
   TempDir dir;
   const std::string tiers = R"([{"path":")" + dir.path() +

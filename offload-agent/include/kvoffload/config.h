@@ -28,6 +28,9 @@ struct DiskTierConfig {
   bool shared = false;
 };
 
+// The largest block the agent stores (1 GiB).
+inline constexpr size_t kMaxBlockBytes = size_t{1} << 30;
+
 struct KVOFFLOAD_EXPORT EngineConfig {
   // From the environment (or set in code).
   uint64_t cpu_bytes = 0;
