@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <system_error>
 
 #include "block_file.h"
 #include "cpu_tier.h"
@@ -727,7 +728,13 @@ class EngineImpl final : public Engine {
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineConfig& config, EngineHooks hooks) {
   auto engine = std::make_unique<EngineImpl>(config);
-  if (Status s = engine->Init(hooks); !s.ok()) return s;
+  try {
+    if (Status s = engine->Init(hooks); !s.ok()) return s;
+  } catch (const std::system_error& e) {
+    // std::thread's only failure: what started is stopped as `engine` goes.
+    return Status::Unavailable(std::string("cannot start the engine's threads: ") + e.what() +
+                               " (a container at its pids limit?)");
+  }
   return std::unique_ptr<Engine>(std::move(engine));
 }
 

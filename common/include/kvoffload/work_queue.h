@@ -42,8 +42,15 @@ class WorkQueue {
     waiters_.reserve(threads);
     for (size_t i = 0; i < threads; ++i) waiters_.push_back(std::make_unique<Waiter>(&mu_));
     workers_.reserve(threads);
-    for (size_t i = 0; i < threads; ++i) {
-      workers_.emplace_back([this, self = waiters_[i].get()] { Loop(*self); });
+    try {
+      for (size_t i = 0; i < threads; ++i) {
+        workers_.emplace_back([this, self = waiters_[i].get()] { Loop(*self); });
+      }
+    } catch (...) {
+      // A thread that cannot start (EAGAIN at a pids limit): the started ones are joined, or
+      // destroying them as the exception leaves would call std::terminate.
+      Stop();
+      throw;
     }
   }
   ~WorkQueue() { Stop(); }
