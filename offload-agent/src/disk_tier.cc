@@ -374,6 +374,14 @@ bool DiskTier::IndexSharedLocked(const BlockKey& key) {
   return true;
 }
 
+bool DiskTier::Refresh(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.evicting || it->second.doomed) return false;
+  PolicyOn(PolicyCall::kAccess, key);
+  return true;
+}
+
 Status DiskTier::Insert(const BlockKey& key, std::byte* file,
                         const std::function<void()>& encode) {
   Status result;
@@ -392,7 +400,13 @@ void DiskTier::InsertBatch(std::span<const BlockKey> keys, std::span<std::byte* 
     const BlockKey& key = keys[i];
     results[i] = Status::Ok();
     if (auto it = entries_.find(key); it != entries_.end()) {
-      if (!it->second.evicting && !it->second.doomed) continue;  // already here
+      if (!it->second.evicting && !it->second.doomed) {
+        // Already here (promotion keeps the disk copy): the block comes back as the newest,
+        // as a write would have made it. Left at the recency of its promotion, it was this
+        // tier's next victim, ahead of blocks never read again.
+        PolicyOn(PolicyCall::kAccess, key);
+        continue;
+      }
       // A doomed copy nobody holds is one whose file could not be removed (stuck_): it goes
       // now if it can, and this copy takes its place.
       const bool stuck = it->second.doomed && !it->second.evicting && it->second.pins == 0;

@@ -252,15 +252,21 @@ class EngineImpl final : public Engine {
       keys.erase(keys.begin(), keys.end() - static_cast<std::ptrdiff_t>(room));
     }
     for (const BlockKey& key : keys) {
+      // A block the target has already is refreshed there in the same order: left at the
+      // recency it had (a promoted block's disk copy ages while the pinned tier serves it),
+      // it was the first victim of the writes below, the hottest blocks dropped and the
+      // report saying nothing was left.
+      if (disks_[target]->Contains(key) && disks_[target]->Refresh(key)) continue;
+      bool persisted = false;
+      for (size_t i = target + 1; i < disks_.size() && !persisted; ++i) {
+        persisted = config_.tiers[i].persistent && disks_[i]->Contains(key);
+      }
+      if (persisted) continue;
+      // Only blocks that needed a write count as left when the budget is spent.
       if (std::chrono::steady_clock::now() >= deadline) {
         ++report.left;
         continue;
       }
-      bool persisted = false;
-      for (size_t i = target; i < disks_.size() && !persisted; ++i) {
-        persisted = config_.tiers[i].persistent && disks_[i]->Contains(key);
-      }
-      if (persisted) continue;
       std::byte* slot = cpu_->Pin(key);
       if (slot == nullptr) continue;  // evicted since the listing: the cascade wrote it
       // The pin keeps the slot from being reused while the trailer is encoded and written.

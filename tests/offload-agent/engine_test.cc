@@ -593,6 +593,60 @@ TEST(EngineTest, WriteBackStopsAtItsBudgetAndNeedsAPersistentTier) {
   EXPECT_EQ(testing::FilesUnder(d1.path()), 0u);
 }
 
+// Promotion keeps a block's disk copy; when the block leaves the pinned tier again, disk0 has it
+// already. It kept the recency of its promotion there and was disk0's next victim, ahead of a
+// block read less recently (the cascade inverted LRU): A, read after B, was dropped and B kept.
+TEST(EngineTest, ABlockDemotedOntoItsOwnDiskCopyIsTheNewest) {
+  TempDir d0;
+  auto e = Open(Config(1, {Tier(d0.path(), 2)}));
+  Blocks b = Blocks::Make(0, 4);  // A, B, C, D
+  StoreOneByOne(*e, b.One(0));
+  StoreOneByOne(*e, b.One(1));       // A to disk0
+  ExpectLoadsExactly(*e, b.One(0));  // A promoted (its copy stays), B to disk0
+  StoreOneByOne(*e, b.One(2));       // A demoted onto its copy
+  StoreOneByOne(*e, b.One(3));       // C demoted: disk0 is full and evicts one
+  EXPECT_EQ(TierOf(*e, b.keys[0]), 1) << "A, the more recently read, stays";
+  EXPECT_EQ(TierOf(*e, b.keys[1]), kTierMiss) << "B goes";
+}
+
+// The write-back skipped blocks the persistent tier had, leaving them at the recency they had
+// there: a block served from the pinned tier since its promotion was the disk tier's oldest,
+// and the write-back's own writes evicted it while the report said nothing was left.
+TEST(EngineTest, WriteBackKeepsTheHotBlocksTheTierHadAlready) {
+  TempDir d0;
+  Blocks b = Blocks::Make(0, 5);  // A..E
+  {
+    auto e = Open(Config(2, {Tier(d0.path(), 3, /*persistent=*/true)}));
+    StoreOneByOne(*e, b.One(0));
+    StoreOneByOne(*e, b.One(1));
+    StoreOneByOne(*e, b.One(2));
+    StoreOneByOne(*e, b.One(3));       // A and B on disk
+    ExpectLoadsExactly(*e, b.One(0));  // A promoted, C to disk
+    StoreOneByOne(*e, b.One(4));       // D to disk, which evicts B
+    const uint64_t evictions = e->Stats().tiers[1].evictions;
+    WriteBackReport r = e->WriteBack(std::chrono::seconds(10));  // pinned: A and E
+    EXPECT_EQ(r.written, 1u);
+    EXPECT_EQ(r.left, 0u);
+    EXPECT_EQ(e->Stats().tiers[1].evictions, evictions + 1) << "E's write evicts one: C, not A";
+  }
+  auto e = Open(Config(2, {Tier(d0.path(), 3, /*persistent=*/true)}));
+  for (size_t k : {size_t{0}, size_t{3}, size_t{4}}) {
+    EXPECT_EQ(TierOf(*e, b.keys[k]), 1) << "block " << k;
+  }
+  EXPECT_EQ(TierOf(*e, b.keys[2]), kTierMiss);
+}
+
+// Once the budget was spent, blocks the persistent tier already had were counted as left, as
+// if they had been lost.
+TEST(EngineTest, WriteBackCountsAsLeftOnlyWhatNeededAWrite) {
+  TempDir d0;
+  auto e = Open(Config(4, {Tier(d0.path(), 8, /*persistent=*/true)}));
+  ASSERT_TRUE(StoreAndWait(*e, Blocks::Make(0, 4)).ok());
+  EXPECT_EQ(e->WriteBack(std::chrono::seconds(10)).written, 4u);
+  const WriteBackReport again = e->WriteBack(std::chrono::milliseconds(0));
+  EXPECT_EQ(again.written + again.failed + again.left, 0u);
+}
+
 // A page-sized block leaves no room for a trailer in its page: a slot holds the payload alone
 // (one page, not the two a block file takes), its checksum stays in memory, and a block read
 // from a slot is a whole block file again for the tier below (a file per block, verified there
