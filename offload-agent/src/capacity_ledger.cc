@@ -262,10 +262,16 @@ class FileLedger final : public CapacityLedger {
   // holds), the recount of the files instead, when one is due. Someone truncating or writing
   // the ledger while engines run otherwise left the tier over its capacity, or refusing every
   // write, until the next open.
+  // A file cut short is recounted even within kRecountInterval of the last recount: no writer
+  // leaves it so, and read as 0 it let the tier fill to twice its capacity when it was cut a
+  // second time soon after the first. (A total over this replica's capacity may be another
+  // replica's larger one: that waits for the interval.)
   Loaded Load(uint64_t at_least) {
     uint64_t v = 0;
     const bool whole = ::pread(fd_, &v, sizeof(v), 0) == static_cast<ssize_t>(sizeof(v));
-    if ((whole && v <= capacity_ && v >= at_least) || !RecountDue()) return {whole ? v : 0, false};
+    if (whole && v <= capacity_ && v >= at_least) return {v, false};
+    if (whole && !RecountDue()) return {v, false};
+    if (!whole) RecountDue();  // counts as run
     return {RecountLocked(), true};
   }
 

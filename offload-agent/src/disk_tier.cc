@@ -908,7 +908,11 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
       const size_t i = op_index[j];
       bytes += ops[j].done;
       if (!ops[j].status.ok()) {
-        results[i] = ops[j].status;
+        // The backend's message is the call's alone ("pread: Input/output error"): the load's
+        // error named no tier, file or block.
+        const std::string where =
+            slots_ ? slots_->path() + " slot " + std::to_string(at[i].slot) : BlockPath(dir_, keys[i]);
+        results[i] = ops[j].status.WithContext("read block " + keys[i].ToHex() + " from " + where);
       } else if (slots_) {
         results[i] = VerifySlot(dsts[i], keys[i], at[i]);
       } else {

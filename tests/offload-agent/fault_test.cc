@@ -146,6 +146,10 @@ TEST_P(FaultTest, EioOnReadFailsTheLoadButKeepsTheBlock) {
   Status s = Load(0);
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
   EXPECT_NE(s.message().find("injected EIO"), std::string::npos);
+  // Which block, from which file: the backend's message alone named neither.
+  EXPECT_NE(s.message().find("read block " + Key(0).ToHex() + " from " + dir_.path()),
+            std::string::npos)
+      << s.message();
   EXPECT_EQ(Disk().io_errors, 1u);
   EXPECT_EQ(Tier(0), kTierCpu + 1) << "EIO may be transient: the file is kept";
   EXPECT_TRUE(Load(0).ok()) << "and read fine once the disk recovers";

@@ -717,6 +717,21 @@ TEST_F(DiskTierTest, SharedLedgerDamagedWhileOpenIsRecountedFromTheFiles) {
   }
 }
 
+// Cut short a second time within the recount interval of the first repair: the cut ledger
+// read as 0 then (a recount was not due), the writes reserved against 0 and wrote a total that
+// looked right, and the tier held twice its capacity for good.
+TEST_F(DiskTierTest, SharedLedgerCutTwiceInARowIsRecountedBothTimes) {
+  const std::string ledger = dir_.path() + "/kvoffload-v1/ledger";
+  auto t = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  std::filesystem::resize_file(ledger, 0);
+  ASSERT_TRUE(Put(*t, 5).ok());
+  std::filesystem::resize_file(ledger, 0);
+  for (uint64_t k = 6; k <= 9; ++k) ASSERT_TRUE(Put(*t, k).ok()) << k;
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), 4 * kSlot) << "within the capacity";
+  EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
+}
+
 // The format directory of a shared tier removed from outside while replicas run
 // (rm -rf <tier>/kvoffload-v1): the ledger and the writer files went with it. Before, the
 // running replicas kept counting in the removed ledger and a replica that started then counted

@@ -51,6 +51,8 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // "NotFound: pvc my-pvc" style, for logs.
   std::string ToString() const;
+  // The same code, with `context` (what was being done, where) before the message.
+  Status WithContext(const std::string& context) const { return {code_, context + ": " + message_}; }
 
  private:
   Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
