@@ -835,16 +835,26 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
     // is linked through /proc/self/fd, which needs no capability (AT_EMPTY_PATH may).
     // Published under the ledger's lock, so a recount sees the file or the reservation, not
     // both and not neither. Our bytes stay reserved only when our link made the file.
+    // A temp that is not published goes inside Settle, before its bytes are given back:
+    // given back first, another write could take them while the file was still on disk,
+    // and `du` saw the tier over its capacity for that moment.
     ledger_->Settle(file_bytes_, [&] {
-      if (!op.status.ok()) return false;
-      rc = tmpfile_ ? ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(),
-                               AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW)
-                    : ::link(tmp.c_str(), final_path.c_str());
-      err = errno;
-      return rc == 0;
+      if (op.status.ok()) {
+        rc = tmpfile_ ? ::linkat(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd)).c_str(),
+                                 AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW)
+                      : ::link(tmp.c_str(), final_path.c_str());
+        err = errno;
+        if (rc == 0) return true;
+      }
+      ::close(fd);  // an O_TMPFILE that was not linked is freed here
+      fd = -1;
+      if (!tmpfile_) ::unlink(tmp.c_str());
+      return false;
     });
-    ::close(fd);  // an O_TMPFILE that was not linked is freed here
-    if (!tmpfile_) ::unlink(tmp.c_str());
+    if (fd >= 0) {
+      ::close(fd);
+      if (!tmpfile_) ::unlink(tmp.c_str());  // the block keeps the name link gave it
+    }
   }
   if (!op.status.ok()) {
     return Status(op.status.code() == StatusCode::kResourceExhausted
