@@ -91,6 +91,33 @@ TEST_P(DiskIoTest, BufferedRoundTripOnAFileSystemWithoutODirect) {
   RoundTrip(dir.path(), /*direct=*/false);
 }
 
+// A persistent tier restarting on a full file system: the probe's write failed with ENOSPC,
+// which read as a file system refusing O_DIRECT, and the tier ran buffered for good. ext4 in a
+// loop image, filled to the last block.
+TEST(ODirectProbeTest, AFullFileSystemStillTakesODirect) {
+  testing::TempDir dir;
+  const std::string image = dir.path() + "/fs.img", mnt = dir.path() + "/mnt";
+  const std::string make = "truncate -s 8M '" + image + "' && mkfs.ext4 -q '" + image +
+                           "' && mkdir '" + mnt + "' && mount -o loop '" + image + "' '" + mnt +
+                           "' 2>/dev/null";
+  KVO_REQUIRE_CAPABILITY("root, mkfs.ext4 and a loop device",
+                         std::system(make.c_str()) == 0 ? "" : "mounting an ext4 image failed");
+  const int fd = ::open((mnt + "/filler").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  std::vector<char> chunk(64 << 10, 'x');
+  int err = 0;
+  for (size_t size : {size_t{64} << 10, size_t{4096}, size_t{1024}}) {  // to the last block
+    for (err = 0; err == 0;) {
+      if (::write(fd, chunk.data(), size) < 0) err = errno;
+    }
+  }
+  ::fsync(fd);
+  ::close(fd);
+  EXPECT_EQ(err, ENOSPC);
+  EXPECT_TRUE(SupportsODirect(mnt));
+  EXPECT_EQ(std::system(("umount '" + mnt + "'").c_str()), 0);
+}
+
 TEST_P(DiskIoTest, BadDescriptorIsAnError) {
   Aligned buf(4096);
   std::unique_ptr<DiskIo> io = Make();
