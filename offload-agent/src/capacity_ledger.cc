@@ -35,9 +35,9 @@ class MemoryLedger final : public CapacityLedger {
     if (!published) Sub(n);
     return published;
   }
-  bool Free(uint64_t n, const std::function<bool()>& remove) override {
+  bool Free(uint64_t n, const Remove& remove) override {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool removed = remove();
+    const bool removed = remove(&n);
     if (removed) Sub(n);
     return removed;
   }
@@ -202,10 +202,10 @@ class FileLedger final : public CapacityLedger {
     }
     return published;
   }
-  bool Free(uint64_t n, const std::function<bool()>& remove) override {
+  bool Free(uint64_t n, const Remove& remove) override {
     std::lock_guard<std::mutex> guard(mu_);
     FileLock lock(fd_);
-    const bool removed = remove();
+    const bool removed = remove(&n);
     if (removed) {
       // The file was counted: a total below its size is damaged. A recount made after the
       // unlink already leaves it out.

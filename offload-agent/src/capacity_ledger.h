@@ -28,7 +28,10 @@ class CapacityLedger {
   virtual bool Settle(uint64_t n, const std::function<bool()>& publish) = 0;
   // Frees a published file of n bytes: `remove` runs under the ledger's lock and the bytes are
   // given back when it returns true (only the process whose unlink succeeds frees a file).
-  virtual bool Free(uint64_t n, const std::function<bool()>& remove) = 0;
+  // `remove` may set *bytes (n when called) to what the file really held: a shared tier's
+  // file of the wrong size, which a recount counted at its size.
+  using Remove = std::function<bool(uint64_t* bytes)>;
+  virtual bool Free(uint64_t n, const Remove& remove) = 0;
   virtual uint64_t used() = 0;
   virtual uint64_t capacity() const = 0;
   // Sets the total to what the files on disk hold plus what live writers have in flight, under

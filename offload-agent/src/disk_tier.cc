@@ -252,7 +252,7 @@ bool DiskTier::EvictForeignLocked(Status* failure) {
   if (foreign_.empty()) return false;
   const std::string& path = foreign_.back().first;
   int err = 0;
-  ledger_->Free(foreign_.back().second, [&] { return UnlinkCounted(path, &err); });
+  ledger_->Free(foreign_.back().second, [&](uint64_t*) { return UnlinkCounted(path, &err); });
   if (StillThere(err)) {
     if (failure) *failure = ErrnoStatus(err, "remove " + path);
     return false;
@@ -498,7 +498,7 @@ Status DiskTier::Reserve(Room* room) {
       // that the start-up could not shed them) it goes instead, and with it its bytes, until a
       // write fits again.
       if (ledger_->used() > ledger_->capacity()) {
-        ledger_->Free(file_bytes_, [&] { return UnlinkCounted(spare); });
+        ledger_->Free(file_bytes_, [&](uint64_t*) { return UnlinkCounted(spare); });
         continue;
       }
       room->spare = std::move(spare);
@@ -667,7 +667,17 @@ bool DiskTier::RemoveLocked(const BlockKey& key, Status* failure) {
   // a private tier also gives back those of a file already gone (UnlinkCounted).
   const std::string path = BlockPath(dir_, key);
   int err = 0;
-  ledger_->Free(file_bytes_, [&] { return UnlinkCounted(path, &err); });
+  ledger_->Free(file_bytes_, [&](uint64_t* bytes) {
+    // A shared ledger counted the file at its size when it recounted (a file cut short, or
+    // left at 0 bytes by a crash without O_DIRECT): freeing a whole block for it left the
+    // ledger low for good, and the files went past the capacity. A private tier counted
+    // every block file it listed at file_bytes_.
+    struct stat st {};
+    if (options_.config.shared && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      *bytes = static_cast<uint64_t>(st.st_size);
+    }
+    return UnlinkCounted(path, &err);
+  });
   if (StillThere(err)) {
     if (failure) *failure = ErrnoStatus(err, "remove " + path);
     return false;
@@ -707,7 +717,7 @@ void DiskTier::DropNonFileLocked(const BlockKey& key) {
   // A private tier counted the block's bytes when it wrote or listed its file, which is gone
   // now. A shared tier's ledger goes back to the regular files on disk at the next recount;
   // every replica that indexed the key would give the bytes back here, once each.
-  if (!options_.config.shared) ledger_->Free(file_bytes_, [] { return true; });
+  if (!options_.config.shared) ledger_->Free(file_bytes_, [](uint64_t*) { return true; });
 }
 
 std::string DiskTier::SetAside(const BlockKey& key) const {
@@ -786,7 +796,7 @@ std::vector<Result<bool>> DiskTier::WriteSlots(std::span<std::byte* const> files
 
 void DiskTier::FreeSlot(uint64_t slot) {
   slots_->Release(slot);
-  ledger_->Free(stored_bytes_, [] { return true; });
+  ledger_->Free(stored_bytes_, [](uint64_t*) { return true; });
 }
 
 Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Room& room) {
@@ -806,7 +816,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
   if (fd < 0) {
     const Status s = ErrnoStatus(errno, (reuse ? "open " : "create ") + what);
     if (reuse) {
-      ledger_->Free(file_bytes_, [&] { return UnlinkCounted(tmp); });
+      ledger_->Free(file_bytes_, [&](uint64_t*) { return UnlinkCounted(tmp); });
     } else {
       ledger_->Settle(file_bytes_, [] { return false; });
     }
@@ -828,7 +838,7 @@ Result<bool> DiskTier::WriteFile(const BlockKey& key, std::byte* file, const Roo
       rc = ::rename(tmp.c_str(), final_path.c_str());
       err = errno;
     }
-    if (rc != 0) ledger_->Free(file_bytes_, [&] { return UnlinkCounted(tmp); });
+    if (rc != 0) ledger_->Free(file_bytes_, [&](uint64_t*) { return UnlinkCounted(tmp); });
   } else {
     // link(2) publishes atomically and, unlike rename, never replaces a block another process
     // published meanwhile (so the shared ledger counts every file exactly once). An O_TMPFILE

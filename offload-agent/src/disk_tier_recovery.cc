@@ -223,7 +223,7 @@ void DiskTier::Settle(std::vector<Recovered> files) {
     // tier's was recounted from the files that exist, and whoever removed this one since the
     // listing gave its bytes back then: freeing them again let the tier's files outgrow its
     // capacity by a block each time a replica opened while another evicted.
-    if (!options_.config.shared) ledger_->Free(file_bytes_, [] { return true; });
+    if (!options_.config.shared) ledger_->Free(file_bytes_, [](uint64_t*) { return true; });
   }
   // A tier reopened with a smaller capacity sheds its oldest blocks (dropped: a lower tier
   // might not be connected yet).

@@ -732,6 +732,23 @@ TEST_F(DiskTierTest, SharedLedgerCutTwiceInARowIsRecountedBothTimes) {
   EXPECT_EQ(t->Stats().used_bytes, 4 * kSlot);
 }
 
+// A shared tier's block file cut short (truncated, or left at 0 bytes by a crash without
+// O_DIRECT): the open's recount counted it at its size, and removing it took a whole block
+// off the ledger, which stayed low for good: two more blocks went in without an eviction and
+// the files went past the capacity.
+TEST_F(DiskTierTest, ASharedFileOfTheWrongSizeFreesWhatItHeld) {
+  {
+    auto t = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+    for (uint64_t k = 1; k <= 4; ++k) ASSERT_TRUE(Put(*t, k).ok());
+  }
+  std::filesystem::resize_file(BlockPath(FpDir(), Key(1)), 0);
+  auto t = Open(4, false, nullptr, /*persistent=*/true, /*shared=*/true);
+  for (uint64_t k = 5; k <= 6; ++k) ASSERT_TRUE(Put(*t, k).ok()) << k;
+  EXPECT_FALSE(t->Contains(Key(1)));
+  EXPECT_LE(testing::BytesUnder(dir_.path()), 4 * kSlot) << "within the capacity";
+  EXPECT_EQ(t->Stats().used_bytes, testing::BytesUnder(dir_.path()));
+}
+
 // The format directory of a shared tier removed from outside while replicas run
 // (rm -rf <tier>/kvoffload-v1): the ledger and the writer files went with it. Before, the
 // running replicas kept counting in the removed ledger and a replica that started then counted
