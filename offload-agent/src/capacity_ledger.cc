@@ -150,7 +150,7 @@ constexpr auto kReapInterval = std::chrono::seconds(5);
 class FileLedger final : public CapacityLedger {
  public:
   FileLedger(int fd, int writer_fd, std::string path, std::string writer_name,
-             uint64_t capacity, std::function<uint64_t()> scan_used)
+             uint64_t capacity, ScanUsed scan_used)
       : fd_(fd),
         writer_fd_(writer_fd),
         path_(std::move(path)),
@@ -178,7 +178,7 @@ class FileLedger final : public CapacityLedger {
       // A writer killed at any point may have charged bytes it never wrote down as in flight
       // (or the reverse): after a death the files, not the arithmetic, say what is used.
       if (ReapDeadWriters()) {
-        used = scan_used_() + LiveInFlight();
+        used = OnDiskAndInFlight();
         WriteU64(fd_, used);
       }
     }
@@ -232,7 +232,7 @@ class FileLedger final : public CapacityLedger {
   // in flight, and returns it.
   uint64_t RecountLocked() {
     ReapDeadWriters();
-    const uint64_t used = scan_used_() + LiveInFlight();
+    const uint64_t used = OnDiskAndInFlight();
     WriteU64(fd_, used);
     return used;
   }
@@ -307,13 +307,23 @@ class FileLedger final : public CapacityLedger {
     return any;
   }
 
-  // REQUIRES: the ledger lock.
-  uint64_t LiveInFlight() {
-    uint64_t total = in_flight_;
-    ForEachOtherWriter([&total](const std::string&, int wfd, bool alive) {
-      if (alive) total += ReadU64(wfd);
+  // REQUIRES: the ledger lock. The files on disk plus what live writers have in flight. A live
+  // writer's temp file is left out of the files: its bytes are in its in-flight count from the
+  // reservation to Settle, and after Settle's link the file is a block under another name
+  // too (named temp files, where O_TMPFILE is missing: NFS), so it was counted twice.
+  uint64_t OnDiskAndInFlight() {
+    uint64_t in_flight = in_flight_;
+    LiveWriters live{TagOf(writer_name_)};
+    ForEachOtherWriter([&](const std::string& path, int wfd, bool alive) {
+      if (!alive) return;
+      in_flight += ReadU64(wfd);
+      live.insert(TagOf(path.substr(path.rfind('/') + 1)));
     });
-    return total;
+    return scan_used_(live) + in_flight;
+  }
+  // A writer file is named "<process tag>.<n>" (OpenFileLedger).
+  static std::string TagOf(const std::string& writer_name) {
+    return writer_name.substr(0, writer_name.rfind('.'));
   }
 
   // REQUIRES: mu_, not the ledger lock. When the ledger file is no longer at its path (the
@@ -361,7 +371,7 @@ class FileLedger final : public CapacityLedger {
   const std::string writers_dir_;
   const std::string writer_name_;
   const uint64_t capacity_;
-  const std::function<uint64_t()> scan_used_;
+  const ScanUsed scan_used_;
   uint64_t in_flight_ = 0;
   std::chrono::steady_clock::time_point last_reap_ = std::chrono::steady_clock::now();
   // The last recount besides the one at open (recounted_: there was one), for the rate limit.
@@ -376,7 +386,7 @@ std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used
 }
 
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
-                                                       const std::function<uint64_t()>& scan_used) {
+                                                       const ScanUsed& scan_used) {
   // The process's tag plus a counter: two engines of one process on one tier are two writers,
   // and two processes of two pods are too, whatever their pids (process_tag.h).
   static std::atomic<unsigned> counter{0};

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -50,9 +51,14 @@ inline constexpr std::chrono::seconds kRecountInterval{5};
 // In-process ledger starting at `used`.
 std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used);
 
+// The process tags (ProcessTag) of the writers alive at a recount, this one's included.
+using LiveWriters = std::set<std::string, std::less<>>;
+// The bytes of the tier's files on disk: its blocks, and the temp files of processes not in
+// `live` (a live writer's temp file is in its in-flight count until Settle).
+using ScanUsed = std::function<uint64_t(const LiveWriters& live)>;
+
 // File ledger at `path`, writer files in `path`.writers/. Opening recounts under the lock: the
-// files win (`scan_used`: the bytes of blocks and temp files on disk) plus what live writers
-// have in flight. While open, when the tier is full and at most every few seconds otherwise,
+// files win (`scan_used`) plus what live writers have in flight. While open, when the tier is full and at most every few seconds otherwise,
 // it looks for writers that died and, if there is one, recounts the same way (a scan, so only
 // after a death). It also recounts (Recount's rate limit) when the stored total cannot be
 // right: a file shorter than 8 bytes, more than the capacity, or less than a file it frees
@@ -60,7 +66,7 @@ std::unique_ptr<CapacityLedger> NewMemoryLedger(uint64_t capacity, uint64_t used
 // (removed or moved away) moves to the one there, creating it and a writer file, and recounts.
 // `scan_used` must not call back into the ledger.
 Result<std::unique_ptr<CapacityLedger>> OpenFileLedger(const std::string& path, uint64_t capacity,
-                                                       const std::function<uint64_t()>& scan_used);
+                                                       const ScanUsed& scan_used);
 
 }  // namespace kvoffload
 

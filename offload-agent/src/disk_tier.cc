@@ -228,7 +228,7 @@ Status DiskTier::Init() {
   std::unique_ptr<CapacityLedger> ledger;
   if (c.shared) {
     Result<std::unique_ptr<CapacityLedger>> file = OpenFileLedger(
-        FormatRoot(c.path) + "/ledger", c.capacity_bytes, [this] { return ScanUsedBytes(); });
+        FormatRoot(c.path) + "/ledger", c.capacity_bytes, [this](const LiveWriters& live) { return ScanUsedBytes(live); });
     // Named like the other start-up errors: which entry of KVOFFLOAD_TIERS to look at.
     if (!file.ok()) return Status::IOError(where + ": " + file.status().message());
     ledger = std::move(file).value();
@@ -734,6 +734,13 @@ std::string DiskTier::TempPath(std::string_view stem) const {
   static std::atomic<uint64_t> counter{0};
   return dir_ + "/" + std::string(stem) + "." + tag_ + "." +
          std::to_string(counter.fetch_add(1)) + ".tmp";
+}
+
+std::string_view DiskTier::TempFileTag(std::string_view name) {
+  name.remove_suffix(std::string_view(".tmp").size());
+  name = name.substr(0, name.rfind('.'));  // the counter
+  const size_t stem_end = name.find('.');
+  return stem_end == std::string_view::npos ? std::string_view() : name.substr(stem_end + 1);
 }
 
 void DiskTier::TimedWrite(std::span<IoOp> ops, const DiskIo::OpDone& done) {

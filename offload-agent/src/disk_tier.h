@@ -156,7 +156,7 @@ class DiskTier {
   // blocks past the capacity, then lets evictions of our blocks begin.
   void Settle(std::vector<Recovered> files);
   // Bytes of every block and temp file under the tier (the shared ledger's starting point).
-  uint64_t ScanUsedBytes() const;
+  uint64_t ScanUsedBytes(const LiveWriters& live) const;
   // Other fingerprints' block files under the tier now (path, bytes), newest first, as
   // foreign_ holds them.
   std::vector<std::pair<std::string, uint64_t>> ListForeign() const;
@@ -253,6 +253,8 @@ class DiskTier {
   bool IsPinnedLocked(const BlockKey& key) const REQUIRES(mu_);
   // A new temp file's path: <stem>.<pid>.<n>.tmp in our fingerprint directory.
   std::string TempPath(std::string_view stem) const;
+  // The process tag in a temp file's name ("<stem>.<tag>.<n>.tmp", TempPath).
+  static std::string_view TempFileTag(std::string_view name);
   int OpenFlags(int base) const;
 
   // The descriptor of <tier>/kvoffload.lock, flock'ed while the tier is open: exclusively by

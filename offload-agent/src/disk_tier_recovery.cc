@@ -254,7 +254,7 @@ std::vector<BlockKey> DiskTier::ListBlocks() const {
   return keys;
 }
 
-uint64_t DiskTier::ScanUsedBytes() const {
+uint64_t DiskTier::ScanUsedBytes(const LiveWriters& live) const {
   uint64_t total = 0;
   ForEachFingerprintDir(FormatRoot(options_.config.path),
                         [&](const BlockKey&, const std::string&, int fd) {
@@ -263,6 +263,7 @@ uint64_t DiskTier::ScanUsedBytes() const {
       if (!MaybeFile(type) || (!ParseBlockFileName(name, &key) && !name.ends_with(".tmp"))) {
         return;
       }
+      if (name.ends_with(".tmp") && live.contains(TempFileTag(name))) return;
       uint64_t size = 0;
       int64_t mtime = 0;
       if (StatFile(fd, std::string(name), &size, &mtime)) total += size;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct FaultPlan {
   std::atomic<Fault> read_fault{Fault::kNone};
   std::atomic<int> failing_reads{0};
   std::atomic<int> injected{0};
+  // Runs after each batch of healthy writes, on the writing thread (to hold a writer between
+  // its write and its publish). Set before the tier is used.
+  std::function<void()> after_writes;
 
   void FailWrites(Fault f, int count) {
     write_fault = f;
@@ -60,6 +64,9 @@ class FaultyDiskIo final : public DiskIo {
     if (healthy_ops.empty()) return;
     base_->Execute(healthy_ops);
     for (size_t i = 0; i < healthy.size(); ++i) *healthy[i] = healthy_ops[i];
+    if (plan_->after_writes && healthy_ops.front().kind == IoOp::Kind::kWrite) {
+      plan_->after_writes();
+    }
   }
 
  private:

@@ -27,6 +27,7 @@
 #include <future>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "block_file.h"
 #include "cpu_tier.h"
@@ -747,6 +748,28 @@ TEST_F(DiskTierTest, ASharedFileOfTheWrongSizeFreesWhatItHeld) {
   EXPECT_FALSE(t->Contains(Key(1)));
   EXPECT_LE(testing::BytesUnder(dir_.path()), 4 * kSlot) << "within the capacity";
   EXPECT_EQ(t->Stats().used_bytes, testing::BytesUnder(dir_.path()));
+}
+
+// A recount while a writer holds a written temp file it has not published yet (another replica
+// opening the tier): the temp was counted as a file and again in the writer's in-flight bytes,
+// and the ledger stayed a block high until a later recount. Named temp files, as on NFS.
+TEST_F(DiskTierTest, ARecountCountsALiveWritersTempFileOnce) {
+  auto faults = std::make_shared<testing::FaultPlan>();
+  std::promise<void> written, release;
+  std::shared_future<void> released = release.get_future().share();
+  faults->after_writes = [&, fired = false]() mutable {
+    if (std::exchange(fired, true)) return;
+    written.set_value();
+    released.wait();
+  };
+  auto a = Open(4, /*named_temp_files=*/true, faults, /*persistent=*/true, /*shared=*/true);
+  std::thread writer([&] { EXPECT_TRUE(Put(*a, 1).ok()); });
+  written.get_future().wait();
+  auto b = Open(4, /*named_temp_files=*/true, nullptr, /*persistent=*/true, /*shared=*/true);
+  release.set_value();
+  writer.join();
+  EXPECT_EQ(testing::BytesUnder(dir_.path()), kSlot);
+  EXPECT_EQ(a->Stats().used_bytes, kSlot) << "one block, counted once";
 }
 
 // The format directory of a shared tier removed from outside while replicas run
