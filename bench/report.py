@@ -96,13 +96,18 @@ def webhook(w):
         rows.append(["GET /healthz at saturation", f"{w['healthz_rps']:.0f} req/s",
                      f"nginx {w['nginx_healthz_rps']:.0f} req/s", f"{floor:.2f}", ">= 0.80", met(floor >= 0.8)])
     for name, b in w["bodies"].items():
+        # Errors count: a server answering fast errors would reach any rate.
         rows.append([f"{name} pod ({b['request_bytes']} B) at saturation", f"{b['rps']:.0f} req/s, {b['errors']} errors",
-                     f"nginx {b['nginx_rps']:.0f} req/s", f"{b['ratio']:.2f}", ">= 0.50", met(b["ratio"] >= 0.5)])
+                     f"nginx {b['nginx_rps']:.0f} req/s", f"{b['ratio']:.2f}", ">= 0.50, 0 errors",
+                     met(b["ratio"] >= 0.5 and b["errors"] == 0)])
         for label, r in b["rates"].items():
             judged = label in ("1000", "half")
             limit = 2000 if label == "1000" else 5000
             # A half-rate row is its median run, but a failure in any of its runs misses it.
             failed = b.get("half_failed", r["errors"]) if label == "half" else r["errors"]
+            # Judged on the worst of the alternating runs: the median's p99 passed a target
+            # that one run in three missed (7.7 ms against 5).
+            p99 = max(b["half_p99_us"]) if label == "half" and b.get("half_p99_us") else r["p99_us"]
             value = (f"p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, p99.9 {r['p999_us']:.0f} us, "
                      f"{failed} failed")
             if label == "half" and "nginx_half" in b:
@@ -112,15 +117,20 @@ def webhook(w):
                 if len(b.get("half_p99_us", [])) > 1:
                     ours_runs = ", ".join(f"{x:.0f}" for x in b["half_p99_us"])
                     nginx_runs = ", ".join(f"{x:.0f}" for x in b["nginx_half_p99_us"])
-                    value += (f"; the median p99 of {len(b['half_p99_us'])} alternating runs, ours "
-                              f"{ours_runs} us, nginx {nginx_runs} us; failed: the runs' total")
+                    value += (f"; the median run's figures; p99 of {len(b['half_p99_us'])} "
+                              f"alternating runs, ours {ours_runs} us, nginx {nginx_runs} us, the "
+                              "worst judged; failed: the runs' total")
             rows.append([f"{name} at {'half the max' if label == 'half' else label} req/s", value,
-                         f"{limit} us" if judged else "", f"{r['p99_us'] / limit:.2f}" if judged else "",
+                         f"{limit} us" if judged else "", f"{p99 / limit:.2f}" if judged else "",
                          f"p99 <= {limit // 1000} ms, 0 failed" if judged else "",
-                         met(r["p99_us"] <= limit and failed == 0) if judged else ""])
+                         met(p99 <= limit and failed == 0) if judged else ""])
         if "split" in b:
             rows.append(split_row(name, b["split"]))
     instructions = w.get("instructions")
+    if "instructions" in w and not instructions:
+        # Not measured (no valgrind) is not met: the target went from the table without a word.
+        rows.append(["one admission, kserve pod, callgrind", "not measured (valgrind missing)",
+                     "150k", "", "< 150k", met(False)])
     if instructions:
         for name, n in instructions.items():
             body = w["bodies"][name]["request_bytes"]
@@ -141,6 +151,12 @@ def webhook(w):
                      + (f"; tricklers cut after {life[0]}-{life[1]} s" if life else ""),
                      "50 ms", f"{h['p99_ms'] / 50:.2f}", "0 failed, p99 < 50 ms",
                      met(h["failed"] == 0 and h["p99_ms"] < 50)])
+    # The hostile run's own criteria (a trickler outliving the deadline, a connection cap
+    # broken, idle connections not all open) were read only for its p99 and failures.
+    for failure in (w.get("hostile") or {}).get("failures", []):
+        if "failed admissions" in failure or ": p99 " in failure:
+            continue  # judged in the scenario's row
+        rows.append(["hostile-connection criterion", failure, "", "", "met", met(False)])
     idle = (w.get("hostile") or {}).get("idle")
     if idle:
         rows.append([f"RSS with {idle['idle_connections']} idle connections", f"{idle['rss_mib']:.1f} MiB",
@@ -580,12 +596,16 @@ def gain(hits, lru):
     return 1.0 if hits == 0 else float("inf")
 
 
-def trace_target_met(cache, vs_lru, of_opt):
-    """Section 5's target for one cell: >= 1.2x LRU's prefix hits or >= 0.90 of OPT's at 2% and
-    5%, never below LRU at 10%."""
+def trace_target_met(cache, vs_lru, of_opt, opt_vs_lru):
+    """Section 5's target for one cell, as the issue states it: never below LRU, and at 2% and
+    5% >= 1.2x LRU's prefix hits, or >= 0.90 of OPT's where 1.2x cannot exist (OPT itself under
+    1.2x LRU). It took >= 0.90 of OPT anywhere, which judged RAG at 2% and 5% met at 1.16x and
+    1.09x LRU though OPT is 1.28x and 1.21x there."""
+    if vs_lru < 1.0:
+        return False
     if cache in GAIN_CACHES:
-        return vs_lru >= 1.2 or of_opt >= 0.9
-    return vs_lru >= 1.0
+        return vs_lru >= 1.2 or (opt_vs_lru < 1.2 and of_opt >= 0.9)
+    return True
 
 
 def death_reading(missed):
@@ -598,7 +618,8 @@ def death_reading(missed):
 
     def meets(r, lru):
         d = r["lru_death"]
-        return trace_target_met(r["cache"], d["prefix_hit_ratio"] / lru, d["prefix_of_opt"])
+        return trace_target_met(r["cache"], d["prefix_hit_ratio"] / lru, d["prefix_of_opt"],
+                                r["opt"]["prefix_hit_ratio"] / lru)
     short = [m for m in missed if not meets(m[1], m[2])]
     enough = [cell(*m) for m in missed if meets(m[1], m[2])]
     lines = []
@@ -641,7 +662,8 @@ def trace(t):
     if best:
         lines += [f"Target, for the best policy we ship (**{best}**: highest mean prefix-usable "
                   "fraction of OPT over all shapes and sizes): prefix-usable >= 1.2x LRU's at 2% and "
-                  "5% (or >= 0.90 of OPT where LRU is already that close), never below LRU.", ""]
+                  "5% (or >= 0.90 of OPT where 1.2x cannot exist: OPT itself under 1.2x LRU), never "
+                  "below LRU.", ""]
     verdicts = []
     missed = []  # (trace, row, LRU's prefix-usable ratio) of each cell the best policy misses
     for run in runs:
@@ -677,10 +699,13 @@ def trace(t):
                     # No policy can hit where OPT does not: no cell to meet or miss.
                     verdict = "n/a: OPT has no prefix hits"
                 elif name == best:
-                    ok = trace_target_met(r["cache"], low_vs_lru, low_of_opt)
-                    target = (">= 1.2x LRU or >= 0.90 OPT" if r["cache"] in GAIN_CACHES
-                              else ">= LRU")
+                    ok = trace_target_met(r["cache"], low_vs_lru, low_of_opt, gain(opt, lru))
+                    target = ((">= 1.2x LRU" if gain(opt, lru) >= 1.2 else
+                               ">= 0.90 OPT (OPT under 1.2x LRU)")
+                              if r["cache"] in GAIN_CACHES else ">= LRU")
                     verdict = f"{target}: {met(ok)}"
+                    if low_vs_lru < 1.0:  # a hair below LRU reads 1.00 in the column
+                        verdict += f" (below LRU: {low_vs_lru:.5f}x)"
                     verdicts.append(ok)
                     if not ok and "lru_death" in r:
                         missed.append((title, r, lru))
@@ -722,11 +747,13 @@ def trace(t):
                   "wins; docs/decisions.md) has the best mean and takes the most where the tier "
                   "is too small for the prompts and sessions that come back: 1.85x LRU on the "
                   "conversation trace at 2%, 1.09-1.16x on RAG at 2-5% (0.901-0.905 of OPT over "
-                  "the namings of the keys: met), 1.10x on the generated chat at 2%. It leaves LRU "
+                  "the namings of the keys, short of 1.2x LRU where OPT is 1.21-1.28x), 1.10x on "
+                  "the generated chat at 2%. It leaves LRU "
                   "for another share only when that share's miniature wins by more than chance "
                   "would give, so where none is better it stays LRU (the generated chat at 10%: "
-                  "1.000x under every naming); it is below LRU only on the synthetic trace at 5% "
-                  "(0.990-1.019x over the namings), a cell it misses anyway. Its parameters were "
+                  "1.000x under every naming); it is below LRU on the synthetic trace at 5% "
+                  "(0.990-1.019x over the namings) and, by 14 block reads in 2.6 million, on the "
+                  "agent loops at 5%, where every policy is within 0.03% of OPT. Its parameters were "
                   "chosen on these traces (docs/decisions.md). lru-tinylfu (LRU whose new "
                   "blocks enter only if their "
                   "recent use count beats the victim's, switched the same way) gains 1.61x on "
@@ -1180,6 +1207,11 @@ def main():
     parts = head + [line for section in sections for line in section]
     with open(OUT, "w") as f:
         f.write("\n".join(parts))
+    # A run that misses a target is a failed run (make bench exits non-zero), with RESULTS.md
+    # written all the same to say where and by how much.
+    missed = sum(line.count("**missed**") for line in parts)
+    if missed:
+        sys.exit(f"report.py: {missed} target(s) missed; see {OUT}")
 
 
 def old_sections():
