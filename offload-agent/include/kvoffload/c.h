@@ -109,7 +109,9 @@ typedef struct kvo_event {
 KVO_API const char* kvo_last_error(void);
 
 KVO_API kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out);
-/* Waits for running jobs; queued jobs are cancelled. NULL is ignored. */
+/* Waits for running jobs; queued jobs are cancelled. NULL is ignored. No other call on the
+ * engine may be in progress or follow (a thread still in kvo_wait would wake into freed
+ * memory): the caller stops its users first, as the adapter's shutdown does. */
 KVO_API void kvo_engine_destroy(kvo_engine* engine);
 
 /* Starts copying n blocks from device memory into the offload tiers; *job identifies it.
@@ -147,8 +149,9 @@ KVO_API kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out);
 
 /* Graceful shutdown, before kvo_engine_destroy: writes the blocks that are only in the pinned
  * tier to the first persistent disk tier, starting no write after budget_ms: the hottest that
- * tier can hold, coldest first. *written, *failed and *left (each may be NULL): blocks
- * written, writes that failed, blocks not tried (no time left, or colder than what fits).
+ * tier can hold, coldest first (those it has already are refreshed there in that order).
+ * *written, *failed and *left (each may be NULL): blocks written, writes that failed, blocks
+ * that needed a write and were not tried (no time left, or colder than what fits).
  * Without a persistent tier nothing is written and all three are 0. */
 KVO_API kvo_status kvo_write_back(kvo_engine* engine, uint64_t budget_ms, uint64_t* written,
                                   uint64_t* failed, uint64_t* left);
