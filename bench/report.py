@@ -79,7 +79,7 @@ def webhook(w):
              "the best of each), then kvoffload-loadgen (open loop, 64 "
              "connections on one event-driven thread, latency from the time each request was due) "
              "at fixed rates, and at half our saturation rate alternating with nginx (three runs "
-             "each, the run with the median p99 shown), and that once more with the client (wrk -t1, "
+             "each, the run with the median p99 shown, the worst run's p99 judged), and that once more with the client (wrk -t1, "
              "then kvoffload-loadgen) on one core and our server (or nginx with one worker) on "
              "another, saturation and half rate measured that way; pods without a "
              "mode annotation, so the server's --default-mode decides (agent, the default, or "

@@ -246,6 +246,9 @@ def main():
                                                            "webhook_hostile.py"), WEBHOOK,
                               "--hostile", "1000", "--rate", "50", "--seconds", "5", "--idle", "10000"],
                              capture_output=True, text=True)
+    if not hostile.stdout.strip():  # it crashed: say why, not a JSON error about nothing
+        sys.exit(f"webhook_hostile.py wrote no result (exit {hostile.returncode}):\n"
+                 f"{hostile.stderr[-3000:]}")
     results["hostile"] = json.loads(hostile.stdout)
     log(f"hostile: {results['hostile']['failures'] or 'all criteria met'}")
     with open(OUT, "w") as f:

@@ -192,7 +192,7 @@ async def hostile_role(port, cafile, kind, count):
 
 def scenario(args, port, pid, cafile, kind, body):
     child = subprocess.Popen([sys.executable, __file__, "--role=hostile", f"--port={port}",
-                              f"--cafile={cafile}", f"--kinds={kind}", f"--hostile={args.hostile}", "x"],
+                              f"--cafile={cafile}", f"--kinds={kind}", f"--hostile={args.hostile}", args.binary],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     opened = json.loads(child.stdout.readline())["open"]
     ctx = ssl.create_default_context(cafile=cafile)
@@ -286,8 +286,19 @@ def main():
             failures.append(f"{s['kind']}: p99 {s['p99_ms']} ms over {args.p99_limit_ms}")
         if s["trickler_lifetime_s"] and s["trickler_lifetime_s"][1] > args.request_timeout + 2.0:
             failures.append(f"{s['kind']}: a trickling client lived {s['trickler_lifetime_s'][1]} s")
+        # A server that never cuts a trickler records no lifetime at all: the check above was
+        # then skipped, in exactly the case it is for.
+        if (s["kind"] in ("headers", "body", "mixed") and not s["trickler_lifetime_s"]
+                and args.seconds > args.request_timeout + 1.0):
+            failures.append(f"{s['kind']}: no trickling client was cut off")
+        # Admissions under no load prove nothing: the hostile connections must have opened.
+        if s["hostile_open_at_start"] < 0.95 * args.hostile:
+            failures.append(f"{s['kind']}: only {s['hostile_open_at_start']} of {args.hostile} "
+                            "hostile connections open")
     if "idle" in out and out["idle"]["rss_mib"] > args.rss_limit_mib:
         failures.append(f"RSS {out['idle']['rss_mib']} MiB with {out['idle']['idle_connections']} idle")
+    if "idle" in out and out["idle"]["idle_connections"] < args.idle:
+        failures.append(f"only {out['idle']['idle_connections']} of {args.idle} idle connections open")
     out["failures"] = failures
     print(json.dumps(out, indent=1))
     return 1 if failures else 0
