@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -34,6 +35,18 @@ Outcome ReadOutcome(const std::string& path) {
             3)
       << path << ": " << text;
   return o;
+}
+
+// Whether process `pid` has a writer file in the tier's shared ledger ("<pid>-<hex>.<n>",
+// named by its process tag): it has opened the tier and may reserve.
+bool HasWriterFile(const std::string& tier, pid_t pid) {
+  std::error_code ec;
+  const std::string prefix = std::to_string(pid) + "-";
+  for (std::filesystem::directory_iterator it(tier + "/kvoffload-v1/ledger.writers", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().starts_with(prefix)) return true;
+  }
+  return false;
 }
 
 uint64_t LedgerBytes(const std::string& tier) {
@@ -165,14 +178,23 @@ TEST(ShareTest, KilledWritersLeaveNoCapacityChargedBehind) {
   constexpr uint64_t kCapacity = 24;
   const std::string tier = dir.path() + "/tier";
   pid_t survivor = Spawn(Args(dir.path(), "churn-until", "b", 100'000, 600, 0, 0, kCapacity));
+  int mid_write = 0;  // kills of a victim that had opened its ledger (its writer file is there)
   for (int kill = 0; kill < 50; ++kill) {
     pid_t victim = Spawn(Args(dir.path(), "churn", "a", static_cast<uint64_t>(kill) * 1000, 600,
                               0, 0, kCapacity));
-    // Let it get going: past opening, into reserving and writing.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + (kill * 7) % 40));
+    // Let it get going: past opening (a fixed sleep alone could kill it before, under load,
+    // and the kill would test nothing), then into reserving and writing.
+    bool opened = false;
+    for (int i = 0; i < 5000 && !opened; ++i) {
+      opened = HasWriterFile(tier, victim);
+      if (!opened) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds((kill * 7) % 40));
     ASSERT_EQ(::kill(victim, SIGKILL), 0);
     Reap(victim);
+    mid_write += opened ? 1 : 0;
   }
+  EXPECT_GE(mid_write, 45) << "kills that landed after the victim opened the tier";
   std::ofstream(dir.path() + "/stop") << "stop";  // one more round after the last kill, then end
   EXPECT_EQ(Reap(survivor), 0);
   EXPECT_EQ(LedgerBytes(tier), testing::BytesUnder(tier)) << "charged bytes with no file";

@@ -475,6 +475,23 @@ def test_a_requests_kv_load_tiers_choose_the_tiers_it_loads_from(engine, tiers, 
     assert _core(engine).engine.stats()["held_blocks"] == 0
 
 
+def test_a_cpu_only_filter_loads_what_the_pinned_tier_holds(engine):
+    """The other half of the tier filter: with only the CPU tier admitted, blocks the pinned
+    tier holds are loaded (above, A's leading blocks were on disk, so a filter that refused
+    every block passed the CPU-only cases too)."""
+    prompt = list(range(1, 1 + 2 * TOKENS_PER_BLOCK + 5))
+    engine.add("A", prompt, max_tokens=2)
+    engine.run_until_idle("request A and its stores")
+    assert engine.scheduler.reset_prefix_cache()
+    keys = [engine_key(k) for k in offload_keys_of(engine, prompt)[:2]]
+    assert _core(engine).engine.where(keys) == [0, 0], "both in the pinned tier"
+    engine.add("B", prompt[:2 * TOKENS_PER_BLOCK] + [100, 101], max_tokens=1,
+               kv_transfer_params={"kv_load_tiers": [{"medium": "cpu"}]})
+    engine.run_until_idle("request B")
+    assert engine.prefill_stats("B").num_external_cached_tokens == 2 * TOKENS_PER_BLOCK
+    assert _core(engine).engine.stats()["held_blocks"] == 0
+
+
 def offload_keys_of(engine, prompt):
     """The offload keys vLLM's connector gives the full blocks of a prompt (one block per key,
     group 0)."""

@@ -469,13 +469,21 @@ class LaunchTest(unittest.TestCase):
                     else:
                         self.check_native(copy.deepcopy(got[0]),
                                           self.expected_config(patched, status), patched)
-                    if change == "spec":
-                        self.assertEqual(got[0]["kv_connector_extra_config"].get(
-                            "cpu_bytes_to_use", 8 * 2**30), 8 * 2**30)
-                    # The agent's env goes with the agent: vLLM's wait for its workers too.
                     env = {e["name"]: e.get("value") for c in patched["spec"]["containers"]
                            for e in c.get("env", [])}
                     agent = status["mode"] == "agent"
+                    if change == "spec":
+                        # The new spec, where each mode carries it: the agent's flag has no
+                        # bytes (a check of the flag alone held with the old spec kept).
+                        if agent:
+                            self.assertEqual(env.get("KVOFFLOAD_CPU_BYTES"), str(8 * 2**30), env)
+                            tiers = json.loads(env["KVOFFLOAD_TIERS"])
+                            self.assertEqual(len(tiers), 1, tiers)
+                            self.assertTrue(0 < tiers[0]["capacityBytes"] <= 20 * 2**30, tiers)
+                        else:
+                            self.assertEqual(
+                                got[0]["kv_connector_extra_config"]["cpu_bytes_to_use"], 8 * 2**30)
+                    # The agent's env goes with the agent: vLLM's wait for its workers too.
                     self.assertEqual("KVOFFLOAD_LIBRARY" in env, agent, env)
                     self.assertEqual(env.get("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS"),
                                      "11" if agent else None, env)

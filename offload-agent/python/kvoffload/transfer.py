@@ -10,13 +10,15 @@ All tensors must have the same page size. Not thread-safe."""
 
 import ctypes
 import hashlib
+import logging
+import os
 import struct
 import threading
 from collections.abc import Sequence
 
 import torch
 
-from kvoffload.engine import Engine, EngineOptions, Fingerprint, TierEvent
+from kvoffload.engine import Engine, EngineOptions, Fingerprint, TierEvent, library_path
 
 
 # The digest as two big-endian 64-bit words in one C call: a load hashes every key of its
@@ -97,6 +99,11 @@ class TransferCore:
             fingerprint=fingerprint, cpu_bytes=cpu_bytes,
             eviction_policy=eviction_policy, tiers_json=tiers_json, device=self.device,
             disk_io=disk_io, event_capacity=event_capacity))
+        # Where the adapter and the library came from: in agent mode, the agent volume's (a
+        # pod's image may carry an older kvoffload on its own path).
+        logging.getLogger("vllm.kvoffload").info(
+            "kvoffload: adapter from %s, library %s", os.path.dirname(os.path.abspath(__file__)),
+            library_path())
 
     def close(self, write_back_s: float = 0.0) -> dict | None:
         """Closes the engine. With write_back_s > 0 it first writes the blocks only the
