@@ -374,12 +374,12 @@ bool DiskTier::IndexSharedLocked(const BlockKey& key) {
   return true;
 }
 
-bool DiskTier::Refresh(const BlockKey& key) {
+void DiskTier::Refresh(const BlockKey& key) {
   MutexLock lock(&mu_);
   auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.evicting || it->second.doomed) return false;
-  PolicyOn(PolicyCall::kAccess, key);
-  return true;
+  if (it != entries_.end() && !it->second.evicting && !it->second.doomed) {
+    PolicyOn(PolicyCall::kAccess, key);
+  }
 }
 
 Status DiskTier::Insert(const BlockKey& key, std::byte* file,

@@ -80,8 +80,8 @@ class DiskTier {
   // Whether the block is here. Shared tiers also look for a file another process published.
   bool Contains(const BlockKey& key);
   // A use elsewhere of a block that is here (the write-back read the pinned tier's copy):
-  // the policy hears it as an access. False when the block is not here, or is leaving.
-  bool Refresh(const BlockKey& key);
+  // the policy hears it as an access. Nothing when the block is not here, or is leaving.
+  void Refresh(const BlockKey& key);
   // Here and not being evicted or removed, for a hold the caller has put in the HoldSet: the
   // block stays here until released. On a shared tier the HoldSet binds this process only, and
   // another one evicts by unlinking the file, so a hold there also opens the file (once per

@@ -256,7 +256,12 @@ class EngineImpl final : public Engine {
       // recency it had (a promoted block's disk copy ages while the pinned tier serves it),
       // it was the first victim of the writes below, the hottest blocks dropped and the
       // report saying nothing was left.
-      if (disks_[target]->Contains(key) && disks_[target]->Refresh(key)) continue;
+      // (Refresh finds nothing to refresh for a copy another replica of a shared tier
+      // published: the copy is there all the same.)
+      if (disks_[target]->Contains(key)) {
+        disks_[target]->Refresh(key);
+        continue;
+      }
       bool persisted = false;
       for (size_t i = target + 1; i < disks_.size() && !persisted; ++i) {
         persisted = config_.tiers[i].persistent && disks_[i]->Contains(key);
