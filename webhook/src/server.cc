@@ -278,7 +278,6 @@ Status Server::Start() {
     if (Status s = metrics_https_->Start(); !s.ok()) return s;
     metrics_port_ = metrics_https_->port();
   }
-  certs_->StartPolling(options_.cert_poll_interval);
   ready_ = true;
   LogEvent(spdlog::level::info, "serving",
            {{"port", port_},
@@ -289,6 +288,10 @@ Status Server::Start() {
             {"ioThreads", https_->io_threads()},
             {"usableCpus", https_->usable_cpus()},
             {"maxConnections", options_.max_connections}});
+  // After the first log line: the poller logs a failed reload at once, and the logger's
+  // first use (spdlog's registry, made on first use where ConfigureLogging has not run, as
+  // in tests) then raced with this thread's.
+  certs_->StartPolling(options_.cert_poll_interval);
   return Status::Ok();
 }
 
