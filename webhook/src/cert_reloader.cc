@@ -119,11 +119,15 @@ CertReloader::~CertReloader() {
   if (poller_.joinable()) poller_.join();
 }
 
-std::string CertReloader::FileSignature() const {
+std::string CertReloader::FileSignature(std::string* missing) const {
   std::string sig;
-  for (const std::string& f : {cert_file_, key_file_}) {
+  for (const auto& [flag, f] : {std::pair{"--tls-cert-file=", &cert_file_},
+                                 std::pair{"--tls-key-file=", &key_file_}}) {
     struct stat st {};
-    if (::stat(f.c_str(), &st) != 0) return "";  // missing: nothing to load
+    if (::stat(f->c_str(), &st) != 0) {  // missing: nothing to load
+      if (missing != nullptr) *missing = flag + *f + ": cannot read: " + std::strerror(errno);
+      return "";
+    }
     sig += std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
            std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
   }
@@ -217,22 +221,15 @@ Status CertReloader::Read(Pair* pair) const {
 }
 
 bool CertReloader::ReloadIfChanged() {
-  const std::string sig = FileSignature();
+  std::string missing;
+  const std::string sig = FileSignature(&missing);
   if (sig.empty()) {
     // A file gone (a Secret's volume remounted wrong, a key deleted): the pair loaded before
     // is served on, and the failure is counted once, as a bad pair is, so that the alert on
     // failed reloads fires instead of nothing being said until the certificate expires.
-    std::string missing;
-    for (const std::string* f : {&cert_file_, &key_file_}) {
-      struct stat st {};
-      if (missing.empty() && ::stat(f->c_str(), &st) != 0) {
-        missing = (f == &cert_file_ ? "--tls-cert-file=" : "--tls-key-file=") + *f +
-                  ": cannot read: " + std::strerror(errno);
-      }
-    }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (missing.empty() || failed_signature_ == missing) return false;
+      if (failed_signature_ == missing) return false;
       failed_signature_ = missing;
     }
     if (observer_) observer_(Load{false, missing, 0, 0});

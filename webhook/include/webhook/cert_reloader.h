@@ -62,7 +62,7 @@ class CertReloader {
   std::shared_ptr<const Pair> Current();
   // Tells the observer `loaded` is served now.
   void Notify(const Pair& loaded) const;
-  std::string FileSignature() const;
+  std::string FileSignature(std::string* missing = nullptr) const;
 
   const std::string cert_file_;
   const std::string key_file_;
