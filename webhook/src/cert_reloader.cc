@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,12 +46,8 @@ std::string OpenSslDetail() {
 // process may not read (a Secret's defaultMode against the pod's uid) was reported as holding
 // no PEM.
 Result<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return Status::InvalidArgument(flag + "=" + path + ": is a directory, not a PEM file");
-  }
   Result<std::string> text = ReadWholeFile(path);
-  if (!text.ok()) return Status::InvalidArgument(flag + "=" + path + ": " + text.status().message());
+  if (!text.ok()) return Status::InvalidArgument(flag + "=" + text.status().message());
   return text;
 }
 

@@ -1,11 +1,9 @@
 // kv-offload-webhook: `serve` (default) runs the admission webhook; `inject` mutates manifests
 // offline; `validate` checks manifests offline. Flags are --name=value or --name value.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvoffload/read_file.h"
 #include "webhook/admission.h"
 #include "webhook/caching_reader.h"
 #include "webhook/inject.h"
@@ -423,31 +422,9 @@ int Serve(const Flags& flags) {
   return 0;
 }
 
-// A file's bytes, or stdin's for "-". Read with read(2), whose errors a stream's `<<` dropped:
-// stdin that was a directory, or a file failing with EIO, read as an empty input and passed as
-// a clean run. A directory is refused by name.
+// A file's bytes, or stdin's for "-".
 Result<std::string> ReadInput(const std::string& name) {
-  const std::string what = name == "-" ? "stdin" : name;
-  const int fd = name == "-" ? STDIN_FILENO : ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::InvalidArgument(what + ": cannot read: " + std::strerror(errno));
-  struct stat st {};
-  std::string text;
-  Status status = Status::Ok();
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    status = Status::InvalidArgument(what + ": is a directory, not a file");
-  }
-  for (char buf[65536]; status.ok();) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n == 0) break;
-    if (n > 0) {
-      text.append(buf, static_cast<size_t>(n));
-    } else if (errno != EINTR) {
-      status = Status::InvalidArgument(what + ": cannot read: " + std::strerror(errno));
-    }
-  }
-  if (fd != STDIN_FILENO) ::close(fd);
-  if (!status.ok()) return status;
-  return text;
+  return name == "-" ? ReadAll(STDIN_FILENO, "stdin") : ReadWholeFile(name);
 }
 
 // One -f's inputs: a file, stdin ("-"), or as kubectl reads a directory, its *.yaml, *.yml and
