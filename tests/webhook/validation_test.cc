@@ -408,6 +408,23 @@ TEST(ValidationTest, WorkloadTemplateGetsThePodDenial) {
   EXPECT_EQ(r->denial, r->errors[0]);
 }
 
+// A workload without its pod template is refused by inject (InjectTest) and by the API server:
+// validate passed it, "0 object(s) ... checked", exit 0.
+TEST(ValidationTest, WorkloadWithoutATemplateIsInvalidAsInjectSays) {
+  const std::string manifest =
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: team}\n"
+      "spec: {replicas: 1}\n";
+  Result<std::vector<ObjectReport>> reports = ValidateManifests(manifest, InjectOptions{});
+  ASSERT_TRUE(reports.ok()) << reports.status().message();
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ(reports->front().object, "Deployment team/d");
+  EXPECT_EQ(reports->front().errors, std::vector<std::string>{"spec.template: no pod template here"});
+  Result<InjectResult> injected = InjectManifests(manifest, InjectOptions{});
+  ASSERT_FALSE(injected.ok());
+  EXPECT_EQ(injected.status().message(),
+            reports->front().object + ": " + reports->front().errors.front());
+}
+
 TEST(ValidationTest, OnlyTemplatesWhosePodsWouldBeInjected) {
   const std::string bad = R"({"cpu":"ten"})";
   const json opted_out = Deployment({{kLabelInject, "false"}}, bad);

@@ -245,6 +245,8 @@ Status ValidateWorkload(const json& object, const std::string& namespace_name,
     const std::string where = pointer.empty() ? "" : DottedPath(pointer) + ": ";
     const json::json_pointer p(pointer);
     if (!object.contains(p) || !object[p].is_object()) {
+      // Whatever its spec: inject and the API server refuse it too.
+      report->checked = true;
       report->errors.push_back(where + "no pod template here");
       continue;
     }
