@@ -473,6 +473,9 @@ Result<std::optional<nlohmann::json>> KubeClusterReader::GetPath(const ObjectRef
     }
     return Status::Unavailable(why);
   }
+  // Not found whatever the body: the API server answers a path that no group version serves
+  // (v1alpha2 where only v1alpha1 is installed) with net/http's plain "404 page not found",
+  // not a Status (k8s.io/apiserver's notfoundhandler, 1.35), so a Status cannot be required.
   if (res->status == 404) return std::optional<nlohmann::json>();
   if (res->status == 403) {
     // A definite answer, not an outage: the cache must not hide it behind an older object.
