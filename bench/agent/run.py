@@ -176,6 +176,11 @@ def disk():
             for state, flags in shapes.items():
                 got, cmds[state] = bench("disk", f"--dir={DISK_DIR}", f"--block-size={bs}",
                                          f"--qd={QD}", f"--total={pass_size(bs)}", *flags)
+                # A tier on a file system refusing O_DIRECT runs buffered: its loads would be
+                # the page cache's, measured against fio's reads from the disk.
+                if "O_DIRECT on" not in got["describe"]:
+                    sys.exit(f"run.py: the disk tier in {DISK_DIR} runs without O_DIRECT "
+                             f"({got['describe']}); set BENCH_DISK_DIR to a disk that takes it")
                 best = agent.setdefault(state, got)
                 # Each direction's best run, with that run's time per block.
                 for what, disk_us in (("store", "disk_write_us_per_block"),
