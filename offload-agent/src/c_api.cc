@@ -257,6 +257,7 @@ kvo_status kvo_get_stats(kvo_engine* engine, kvo_stats* out) {
     kvo_stats all;
     std::memset(&all, 0, sizeof(all));
     all.struct_size = std::min(caller_size, sizeof(kvo_stats));
+    static_assert(KVO_MAX_TIERS == kvoffload::kMaxDiskTiers + 1, "every tier is reported");
     all.num_tiers = static_cast<uint32_t>(std::min<size_t>(s.tiers.size(), KVO_MAX_TIERS));
     for (uint32_t i = 0; i < all.num_tiers; ++i) {
       const kvoffload::TierStats& t = s.tiers[i];

@@ -22,7 +22,12 @@
 namespace kvoffload {
 namespace {
 
-std::string Quote(std::string_view v) { return "\"" + std::string(v) + "\""; }
+// `v` as a JSON string: a NUL cut the message where it stood (the C API returns it through
+// c_str()), and other control characters went into the log raw.
+std::string Quote(std::string_view v) {
+  return nlohmann::json(std::string(v)).dump(-1, ' ', false,
+                                             nlohmann::json::error_handler_t::replace);
+}
 
 // The keys of one KVOFFLOAD_TIERS entry. Any other is refused: a misspelt "persistent" read as
 // absent would start the tier empty on every restart, and nothing would say why.
@@ -31,6 +36,10 @@ constexpr const char* kTierKeys[] = {"path", "kind", "capacityBytes", "persisten
 Result<uint64_t> ParseBytes(std::string_view name, std::string_view value) {
   uint64_t out = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (ec == std::errc::result_out_of_range && ptr == value.data() + value.size()) {
+    return Status::InvalidArgument(std::string(name) + "=" + Quote(value) +
+                                   " is more than 2^64-1 bytes");
+  }
   if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
     return Status::InvalidArgument(std::string(name) + "=" + Quote(value) +
                                    " is not an integer byte count (the webhook writes bytes, "
@@ -95,12 +104,37 @@ std::optional<std::string> ProcessEnv(std::string_view name) {
 
 Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
   const std::string where = "KVOFFLOAD_TIERS=" + Quote(json);
+  // JSON parsers keep the last of a key given twice: "persistent":true,"persistent":false made
+  // a pvcRef tier start empty, removing the blocks it held. Each object's keys are tracked.
+  std::vector<std::vector<std::string>> keys;  // of the objects open at this point
+  int tier_at = -1;
+  std::string twice;
+  const nlohmann::json::parser_callback_t seen = [&](int depth, nlohmann::json::parse_event_t event,
+                                                    nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      if (depth == 1) ++tier_at;
+      keys.emplace_back();
+    } else if (event == Event::object_end && !keys.empty()) {
+      keys.pop_back();
+    } else if (event == Event::key && !keys.empty() && twice.empty()) {
+      std::vector<std::string>& open = keys.back();
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (std::find(open.begin(), open.end(), key) != open.end()) {
+        twice = (tier_at >= 0 ? "KVOFFLOAD_TIERS[" + std::to_string(tier_at) + "]" : "KVOFFLOAD_TIERS") +
+                " has the key " + Quote(key) + " twice; give each key once";
+      }
+      open.push_back(key);
+    }
+    return true;
+  };
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(json);
+    doc = nlohmann::json::parse(json, seen);
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(where + " is not JSON: " + e.what());
   }
+  if (!twice.empty()) return Status::InvalidArgument(twice);
   if (!doc.is_array()) return Status::InvalidArgument(where + " must be a JSON array");
   std::vector<DiskTierConfig> tiers;
   for (size_t i = 0; i < doc.size(); ++i) {
@@ -118,13 +152,14 @@ Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
     }
     DiskTierConfig tier;
     if (!t.contains("path") || !t["path"].is_string() || t["path"].get<std::string>().empty()) {
-      return Status::InvalidArgument(at + ".path must be a non-empty string in " + where);
+      return Status::InvalidArgument(at + ".path=" + t.value("path", nlohmann::json()).dump() +
+                                     " must be a non-empty string");
     }
     tier.path = t["path"].get<std::string>();
     // Required, as the Python adapter requires it: the default of persistent hangs on it.
     if (!t.contains("kind") || !t["kind"].is_string()) {
       return Status::InvalidArgument(at + ".kind must be a string, one of emptyDir, pvcSpec or "
-                                     "pvcRef, in " + where);
+                                     "pvcRef");
     }
     tier.kind = t["kind"].get<std::string>();
     if (tier.kind != "emptyDir" && tier.kind != "pvcSpec" && tier.kind != "pvcRef") {
@@ -132,8 +167,10 @@ Result<std::vector<DiskTierConfig>> ParseTiersJson(std::string_view json) {
                                      " must be emptyDir, pvcSpec or pvcRef");
     }
     if (!t.contains("capacityBytes") || !t["capacityBytes"].is_number_unsigned()) {
-      return Status::InvalidArgument(at + ".capacityBytes must be a non-negative integer in " +
-                                     where);
+      return Status::InvalidArgument(
+          at + ".capacityBytes=" + t.value("capacityBytes", nlohmann::json()).dump() +
+          " must be a non-negative integer number of bytes, at most 2^64-1 (0: the size of the "
+          "tier's file system)");
     }
     tier.capacity_bytes = t["capacityBytes"].get<uint64_t>();
     if (tier.capacity_bytes == 0) {
@@ -213,11 +250,22 @@ Status EngineConfig::Validate() const {
   if (worker_threads == 0 || io_parallelism == 0) {
     return Status::InvalidArgument("worker_threads and io_parallelism must be > 0");
   }
+  if (tiers.size() > kMaxDiskTiers) {
+    return Status::InvalidArgument("KVOFFLOAD_TIERS has " + std::to_string(tiers.size()) +
+                                   " disk tiers; at most " + std::to_string(kMaxDiskTiers) +
+                                   " are taken (the stats report the CPU tier and " +
+                                   std::to_string(kMaxDiskTiers) + " more)");
+  }
   for (size_t i = 0; i < tiers.size(); ++i) {
     const DiskTierConfig& t = tiers[i];
     const std::string at = "KVOFFLOAD_TIERS[" + std::to_string(i) + "]";
     if (t.path.empty() || t.path[0] != '/') {
       return Status::InvalidArgument(at + ".path=" + Quote(t.path) + " must be absolute");
+    }
+    if (std::any_of(t.path.begin(), t.path.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      return Status::InvalidArgument(at + ".path=" + Quote(t.path) +
+                                     " has a control character; a tier's mount path has none");
     }
     if (t.capacity_bytes == 0) {
       return Status::InvalidArgument(at + ".capacityBytes must be > 0 (path " + t.path + ")");

@@ -145,7 +145,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
        {"KVOFFLOAD_TIERS[0].kind must be a string"}},
       {{{"KVOFFLOAD_CPU_BYTES", "65536"},
         {"KVOFFLOAD_TIERS", R"([{"path":"/x","kind":"emptyDir","capacityBytes":"65536"}])"}},
-       {"KVOFFLOAD_TIERS[0].capacityBytes must be a non-negative integer"}},
+       {"KVOFFLOAD_TIERS[0].capacityBytes=\"65536\"", "must be a non-negative integer"}},
       // A misspelt flag is not read as absent: the tier would start empty on every restart.
       {{{"KVOFFLOAD_CPU_BYTES", "65536"},
         {"KVOFFLOAD_TIERS", R"([{"path":"/x","kind":"emptyDir","capacityBytes":4096,"persistant":true}])"}},
@@ -166,6 +166,56 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheValue) {
           << "\"" << c.status().message() << "\" does not mention " << m;
     }
   }
+}
+
+// Found by running the library with inputs a hand-written setup could give it.
+TEST(ConfigTest, WhatJsonLetsThroughIsRefusedToo) {
+  const std::string tier = R"("kind":"pvcRef","capacityBytes":4096)";
+  std::string twenty = "[";
+  for (int i = 0; i < 20; ++i) {
+    twenty += std::string(i ? "," : "") + R"({"path":"/mnt/t)" + std::to_string(i) + "\"," + tier + "}";
+  }
+  twenty += "]";
+  const std::vector<BadCase> cases = {
+      // Duplicate keys: JSON parsers keep the last; "persistent":false after true made a pvcRef
+      // tier start empty, removing what it held.
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"},
+        {"KVOFFLOAD_TIERS", R"([{"path":"/x",)" + tier + R"(},{"path":"/y",)" + tier +
+                                R"(,"persistent":true,"persistent":false}])"}},
+       {"KVOFFLOAD_TIERS[1]", "\"persistent\" twice", "give each key once"}},
+      // Past KVO_MAX_TIERS the tiers ran, but stats and metrics dropped them.
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"}, {"KVOFFLOAD_TIERS", twenty}},
+       {"KVOFFLOAD_TIERS", "20 disk tiers", "at most 15"}},
+      // A NUL cut the message where it stood (returned through c_str()).
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"},
+        {"KVOFFLOAD_TIERS", R"([{"path":"/x","kind":"emptyDir\u0000x","capacityBytes":4096}])"}},
+       {"KVOFFLOAD_TIERS[0].kind=\"emptyDir\\u0000x\""}},
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"},
+        {"KVOFFLOAD_TIERS", R"([{"path":"/x/\u0001y","kind":"emptyDir","capacityBytes":4096}])"}},
+       {"KVOFFLOAD_TIERS[0].path=\"/x/\\u0001y\"", "control character"}},
+      // An integer out of range is no "not an integer"; the value is quoted, not the document.
+      {{{"KVOFFLOAD_CPU_BYTES", "18446744073709551616"}},
+       {"KVOFFLOAD_CPU_BYTES=\"18446744073709551616\"", "more than 2^64-1"}},
+      {{{"KVOFFLOAD_CPU_BYTES", "65536"},
+        {"KVOFFLOAD_TIERS", R"([{"path":"/x","kind":"emptyDir","capacityBytes":18446744073709551616}])"}},
+       {"KVOFFLOAD_TIERS[0].capacityBytes=", "at most 2^64-1"}},
+  };
+  for (const BadCase& bc : cases) {
+    Result<EngineConfig> c = ConfigFromEnv(Base(), FakeEnv(bc.env));
+    ASSERT_FALSE(c.ok()) << "accepted: " << bc.env.rbegin()->second;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.status().message().find('\0'), std::string::npos);
+    for (const std::string& m : bc.must_mention) {
+      EXPECT_NE(c.status().message().find(m), std::string::npos)
+          << "\"" << c.status().message() << "\" does not mention " << m;
+    }
+  }
+  // The value, not the whole document: with many tiers the message was kilobytes.
+  Result<EngineConfig> big = ConfigFromEnv(
+      Base(), FakeEnv({{"KVOFFLOAD_CPU_BYTES", "65536"},
+                       {"KVOFFLOAD_TIERS", R"([{"path":"/x","kind":"emptyDir","capacityBytes":-1}])"}}));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().message().find("KVOFFLOAD_TIERS=["), std::string::npos) << big.status().message();
 }
 
 // Names that differ can still be one directory: a symbolic link, or two mounts of one volume

@@ -31,6 +31,10 @@ struct DiskTierConfig {
 // The largest block the agent stores (1 GiB).
 inline constexpr size_t kMaxBlockBytes = size_t{1} << 30;
 
+// The most disk tiers an engine takes: the C API's stats report the CPU tier and these
+// (KVO_MAX_TIERS in total), and a tier past them would run unseen by stats and metrics.
+inline constexpr size_t kMaxDiskTiers = 15;
+
 struct KVOFFLOAD_EXPORT EngineConfig {
   // From the environment (or set in code).
   uint64_t cpu_bytes = 0;
