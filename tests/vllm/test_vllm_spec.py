@@ -221,6 +221,76 @@ def test_sizes_are_plain_digits_within_64_bits():
             [{"path": "/x", "kind": "emptyDir", "capacityBytes": 2**64}])})
 
 
+def test_what_json_lets_through_is_refused_as_libkvoffload_refuses_it():
+    """Found by running the adapter with hand-written settings (config_test.cc has the C side):
+    a key given twice (json keeps the last: "persistent": false after true made a pvcRef tier
+    start empty and remove its blocks), more tiers than the stats report, a control character
+    or a byte that is no UTF-8 in a path, a size of thousands of digits (Python's own
+    int-conversion error, naming nothing)."""
+    tier = '"kind":"pvcRef","capacityBytes":4096'
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[1\] has the key 'persistent' twice; "
+                                         r"give each key once"):
+        settings.parse_tiers(f'[{{"path":"/x",{tier}}},'
+                             f'{{"path":"/y",{tier},"persistent":true,"persistent":false}}]')
+    twenty = ",".join(f'{{"path":"/mnt/t{i}",{tier}}}' for i in range(20))
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS has 20 disk tiers; at most 15"):
+        settings.parse_tiers(f"[{twenty}]")
+    for path in (r"/x/\u0000y", r"/x/\u0001y", r"/x/\u007fy"):
+        with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].path=.*: has a control "
+                                             r"character"):
+            settings.parse_tiers(f'[{{"path":"{path}",{tier}}}]')
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS\[0\].path=.*: not UTF-8"):
+        settings.parse_tiers(b'[{"path":"/x/\xff",'.decode("utf-8", "surrogateescape") +
+                             tier + "}]")
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_CPU_BYTES='9{20}\.\.\.' \(5000 digits\): "
+                                         r"more than 2\^64-1 bytes"):
+        settings.from_env({"KVOFFLOAD_CPU_BYTES": "9" * 5000})
+    with pytest.raises(ValueError, match=r"KVOFFLOAD_TIERS=.*: not JSON"):
+        settings.parse_tiers('[{"path":"/x","kind":"pvcRef","capacityBytes":' + "9" * 5000 + "}]")
+
+
+def test_near_misses_of_our_names_are_refused_not_read_as_absent():
+    """A misspelt setting ran the pod with no disk tier or with lru, and nothing said so: an
+    extra-config key near one of the spec's own (case, '-' for '_', a letter off, our prefix
+    left out), a KVOFFLOAD_* variable near one of the three. vLLM's own extra-config keys and
+    the other variables of ours are not near misses."""
+    tiers = [{"path": "/x", "kind": "emptyDir", "capacityBytes": 8192}]
+    for key, meant in (("kvoffload-tiers", "kvoffload_tiers"), ("tiers", "kvoffload_tiers"),
+                       ("evicton_policy", "eviction_policy"),
+                       ("EVICTION_POLICY", "eviction_policy"), ("disk-io", "disk_io"),
+                       ("write_back_second", "write_back_seconds")):
+        with pytest.raises(ValueError, match=rf"kv_connector_extra_config.{key}: unknown key; "
+                                             rf"did you mean {meant}\?"):
+            resolve_settings({"cpu_bytes_to_use": 65536, key: tiers}, env={})
+    ok = {"cpu_bytes_to_use": 65536, "spec_name": "KVOffloadAgentSpec",
+          "spec_module_path": "kvoffload.vllm", "block_size": 16, "offload_prompt_only": True,
+          "store_threshold": 2, "backpressure": True}
+    assert resolve_settings(ok, env={}).cpu_bytes == 65536
+    for var, meant in (("KVOFFLOAD_TIER", "KVOFFLOAD_TIERS"),
+                       ("KVOFFLOAD_EVICTION_POLICIES", "KVOFFLOAD_EVICTION_POLICY"),
+                       ("KVOFFLOAD_CPU_BYTE", "KVOFFLOAD_CPU_BYTES"),
+                       ("kvoffload_tiers", "KVOFFLOAD_TIERS")):
+        with pytest.raises(ValueError, match=rf"{var} is set, but no such variable is read; did "
+                                             rf"you mean {meant}\?"):
+            settings.from_env({"KVOFFLOAD_CPU_BYTES": "65536", var: json.dumps(tiers)})
+    others = {"KVOFFLOAD_CPU_BYTES": "65536", "KVOFFLOAD_LIBRARY": "/x.so",
+              "KVOFFLOAD_VLLM_PYTHON": "0.34.0", "KVOFFLOAD_CONFIG_HASH": "abc", "PATH": "/bin"}
+    assert settings.from_env(others).cpu_bytes == 65536
+
+
+def test_durations_are_numbers_not_what_float_makes_of_text(tmp_path, monkeypatch):
+    """float() took True (1 s), "1_0" (10 s) and "  2 " (2 s): refused as the sizes are."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS)
+    for value in (True, "1_0", "  2 ", "0x10", "1e2"):
+        with pytest.raises(ValueError, match=re.escape(f"write_back_seconds={value!r}") +
+                           " is not a number of seconds from 0 to 3600"):
+            OffloadingSpecFactory.create_spec(
+                offloading_config({**agent_extra(), "write_back_seconds": value}))
+    for value in (2, 2.5, "2", "2.5"):
+        OffloadingSpecFactory.create_spec(
+            offloading_config({**agent_extra(), "write_back_seconds": value}))
+
+
 def test_extra_config_settings_take_json_values_and_name_their_keys():
     """Without KVOFFLOAD_* (no webhook), the extra config sets the engine: kvoffload_tiers as
     --kv-transfer-config's JSON carries it (a list) or as a string of JSON; errors name the key

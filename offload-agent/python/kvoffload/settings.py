@@ -7,6 +7,7 @@ variable named, and so tests can check a golden pod's env without building an en
 policies accepted are those the loaded libkvoffload registers (engine.policy_names), the list
 the engine itself checks against, so a policy added to the agent needs no change here."""
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -18,6 +19,12 @@ _TIER_KINDS = ("emptyDir", "pvcSpec", "pvcRef")
 # The keys of one tier; any other is refused, as libkvoffload refuses it: a misspelt
 # "persistent" read as absent would start the tier empty on every restart.
 _TIER_KEYS = ("path", "kind", "capacityBytes", "persistent", "shared")
+# The C API's stats report the CPU tier and at most this many disk tiers (KVO_MAX_TIERS - 1);
+# libkvoffload refuses more, which would run unseen by stats and metrics.
+_MAX_DISK_TIERS = 15
+# The variables read here. Another KVOFFLOAD_* that is nearly one of them is refused: a
+# misspelt KVOFFLOAD_TIERS ran the pod with no disk tier, and nothing said so.
+_VARIABLES = ("KVOFFLOAD_CPU_BYTES", "KVOFFLOAD_EVICTION_POLICY", "KVOFFLOAD_TIERS")
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,11 @@ def _int(name: str, value, minimum: int) -> int:
     n = value
     if isinstance(value, str):
         text = value[1:] if value.startswith("-") else value
+        if text.isascii() and text.isdigit() and len(text) > 20:
+            # Past any 64-bit size; and past 4300 digits int() raises its own error, naming
+            # nothing.
+            raise ValueError(f"{name}={value[:20] + '...'!r} ({len(value)} digits): more than "
+                             "2^64-1 bytes")
         n = int(value) if text.isascii() and text.isdigit() else None
     if isinstance(n, bool) or not isinstance(n, int):
         raise ValueError(f"{name}={value!r}: want an integer number of bytes")
@@ -93,19 +105,39 @@ def _file_system_capacity(where: str, path: str) -> int:
     return size - min(size // 2, 8 * 2**20 + size // 64)
 
 
+class _Object(dict):
+    """A JSON object that remembers the first key it was given twice: json keeps the last, and
+    "persistent": false after true made a pvcRef tier start empty, removing its blocks."""
+    twice = None
+
+
+def _object(pairs) -> _Object:
+    obj = _Object()
+    for key, value in pairs:
+        if key in obj and obj.twice is None:
+            obj.twice = key
+        obj[key] = value
+    return obj
+
+
 def parse_tiers(text: str, name: str = "KVOFFLOAD_TIERS") -> tuple[Tier, ...]:
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
+        raw = json.loads(text, object_pairs_hook=_object)
+    except ValueError as e:  # JSONDecodeError, and an integer past Python's 4300 digits
         raise ValueError(f"{name}={text!r}: not JSON ({e})") from None
     if not isinstance(raw, list):
         raise ValueError(f"{name}={text!r}: want a JSON array of tiers")
+    if len(raw) > _MAX_DISK_TIERS:
+        raise ValueError(f"{name} has {len(raw)} disk tiers; at most {_MAX_DISK_TIERS} are "
+                         f"taken (the stats report the CPU tier and {_MAX_DISK_TIERS} more)")
     tiers = []
     dirs = {}
     for i, t in enumerate(raw):
         where = f"{name}[{i}]"
         if not isinstance(t, dict):
             raise ValueError(f"{where}={t!r}: want an object")
+        if t.twice is not None:
+            raise ValueError(f"{where} has the key {t.twice!r} twice; give each key once")
         unknown = sorted(set(t) - set(_TIER_KEYS))
         if unknown:
             raise ValueError(f"{where}: unknown key {unknown[0]!r}; the keys are "
@@ -113,6 +145,16 @@ def parse_tiers(text: str, name: str = "KVOFFLOAD_TIERS") -> tuple[Tier, ...]:
         path, kind = t.get("path"), t.get("kind")
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError(f"{where}.path={path!r}: want an absolute path")
+        # As libkvoffload refuses them; a byte that is no UTF-8 (os.environ's surrogate escape)
+        # reached it as JSON it could not read, an error about text the user never wrote.
+        if any(c < " " or c == "\x7f" for c in path):
+            raise ValueError(f"{where}.path={path!r}: has a control character; a tier's mount "
+                             "path has none")
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{where}.path={path!r}: not UTF-8; give the tier a UTF-8 mount "
+                             "path") from None
         # Two tiers in one directory would spend one disk's room twice (libkvoffload refuses
         # it too); "/mnt/a/" and "/mnt/b/../a" are "/mnt/a".
         same = dirs.setdefault(os.path.normpath(path), i)
@@ -143,6 +185,12 @@ def from_env(env: Mapping[str, str], names: Mapping[str, str] | None = None) -> 
     def name(var: str) -> str:
         return (names or {}).get(var, var)
 
+    for var in env:
+        near = (difflib.get_close_matches(var.upper(), _VARIABLES, n=1, cutoff=0.85)
+                if var not in _VARIABLES else None)
+        if near:
+            raise ValueError(f"{var} is set, but no such variable is read; did you mean "
+                             f"{near[0]}?")
     cpu = env.get("KVOFFLOAD_CPU_BYTES")
     if cpu is None or cpu == "":
         raise ValueError("KVOFFLOAD_CPU_BYTES is not set (or empty); the webhook sets it in "

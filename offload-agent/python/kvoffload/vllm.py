@@ -159,6 +159,10 @@ class KVOffloadLoadStoreSpec(LoadStoreSpec):
 _EXTRA_SETTINGS = {"KVOFFLOAD_CPU_BYTES": "cpu_bytes_to_use",
                    "KVOFFLOAD_EVICTION_POLICY": "eviction_policy",
                    "KVOFFLOAD_TIERS": "kvoffload_tiers"}
+# Every extra-config key the spec reads, and those of them whose near misses are refused.
+_SPEC_KEYS = frozenset([*_EXTRA_SETTINGS.values(), "disk_io", "revision", "write_back_seconds",
+                        "metrics_interval_seconds"])
+_NEAR_MISS_KEYS = sorted(_SPEC_KEYS - {"cpu_bytes_to_use"})
 
 
 def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
@@ -173,6 +177,19 @@ def resolve_settings(extra_config, env=os.environ) -> settings_mod.Settings:
     if unknown:
         raise ValueError(f"kv_connector_extra_config.{unknown[0]}: unknown key; the keys of "
                          f"KVOffloadAgentSpec's own are {', '.join(sorted(ours))}")
+    # The extra config is vLLM's too, so other keys pass; but one that is nearly ours (case,
+    # '-' for '_', a letter off, our prefix left out) ran the pod with no disk tier or with lru.
+    # (A near miss of cpu_bytes_to_use is named below where no size is found.)
+    for key in extra_config:
+        if not isinstance(key, str) or key in _SPEC_KEYS:
+            continue
+        norm = key.lower().replace("-", "_")
+        near = difflib.get_close_matches(norm, _NEAR_MISS_KEYS, n=1, cutoff=0.85)
+        if not near and f"kvoffload_{norm}" in _NEAR_MISS_KEYS:
+            near = [f"kvoffload_{norm}"]
+        if near:
+            raise ValueError(f"kv_connector_extra_config.{key}: unknown key; did you mean "
+                             f"{near[0]}?")
     # An empty variable is an unset one (libkvoffload reads it so too): KVOFFLOAD_TIERS=""
     # left by a shell or a pod spec does not drop the tiers the extra config gives.
     merged, names = {var: value for var, value in env.items() if value != ""}, {}
@@ -714,10 +731,12 @@ class KVOffloadAgentSpec(OffloadingSpec):
 
     def _seconds(self, key: str, default: float, zero_means: str) -> float:
         value = self.extra_config.get(key, default)
-        try:
+        # A number, or its digits as text: float() also took True (1 s), "1_0" (10 s), " 2 ".
+        seconds = -1.0
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = -1.0
+        elif isinstance(value, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
+            seconds = float(value)
         if not 0 <= seconds <= MAX_SECONDS:
             raise ValueError(f"KVOffloadAgentSpec: kv_connector_extra_config.{key}="
                              f"{value!r} is not a number of seconds from 0 to {MAX_SECONDS:g}; "
