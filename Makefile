@@ -6,9 +6,10 @@ CTEST_FLAGS  ?=
 JOBS         ?= $(shell nproc)
 # ccache (installed by deps) in front of the compilers: a rebuild, another build type's tree of
 # the same sources, or another clone at the same path compiles only what changed. Recursive
-# (=), so it is looked up after deps installed it. CCACHE= turns it off.
+# (=), so it is looked up after deps installed it. CCACHE= turns it off, also in a tree
+# configured with it (the launcher is set empty, not left as the cache has it).
 CCACHE        = $(shell command -v ccache)
-LAUNCHER      = $(if $(CCACHE),-DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
+LAUNCHER      = -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)
 
 .PHONY: all deps configure build test demo clean
 all: build
