@@ -5,15 +5,20 @@
 // vLLM's one-piece-per-layer layout. Batches have no order among themselves (device.h).
 #include <sys/mman.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "device_backends.h"
 #include "io_status.h"
 #include "kvoffload/cpu_budget.h"
 #include "kvoffload/mutex.h"
+#include "kvoffload/read_file.h"
 #include "kvoffload/work_queue.h"
 
 namespace kvoffload {
@@ -111,6 +116,28 @@ class HostTicket final : public CopyTicket {
   std::shared_ptr<BatchState> state_;
 };
 
+// The most memory this process can commit, and what sets it: the machine's, or the container's
+// limit where its cgroup is the root of /sys/fs/cgroup (a cgroup namespace, as containers on
+// cgroup v2 have). The host device's mmap reserves nothing, so a pinned tier past it was taken
+// and the process killed by the OOM killer later, as the tier filled.
+std::pair<uint64_t, std::string> MemoryCeiling() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::pair<uint64_t, std::string> ceiling{UINT64_MAX, ""};
+  if (pages > 0 && page > 0) {
+    ceiling = {static_cast<uint64_t>(pages) * static_cast<uint64_t>(page),
+               "the machine's memory"};
+  }
+  if (Result<std::string> max = ReadWholeFile("/sys/fs/cgroup/memory.max"); max.ok()) {
+    uint64_t limit = 0;
+    const auto [end, ec] = std::from_chars(max->data(), max->data() + max->size(), limit);
+    if (ec == std::errc() && end != max->data() && limit < ceiling.first) {
+      ceiling = {limit, "the container's memory limit (/sys/fs/cgroup/memory.max)"};
+    }
+  }
+  return ceiling;
+}
+
 class HostDevice final : public DeviceBackend {
  public:
   // The workers finish every queued batch before they exit (kRunQueued), so tickets may
@@ -125,6 +152,10 @@ class HostDevice final : public DeviceBackend {
   }
 
   Result<std::unique_ptr<PinnedRegion>> AllocatePinned(size_t bytes) override {
+    if (const auto [ceiling, what] = MemoryCeiling(); bytes > ceiling) {
+      return Status::ResourceExhausted(std::to_string(bytes) + " bytes is more than " + what +
+                                       " (" + std::to_string(ceiling) + " bytes)");
+    }
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap " + std::to_string(bytes) + " bytes");
     return std::unique_ptr<PinnedRegion>(

@@ -730,6 +730,28 @@ TEST(EngineTest, AnUnallocatablePinnedTierNamesItsVariable) {
       << e.status().message();
 }
 
+// Twice the machine's memory: the host device's mmap takes it (memory is committed as the tier
+// fills, and the process was killed by the OOM killer then, hours into serving). Refused at
+// open, naming the variable and the memory there is.
+TEST(EngineTest, APinnedTierPastTheMachinesMemoryIsRefusedAtOpen) {
+  EngineConfig c = Config(1);
+  const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  c.cpu_bytes = 2 * memory;
+  Result<std::unique_ptr<Engine>> e = Engine::Open(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(e.status().message().rfind("KVOFFLOAD_CPU_BYTES=" + std::to_string(2 * memory) +
+                                           ": the pinned tier cannot be allocated (",
+                                       0),
+            0u)
+      << e.status().message();
+  // The machine's, or where it is lower (in a container on cgroup v2) the container's limit.
+  EXPECT_NE(e.status().message().find(" bytes is more than the "), std::string::npos)
+      << e.status().message();
+  EXPECT_NE(e.status().message().find(" memory"), std::string::npos) << e.status().message();
+}
+
 // A tier's directory is its volume's mount: one that does not exist is a volume not mounted,
 // and creating it would put "persistent" blocks on the container's own file system. What is
 // below it (the format directories) is the engine's to create.
