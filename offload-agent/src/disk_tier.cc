@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "block_file.h"
 #include "crc32c.h"
 #include "io_status.h"
+#include "kvoffload/tier_headroom.h"
 
 namespace kvoffload {
 namespace {
@@ -126,7 +128,28 @@ DiskTier::~DiskTier() {
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
                                                  std::unique_ptr<DiskIo> io) {
-  std::unique_ptr<DiskTier> tier(new DiskTier(options, std::move(io)));
+  // A tier larger than its file system never evicts: once the disk is full each new block is
+  // refused (ENOSPC) and lost while the old ones stay. It holds what the file system does, less
+  // the headroom the webhook keeps from a size it knows (an emptyDir's sizeLimit, a hand-written
+  // size past the volume, a PVC whose file system's own overhead is more than that headroom).
+  // Not refused: a PVC of a size's worth of bytes has a file system smaller than that.
+  DiskTierOptions sized = options;
+  struct statvfs fs {};
+  // A file system that reports no size (ramfs, some FUSE ones) is not sized by it.
+  if (::statvfs(options.config.path.c_str(), &fs) == 0 && fs.f_blocks > 0) {
+    const uint64_t total = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+    const uint64_t fits = total - TierHeadroomBytes(total);
+    if (options.config.capacity_bytes > fits) {
+      sized.config.capacity_bytes = fits;
+      WriteLog(options.log, options.field + ".capacityBytes=" +
+                                std::to_string(options.config.capacity_bytes) +
+                                " is more than the file system at " + options.config.path +
+                                " holds (" + std::to_string(total) + " bytes, less " +
+                                std::to_string(total - fits) + " kept free): the tier holds " +
+                                std::to_string(fits) + " bytes");
+    }
+  }
+  std::unique_ptr<DiskTier> tier(new DiskTier(sized, std::move(io)));
   if (Status s = tier->Init(); !s.ok()) return s;
   return tier;
 }

@@ -4,6 +4,7 @@
 // the pinned tier's eviction policy.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -750,6 +751,37 @@ TEST(EngineTest, APinnedTierPastTheMachinesMemoryIsRefusedAtOpen) {
   EXPECT_NE(e.status().message().find(" bytes is more than the "), std::string::npos)
       << e.status().message();
   EXPECT_NE(e.status().message().find(" memory"), std::string::npos) << e.status().message();
+}
+
+// A tier larger than its file system never evicted: once the disk was full each new block was
+// refused (ENOSPC) and lost, while the blocks already there stayed. The tier holds what its file
+// system does, less the headroom a size known to the webhook keeps, and the log says so.
+TEST(EngineTest, ATierLargerThanItsFileSystemIsSizedToIt) {
+  TempDir d0;
+  const bool mounted = ::mount("tmpfs", d0.path().c_str(), "tmpfs", 0, "size=64m") == 0;
+  KVO_REQUIRE_CAPABILITY("a 64 MiB tmpfs mounted (root)", mounted ? "" : std::strerror(errno));
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  EngineHooks hooks;
+  hooks.log = [lines, mu](const std::string& line) {
+    std::lock_guard<std::mutex> lock(*mu);
+    lines->push_back(line);
+  };
+  DiskTierConfig tier = Tier(d0.path(), 1);
+  tier.capacity_bytes = uint64_t{1} << 30;
+  const uint64_t fits = uint64_t{64 - 8 - 1} << 20;  // 64 MiB less min(32, 8 + 1) MiB
+  {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(Config(1, {tier}), hooks);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ((*e)->Stats().tiers.at(1).capacity_bytes, fits);
+  }
+  ::umount2(d0.path().c_str(), MNT_DETACH);
+  std::lock_guard<std::mutex> lock(*mu);
+  const std::string said = "KVOFFLOAD_TIERS[0].capacityBytes=1073741824 is more than the file "
+                           "system at " + d0.path() + " holds (67108864 bytes, less " +
+                           std::to_string((uint64_t{64} << 20) - fits) +
+                           " kept free): the tier holds " + std::to_string(fits) + " bytes";
+  EXPECT_EQ(std::count(lines->begin(), lines->end(), said), 1) << ::testing::PrintToString(*lines);
 }
 
 // A tier's directory is its volume's mount: one that does not exist is a volume not mounted,

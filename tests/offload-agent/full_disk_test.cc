@@ -54,10 +54,11 @@ class SmallTmpfs {
 TEST(FullDiskTest, StoresFailCleanlyLoadsMissCountersShowIt) {
   SmallTmpfs fs;
   KVO_REQUIRE_CAPABILITY("root (to mount a small tmpfs)", fs.reason());
-  // 16 MiB configured on a 4 MiB file system: the kernel, not the ledger, says no. Another
-  // tenant's file takes some of it; it goes later, to make room.
+  // 16 MiB configured on a 4 MiB file system is sized to it (2 MiB, the rest kept free), and
+  // another tenant's 3 MiB file leaves less than that: the kernel, not the ledger, says no. The
+  // tenant's file goes later, to make room.
   const std::string tenant = fs.path() + "/another-tenant";
-  std::ofstream(tenant) << std::string(256 << 10, 't');
+  std::ofstream(tenant) << std::string(3 << 20, 't');
   Result<std::unique_ptr<Engine>> opened = Engine::Open(Config(1, {Tier(fs.path(), 4096)}));
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Engine& e = **opened;
