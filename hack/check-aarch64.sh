@@ -32,7 +32,8 @@ if ((${#missing[@]})) || ! dpkg --print-foreign-architectures | grep -qx arm64; 
   dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
   apt-get update -qq || die "apt-get update failed after adding the arm64 architecture"
   if ((${#missing[@]})); then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+      --no-install-recommends "${missing[@]}" >/dev/null \
       || die "installing ${missing[*]} failed"
   fi
 fi

@@ -15,9 +15,12 @@ RUNTIME_VERSION=13.0.96
 CRT_VERSION=13.0.88
 root="$CACHE_DIR/nvidia/cu13"
 
+mkdir -p "$CACHE_DIR"
+# Two cold runs installed into one directory at once: one at a time, as the other caches are.
+exec 9>"$CACHE_DIR/.lock"
+flock 9
 if [[ ! -f "$root/include/cuda_runtime.h" || ! -f "$root/include/crt/host_config.h" \
       || ! -f "$root/lib/libcudart.so.13" ]]; then
-  mkdir -p "$CACHE_DIR"
   python3 -m pip install --quiet --no-deps --upgrade --target "$CACHE_DIR" \
     "nvidia-cuda-runtime==$RUNTIME_VERSION" "nvidia-cuda-crt==$CRT_VERSION" >&2
 fi

@@ -14,7 +14,8 @@
 # from ccache; anything the fresh root has differently (a header, a package version) compiles. Needs root and debootstrap (installed when missing); where chroot or
 # mounts are not allowed it says so and fails, it never passes without having run.
 #
-#   FRESH_DIR    where the root lives while the check runs (default /var/tmp/kvoffload-fresh)
+#   FRESH_DIR    where the root lives while the check runs: FRESH_DIR.XXXXXX (default
+#                /var/tmp/kvoffload-fresh.XXXXXX)
 #   FRESH_KEEP=1 keep it afterwards
 #   FRESH_CTEST_EXCLUDE  a ctest -E regular expression: tests the root's `make test` leaves out
 #                (.ci/run names the vLLM engine files that its own `make test` has just run)
@@ -33,21 +34,30 @@ log() { echo "fresh-check.sh: $*" >&2; }
 [[ "${FRESH_CTEST_EXCLUDE:-}" != *[\'\$]* ]] || die "FRESH_CTEST_EXCLUDE may hold no ' or \$"
 command -v unshare >/dev/null || die "needs unshare (util-linux)"
 if ! command -v debootstrap >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+    --no-install-recommends debootstrap >/dev/null \
     || die "installing debootstrap failed"
 fi
 
 cache="${KVOFFLOAD_CACHE:-/var/cache/kv-offload}"
-dir="${FRESH_DIR:-/var/tmp/kvoffload-fresh}"
+# A directory of this run's own: two runs on one machine each removed the other's root, one
+# of them while chrooted in it. Removed on any exit, unless FRESH_KEEP=1.
+dir="$(mktemp -d "${FRESH_DIR:-/var/tmp/kvoffload-fresh}.XXXXXX")"
+if [[ "${FRESH_KEEP:-0}" != 1 ]]; then trap 'rm -rf "${dir}"' EXIT; fi
 root="${dir}/root"
-# The mirror this machine's apt uses (deb822 or one-line sources), so the root gets the same
-# Debian the rest of the project is built against.
-mirror="$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)"
-[[ -n "${mirror}" ]] || mirror="$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)"
+# The mirror this machine's apt uses for bookworm itself (deb822 or one-line sources), so the
+# root gets the same Debian the rest of the project is built against. Without a *.sources file
+# (the installer writes only sources.list) the pipeline failed under pipefail and the script
+# exited without a word; another repository's stanza (a vendor's) is not Debian's.
+mirror="$(awk 'FNR == 1 {uri = ""; suites = ""}
+               /^URIs:/ {uri = $2} /^Suites:/ {suites = $0}
+               /^$/ {if (uri != "" && suites ~ /[ \t]bookworm([ \t]|$)/) {print uri; exit} uri = ""; suites = ""}
+               END {if (uri != "" && suites ~ /[ \t]bookworm([ \t]|$)/) print uri}' \
+            /dev/null /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 || true)"
+[[ -n "${mirror}" ]] || mirror="$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
 mirror="${mirror:-http://deb.debian.org/debian}"
 
 t0=${SECONDS}
-rm -rf "${dir}"
 mkdir -p "${root}" "${cache}/fresh-debootstrap" "${cache}/fresh-apt-archives/partial"
 log "debootstrap bookworm (minbase + make, git) from ${mirror}"
 debootstrap --variant=minbase --include=make,git --cache-dir="${cache}/fresh-debootstrap" \
@@ -117,7 +127,6 @@ exec chroot "${root}" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
   /bin/bash -euo pipefail -c "cd \"${workdir}\" && ${inner}"
 ' fresh "${root}" "${inner}" "${site_env[*]}" "${repo}" "${binds[@]}" || rc=$?
 
-if [[ "${FRESH_KEEP:-0}" != 1 ]]; then rm -rf "${dir}"; fi
 if ((rc != 0)); then
   die "'${inner}' failed with exit ${rc} in a fresh Debian 12 root ($((SECONDS - t0)) s)"
 fi

@@ -17,6 +17,7 @@ packages=(
   python3-dev   # torch.compile (vLLM with tensor parallelism on CPU) builds C++ that includes Python.h
   # The e2e node (e2e/node/): container runtime, CNI plugins, the kubelet's iptables rules.
   containerd runc containernetworking-plugins iptables iproute2
+  procps   # pgrep: the node's host side passes signals on to the driver in its namespace
 )
 # `install-deps.sh bench`: also the limits `make bench` measures against (never `make test`).
 if [[ "${1:-}" == bench ]]; then
@@ -36,5 +37,11 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# A machine just booted runs apt-daily or unattended-upgrades, which hold apt's locks for a
+# while: the install waits for them (DPkg::Lock::Timeout), the list update is tried again.
+for try in 1 2 3 4; do
+  apt-get update -qq && break
+  ((try < 4)) || { echo "install-deps: apt-get update failed" >&2; exit 1; }
+  sleep 30
+done
+apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${missing[@]}" >/dev/null
