@@ -57,6 +57,16 @@ ldflags_common="-s -w"
 # v0.<minor>.<patch> twin; the list is read from that release's own go.mod.
 # Every command the module graph must resolve; a cache prepared for fewer is resolved again.
 k8s_cmds=(kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler)
+# The module proxy is a remote service, and a cold build fetches hundreds of modules: a command
+# that fetches from it is tried three times (one 5xx turned the whole run red).
+three_tries() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$@" && return 0
+    ((attempt == 3)) || sleep 5
+  done
+  return 1
+}
 prepare_k8s_module() {
   local mod="${k8s_dir}/src"
   [[ -f "${mod}/go.sum" && -f "${mod}/.ready" && "$(cat "${mod}/.ready")" == "${k8s_cmds[*]}" ]] \
@@ -64,9 +74,13 @@ prepare_k8s_module() {
   need_go
   mkdir -p "${mod}"
   local gomod staging_ver
-  gomod="$(cd "${mod}" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" \
-           | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
-  [[ -f "${gomod}" ]] || die "could not download k8s.io/kubernetes@${K8S_VERSION}"
+  # `go mod download -json` reports a failure in its JSON on stdout: kept, and its "Error" shown.
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  three_tries bash -c 'cd "$1" && GOFLAGS="" go mod download -json "$2" > download.json 2>&1' \
+    _ "${mod}" "k8s.io/kubernetes@${K8S_VERSION}" || true
+  gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' "${mod}/download.json")"
+  [[ -f "${gomod}" ]] || die "could not download k8s.io/kubernetes@${K8S_VERSION}: $(
+    grep '"Error"' "${mod}/download.json" || tail -n 5 "${mod}/download.json")"
   staging_ver="v0.${K8S_VERSION#v1.}"
   {
     echo "module kvoffload.local/controlplane"
@@ -87,7 +101,9 @@ prepare_k8s_module() {
     printf ')\n'
   } > "${mod}/tools.go"
   log "resolving k8s.io/kubernetes ${K8S_VERSION} module graph"
-  (cd "${mod}" && go mod tidy) || die "go mod tidy failed for k8s.io/kubernetes ${K8S_VERSION}"
+  # shellcheck disable=SC2016
+  three_tries bash -c 'cd "$1" && go mod tidy' _ "${mod}" \
+    || die "go mod tidy failed for k8s.io/kubernetes ${K8S_VERSION}"
   echo "${k8s_cmds[*]}" > "${mod}/.ready"
 }
 
@@ -130,7 +146,8 @@ package tools
 import _ "go.etcd.io/etcd/server/v3"
 GO
     log "resolving etcd ${ETCD_VERSION} module graph"
-    (cd "${mod}" && go mod tidy) || die "go mod tidy failed for etcd ${ETCD_VERSION}"
+    # shellcheck disable=SC2016
+    three_tries bash -c 'cd "$1" && go mod tidy' _ "${mod}" || die "go mod tidy failed for etcd ${ETCD_VERSION}"
     touch "${mod}/.ready"
   fi
   log "building etcd ${ETCD_VERSION}"

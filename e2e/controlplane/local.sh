@@ -73,7 +73,7 @@ _cp_kubeconfig() { # FILE SERVER CA CERT KEY
   "${KUBECTL}" config --kubeconfig "${f}" use-context local >/dev/null
 }
 
-_etcd_healthy() { curl -fsS "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
+_etcd_healthy() { curl -fsS --max-time 10 "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
 
 cp_up() {
   CP_STATE="$1"
@@ -135,7 +135,7 @@ cp_up() {
     "${pki}/ca.crt" "${pki}/webhook-client.crt" "${pki}/webhook-client.key"
   export KUBECONFIG="${CP_STATE}/admin.kubeconfig"
   WAIT_PID=${api_pid} WAIT_LOG="${CP_STATE}/logs/kube-apiserver.log" \
-    wait_until 180 "kube-apiserver /readyz on 127.0.0.1:${api_port}" k get --raw /readyz
+    wait_until 180 "kube-apiserver /readyz on 127.0.0.1:${api_port}" k get --raw /readyz --request-timeout=10s
 
   _cp_start kube-controller-manager "${CP_STATE}/logs/kube-controller-manager.log" \
     "${bin}/kube-controller-manager" --kubeconfig "${KUBECONFIG}" \
@@ -149,8 +149,8 @@ cp_up() {
   e2e_log "control plane up in ${CP_START_SECONDS}s (API server https://127.0.0.1:${api_port})"
 }
 
-_wh_metrics_url() { curl -fsS "${WEBHOOK_METRICS_URL}" >/dev/null; }
-_wh_ready() { curl -fsS --cacert "$1" "$2/readyz" >/dev/null; }
+_wh_metrics_url() { curl -fsS --max-time 10 "${WEBHOOK_METRICS_URL}" >/dev/null; }
+_wh_ready() { curl -fsS --max-time 10 --cacert "$1" "$2/readyz" >/dev/null; }
 
 
 wh_up() {
