@@ -69,6 +69,9 @@ print(next(i["newTag"] for i in yaml.safe_load(open(sys.argv[1]))["images"] if i
          "${E2E_REPO}/manifests/base/kustomization.yaml")" \
     || e2e_die "no newTag for kv-offload/webhook in manifests/base/kustomization.yaml"
   images="$(mktemp -d "${TMPDIR:-/tmp}/kvoffload-e2e-images.XXXXXX")"
+  # Removed however this side ends (a failed step, a signal before the namespace starts).
+  # shellcheck disable=SC2064  # the paths as they are now
+  trap "rm -rf '${images}'" EXIT
   if ! "${E2E_REPO}/e2e/node/images.sh" "${E2E_REPO}" "${images}" "${tag}" >"${images}/build.log" 2>&1; then
     tail -n 30 "${images}/build.log" >&2
     rm -rf "${images}"
@@ -86,6 +89,8 @@ print(next(i["newTag"] for i in yaml.safe_load(open(sys.argv[1]))["images"] if i
   # namespace of another run that is using it.
   for d in "${NODE_HOST_DIRS[@]}"; do mkdir -p "${d}"; done
   node_make_cgroups "${id}"
+  # shellcheck disable=SC2064
+  trap "node_remove_cgroups '${id}'; rm -rf '${images}'" EXIT
   E2E_NODE_INSIDE=1 E2E_NODE_ID="${id}" E2E_NODE_IMAGES="${images}" E2E_IMAGE_TAG="${tag}" \
     unshare --net --mount --pid --fork --mount-proc --propagation private -- "$@" &
   NODE_UNSHARE_PID=$!
@@ -99,6 +104,7 @@ print(next(i["newTag"] for i in yaml.safe_load(open(sys.argv[1]))["images"] if i
     kill -0 "${NODE_UNSHARE_PID}" 2>/dev/null || break
   done
   trap - TERM INT
+  trap - EXIT
   node_remove_cgroups "${id}"
   rm -rf "${images}"
   return "${rc}"
