@@ -607,6 +607,32 @@ def test_restart_hits_persistent_tier_and_fingerprint_change_misses(tmp_path, mo
             worker.shutdown()
 
 
+def test_a_cache_reset_salts_keys_as_no_other_process_does(tmp_path, monkeypatch):
+    """A reset (vLLM's weight sync: pause_scheduler(clear_cache=True)) moved every process to
+    generation 1, 2, ... alike: after a restart, or in another replica on a shared tier, the
+    first reset found the blocks another process stored after its own first reset, made by
+    other weights, and served them. Generation 0 (no reset yet) still hits after a restart."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS, persistent_only=True)
+    keys = offload_keys(6, salt=b"reset")
+    _, manager, worker, _ = new_spec(agent_extra())
+    manager.reset_cache()  # new weights, then their KV stored
+    store(manager, worker, keys, range(6), job_id=1)
+    worker.shutdown()  # the write-back puts the pinned ones on the persistent tier too
+
+    # A restart (or another replica): its own reset, with its own new weights.
+    _, manager, worker, _ = new_spec(agent_extra())
+    try:
+        ctx = ReqContext("after-restart")
+        assert [manager.lookup(k, ctx) for k in keys] == [LookupResult.MISS] * 6
+        manager.on_schedule_end(END_OF_STEP)
+        manager.reset_cache()
+        got = [manager.lookup(k, ctx) for k in keys]
+        manager.on_schedule_end(END_OF_STEP)
+        assert got == [LookupResult.MISS] * 6, "blocks of another process's weights served"
+    finally:
+        worker.shutdown()
+
+
 def test_new_weights_in_the_model_directory_scope_anew(tmp_path, monkeypatch):
     """KServe starts every model as `vllm serve /mnt/models`, so the name scopes nothing: a
     persistent tier kept across a change of model (a fine-tune of the same architecture: same

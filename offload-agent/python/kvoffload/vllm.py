@@ -24,6 +24,7 @@ import math
 import multiprocessing
 import os
 import re
+import secrets
 import threading
 import time
 from collections import Counter
@@ -436,8 +437,11 @@ class KVOffloadManager(OffloadingManager):
         still in flight (its spec carries the old generation), is unreachable at once, and is
         the first to age out of the tiers since nothing touches it again. After a restart the
         generation starts from 0 again: a persistent tier then serves what was stored before
-        the first reset, with the weights a restart loads. Holds of this step's lookups end
-        now; those of loads in flight end with the loads, in the workers."""
+        the first reset, with the weights a restart loads. Each later generation is drawn at
+        random, not counted: counted, every process's first reset was generation 1, and a
+        restart or another replica on a shared tier served the blocks that another process
+        stored after its reset, made by other weights. Holds of this step's lookups end now;
+        those of loads in flight end with the loads, in the workers."""
         if self._step_holds:
             self._ranks.release(list(self._step_holds.elements()), self._generation)
         self._step_holds = Counter()
@@ -449,7 +453,10 @@ class KVOffloadManager(OffloadingManager):
         self._residency.clear()
         self._hit_on_disk.clear()
         self._events.clear()
-        self._generation += 1
+        # 63 bits, never 0 (the generation a restart starts with) nor the current one.
+        previous = self._generation
+        while self._generation in (0, previous):
+            self._generation = secrets.randbits(63)
 
     def prepare_store(self, keys: Collection[OffloadKey],
                       req_context: ReqContext) -> PrepareStoreOutput | None:
