@@ -301,6 +301,8 @@ class EngineImpl final : public Engine {
     s.h2d_ns = h2d_ns_.load();
     s.held_blocks = holds_.size();
     s.events_dropped = events_ ? events_->dropped() : 0;
+    s.load_buffered_blocks = load_buffered_blocks_.load();
+    s.load_buffer_peak_bytes = load_buffer_peak_bytes_.load();
     MutexLock lock(&jobs_mu_);
     for (const auto& [id, job] : jobs_) s.queue_depth += job->done ? 0u : 1u;
     return s;
@@ -554,16 +556,35 @@ class EngineImpl final : public Engine {
       ++delivered;
     }
     copies.Start(ops);
+    // Disk blocks in windows of load_buffer_bytes: where the pinned tier has no slot for them
+    // (its slots pinned, by this load's own promotions too, until its copies are done) they
+    // are read into buffers of the load's own, and those of one window are freed, once its
+    // copies are done, before the next is read.
+    const size_t window =
+        std::max<size_t>(1, config_.load_buffer_bytes / BlockFileBytes(config_.block_bytes));
+    Status copied = Status::Ok();
     for (size_t t = 0; t < disks_.size(); ++t) {
-      if (from_disk[t].empty()) continue;
-      Promote(t, from_disk[t], batches[t], src, pinned, result, bounce, [&](size_t i) {
-        ops.clear();
-        ScatterOps(ops, ptrs, i, src[i]);
-        copies.Start(ops);
-        ++delivered;
-      });
+      for (size_t at = 0; at < from_disk[t].size(); at += window) {
+        const size_t end = std::min(from_disk[t].size(), at + window);
+        const std::vector<size_t> idx(from_disk[t].begin() + static_cast<ptrdiff_t>(at),
+                                      from_disk[t].begin() + static_cast<ptrdiff_t>(end));
+        DiskBatch part;
+        part.keys.assign(batches[t].keys.begin() + static_cast<ptrdiff_t>(at),
+                         batches[t].keys.begin() + static_cast<ptrdiff_t>(end));
+        part.result.assign(batches[t].result.begin() + static_cast<ptrdiff_t>(at),
+                           batches[t].result.begin() + static_cast<ptrdiff_t>(end));
+        Promote(t, idx, part, src, pinned, result, bounce, [&](size_t i) {
+          ops.clear();
+          ScatterOps(ops, ptrs, i, src[i]);
+          copies.Start(ops);
+          ++delivered;
+        });
+        if (bounce.empty()) continue;
+        if (Status s = copies.Wait(); copied.ok() && !s.ok()) copied = s;
+        bounce.clear();
+      }
     }
-    const Status copied = copies.Wait();
+    if (Status s = copies.Wait(); copied.ok() && !s.ok()) copied = s;
     for (size_t i = 0; i < n; ++i) {
       if (pinned[i]) cpu_->Unpin(keys[i]);
     }
@@ -609,6 +630,7 @@ class EngineImpl final : public Engine {
         if (first_error_.ok() && !s.ok()) first_error_ = s;
       }
       if (t0_ != 0) engine_->h2d_ns_ += NowNs() - t0_;
+      t0_ = 0;  // a load that waits for one window's copies starts the next span afresh
       tickets_.clear();
       return first_error_;
     }
@@ -648,6 +670,11 @@ class EngineImpl final : public Engine {
         // Not promoted (every slot pinned): read into a buffer of its own.
         bounce.emplace_back(static_cast<std::byte*>(std::aligned_alloc(kBlockAlign, file_bytes)));
         dst[j] = bounce.back().get();
+        ++load_buffered_blocks_;
+        const uint64_t held = bounce.size() * file_bytes;
+        uint64_t peak = load_buffer_peak_bytes_.load();
+        while (held > peak && !load_buffer_peak_bytes_.compare_exchange_weak(peak, held)) {
+        }
       }
     };
     auto settle = [&] {
@@ -722,6 +749,7 @@ class EngineImpl final : public Engine {
 
   std::atomic<uint64_t> stored_blocks_{0}, loaded_blocks_{0}, failed_loads_{0}, failed_stores_{0};
   std::atomic<uint64_t> d2h_bytes_{0}, d2h_ns_{0}, h2d_bytes_{0}, h2d_ns_{0};
+  std::atomic<uint64_t> load_buffered_blocks_{0}, load_buffer_peak_bytes_{0};
 
   mutable Mutex jobs_mu_;
   // Jobs not yet reported to a caller of Poll or Wait.

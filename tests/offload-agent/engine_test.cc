@@ -784,6 +784,26 @@ TEST(EngineTest, ATierLargerThanItsFileSystemIsSizedToIt) {
   EXPECT_EQ(std::count(lines->begin(), lines->end(), said), 1) << ::testing::PrintToString(*lines);
 }
 
+// A load larger than the pinned tier: its blocks promoted from disk keep their slots pinned
+// until its copies are done, so the rest were read into buffers of its own, one per block with
+// no bound (a 128k-token prefix: gigabytes past the memory the pod was sized for). At most
+// load_buffer_bytes of them at once now; every block still arrives exactly.
+TEST(EngineTest, ALoadLargerThanThePinnedTierHoldsBoundedBuffers) {
+  TempDir d0;
+  EngineConfig c = Config(4, {Tier(d0.path(), 256)});
+  c.load_buffer_bytes = 8 * testing::kSlot;
+  auto e = Open(c);
+  const Blocks b = Blocks::Make(0, 200);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  Blocks out = b.Empty();
+  ASSERT_TRUE(LoadAndWait(*e, out).ok());
+  for (size_t i = 0; i < b.keys.size(); ++i) ASSERT_EQ(out.data[i], b.data[i]) << "block " << i;
+  const EngineStats s = e->Stats();
+  EXPECT_GT(s.load_buffered_blocks, 150u) << "most of them had no pinned slot";
+  EXPECT_GT(s.load_buffer_peak_bytes, 0u);
+  EXPECT_LE(s.load_buffer_peak_bytes, 8 * testing::kSlot);
+}
+
 // A tier's directory is its volume's mount: one that does not exist is a volume not mounted,
 // and creating it would put "persistent" blocks on the container's own file system. What is
 // below it (the format directories) is the engine's to create.

@@ -52,6 +52,11 @@ struct KVOFFLOAD_EXPORT EngineConfig {
   // pinned tier of fewer than 4 * demote_batch slots: each store evicts its own victims.
   size_t demote_batch = 16;
   size_t event_capacity = 0;     // residency events kept for TakeEvents; 0 = no event feed
+  // A load reads its disk blocks into pinned slots (promotion); where every slot is pinned (a
+  // load larger than the pinned tier) into buffers of its own, at most this many bytes of them
+  // at once (at least one block): past it the load waits for its copies and reuses them. Without
+  // a bound a 128k-token prefix took gigabytes past the memory the pod was sized for.
+  size_t load_buffer_bytes = size_t{64} << 20;
   // Device pointers per block. A vLLM block spans one page in each of its KV tensors: the
   // engine gathers them into one block (one slot, one file) on store and scatters them back
   // on load, block_bytes / segments bytes each.

@@ -43,6 +43,10 @@ struct EngineStats {
   uint64_t queue_depth = 0;  // jobs submitted and not yet finished
   uint64_t held_blocks = 0;  // distinct blocks held (Engine::Hold) now
   uint64_t events_dropped = 0;  // residency events lost because the feed was full
+  // Blocks loads read into buffers of their own because no pinned slot was free (a load larger
+  // than the pinned tier), and the most bytes of such buffers one load held at once.
+  uint64_t load_buffered_blocks = 0;
+  uint64_t load_buffer_peak_bytes = 0;
 };
 
 }  // namespace kvoffload
