@@ -338,11 +338,13 @@ void DiskTier::ReleaseHold(const BlockKey& key) {
   held_files_.erase(it);
 }
 
-int DiskTier::DupHeldFile(const BlockKey& key) {
+int DiskTier::HeldFileForRead(const BlockKey& key) {
   if (!HoldsFilesOpen()) return -1;  // no lock taken on the other tiers' reads
   MutexLock lock(&mu_);
   auto it = held_files_.find(key);
-  return it == held_files_.end() ? -1 : ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (it == held_files_.end()) return -1;
+  ++it->second.holds;
+  return it->second.fd;
 }
 
 bool DiskTier::Contains(const BlockKey& key) {
@@ -929,6 +931,7 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
                          const BlockRead& on_read) {
   std::vector<IoOp> ops;
   std::vector<size_t> op_index;
+  std::vector<bool> through_hold;  // per op: read through a held file (ReleaseHold, not close)
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!results[i].ok()) continue;
     if (slots_) {
@@ -938,7 +941,9 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
       continue;
     }
     // The file as it was when held (and checked then), even if unlinked since.
-    int fd = DupHeldFile(keys[i]);
+    int fd = HeldFileForRead(keys[i]);
+    through_hold.resize(ops.size() + 1, false);
+    through_hold[ops.size()] = fd >= 0;
     if (fd < 0) {
       Result<int> opened = OpenBlockFile(keys[i]);
       if (!opened.ok()) {
@@ -954,7 +959,11 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
   const uint64_t t0 = NowNs();
   if (!ops.empty()) {
     io_->ExecuteEach(ops, [&](size_t j) {
-      if (!slots_) ::close(ops[j].fd);
+      if (j < through_hold.size() && through_hold[j]) {
+        ReleaseHold(keys[op_index[j]]);
+      } else if (!slots_) {
+        ::close(ops[j].fd);
+      }
       const size_t i = op_index[j];
       bytes += ops[j].done;
       if (!ops[j].status.ok()) {

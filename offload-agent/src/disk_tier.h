@@ -301,8 +301,10 @@ class DiskTier {
   std::unordered_map<BlockKey, HeldFile, BlockKeyHash> held_files_ GUARDED_BY(mu_);
   // Shared tiers keep a file per block, and only they open the files of held blocks.
   bool HoldsFilesOpen() const { return options_.config.shared && !slots_; }
-  // A descriptor of the held block's file for one read (the caller closes it), or -1.
-  int DupHeldFile(const BlockKey& key) EXCLUDES(mu_);
+  // The held block's descriptor for one read, held once more for it so that a release
+  // meanwhile cannot close it (the caller ends that with ReleaseHold), or -1. Not a dup: a load
+  // of held blocks then needed two descriptors a block, and long prefixes ran out (EMFILE).
+  int HeldFileForRead(const BlockKey& key) EXCLUDES(mu_);
   // Files of evicted blocks, renamed to temp names, still counted in the ledger, waiting to
   // be overwritten in place by the write that evicted them (FORMAT.md, Reuse). Overwriting a
   // file's allocated blocks costs the file system no inode or block allocation, which is most

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -802,6 +803,35 @@ TEST(EngineTest, ALoadLargerThanThePinnedTierHoldsBoundedBuffers) {
   EXPECT_GT(s.load_buffered_blocks, 150u) << "most of them had no pinned slot";
   EXPECT_GT(s.load_buffer_peak_bytes, 0u);
   EXPECT_LE(s.load_buffer_peak_bytes, 8 * testing::kSlot);
+}
+
+// On a shared tier a hold keeps its block's file open (the file as it was, whatever another
+// replica does to it), and a load of held blocks opened a second descriptor for each (a dup):
+// 2 a block, and long prefixes ran the process out of descriptors (EMFILE in every other open
+// of the serving process too). A load reads through the held descriptors now.
+TEST(EngineTest, ALoadOfHeldSharedBlocksOpensNoMoreFiles) {
+  TempDir d0;
+  auto e = Open(Config(1, {Tier(d0.path(), 256, /*persistent=*/false, /*shared=*/true)}));
+  const Blocks b = Blocks::Make(0, 101);
+  ASSERT_TRUE(StoreAndWait(*e, b).ok());
+  Blocks on_disk = b;  // the first 100: the newest is in the pinned slot
+  on_disk.keys.pop_back();
+  on_disk.data.pop_back();
+  on_disk.ptrs.pop_back();
+  ASSERT_EQ(e->Hold(on_disk.keys).prefix, 100u);
+  size_t open_now = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator("/proc/self/fd")) ++open_now;
+  rlimit was{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &was), 0);
+  rlimit tight = was;
+  tight.rlim_cur = open_now + 40;  // room for the engine's own, not for a second copy of each
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  Blocks out = on_disk.Empty();
+  const Status loaded = LoadAndWait(*e, out);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  for (size_t i = 0; i < out.keys.size(); ++i) ASSERT_EQ(out.data[i], on_disk.data[i]) << i;
+  EXPECT_TRUE(e->Release(on_disk.keys).ok());
 }
 
 // A tier's directory is its volume's mount: one that does not exist is a volume not mounted,
