@@ -91,6 +91,29 @@ TEST_F(AdmissionTest, InjectsAndEchoesUid) {
   EXPECT_EQ(Response(handler_.Handle("application/json; charset=utf-8", dry.dump()))["patch"], r["patch"]);
 }
 
+// The log line of an admission said only its outcome: no uid to find it by in the API server's
+// events, and a status of 200 (the HTTP one) for denials and lookup failures alike. The answer
+// carries the request's uid and a denial's status.code for the log.
+TEST_F(AdmissionTest, AnAnswerCarriesItsUidAndADenialsCodeForTheLog) {
+  const HttpAnswer injected = handler_.Handle(
+      "application/json", Review(PodWithSpec(R"({"cpu":"1Gi"})")).dump());
+  EXPECT_EQ(injected.admission.outcome(), Outcome::kInjected);
+  EXPECT_EQ(injected.uid, "uid-1");
+  EXPECT_EQ(injected.code, 0);
+  const HttpAnswer denied = handler_.Handle(
+      "application/json", Review(PodWithSpec(R"({"cpu":"ten"})")).dump());
+  EXPECT_EQ(Response(denied)["status"]["code"], 403);
+  EXPECT_EQ(denied.uid, "uid-1");
+  EXPECT_EQ(denied.code, 403);
+  DownReader down;
+  AdmissionHandler looking({}, &down);
+  json in_namespace = Review(PodWithSpec(R"({"cpu":"1Gi"})"));
+  in_namespace["request"]["object"]["metadata"]["annotations"].erase(kAnnotationConfig);
+  const HttpAnswer failed = looking.Handle("application/json", in_namespace.dump());
+  EXPECT_EQ(failed.admission.outcome(), Outcome::kError) << failed.body;
+  EXPECT_EQ(failed.code, 500);
+}
+
 TEST_F(AdmissionTest, BadRequestsGetErrorAnswers) {
   HttpAnswer wrong_type = handler_.Handle("text/plain", "{}");
   EXPECT_EQ(wrong_type.status, 415);

@@ -279,6 +279,23 @@ TEST(MetricsTest, HistogramBucketsPerOutcomeAddUpAcrossOutcomes) {
   EXPECT_EQ(m.failures(FailureType::kLookup), 1u);
 }
 
+// The sum was written with %g, six significant digits: past 29.8745 s of admissions, three more
+// of 27 us each left it at 29.8745, and over a replica's life rate(_sum)/rate(_count) went flat.
+TEST(MetricsTest, TheDurationSumKeepsEveryNanosecond) {
+  Metrics m;
+  for (int i = 0; i < 30; ++i) m.RecordAdmission(AdmissionResult::Failed(FailureType::kLookup), 0.99581);
+  const std::string sum = std::string(kDuration) + "_sum";
+  const double before = ParseExposition(m.Render()).Sum(sum, {{"outcome", "error"}});
+  m.RecordAdmission(AdmissionResult::Failed(FailureType::kBadRequest), 0.000027);
+  const double after = ParseExposition(m.Render()).Sum(sum, {{"outcome", "error"}});
+  EXPECT_NEAR(after - before, 0.000027, 1e-9);
+  // At a million seconds too (a replica's weeks of admissions).
+  m.RecordAdmission(AdmissionResult::Failed(FailureType::kLookup), 1e6);
+  const double big = ParseExposition(m.Render()).Sum(sum, {{"outcome", "error"}});
+  m.RecordAdmission(AdmissionResult::Failed(FailureType::kBadRequest), 0.000027);
+  EXPECT_NEAR(ParseExposition(m.Render()).Sum(sum, {{"outcome", "error"}}) - big, 0.000027, 1e-8);
+}
+
 TEST(MetricsTest, OutcomeFollowsFromReasonAndType) {
   EXPECT_EQ(AdmissionResult::Skipped(SkipReason::kAlreadyInjected).outcome(), Outcome::kUnchanged);
   EXPECT_EQ(AdmissionResult::Skipped(SkipReason::kNoSpec).outcome(), Outcome::kSkipped);

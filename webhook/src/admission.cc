@@ -26,6 +26,7 @@ HttpAnswer Answer(const std::string& uid, json response_fields, std::string log_
   HttpAnswer answer;
   answer.body = DumpJson(review);
   answer.log_message = std::move(log_message);
+  answer.uid = uid;
   return answer;
 }
 
@@ -37,7 +38,9 @@ HttpAnswer Reject(const std::string& uid, int code, const std::string& message) 
   if (code == 403) status["reason"] = "Forbidden";
   if (code == 400) status["reason"] = "BadRequest";
   if (code == 500) status["reason"] = "InternalError";
-  return Answer(uid, {{"allowed", false}, {"status", status}}, message);
+  HttpAnswer answer = Answer(uid, {{"allowed", false}, {"status", status}}, message);
+  answer.code = code;
+  return answer;
 }
 
 HttpAnswer Allow(const std::string& uid, const std::vector<std::string>& warnings,
@@ -321,6 +324,7 @@ HttpAnswer AdmissionHandler::Handle(std::string_view content_type, const std::st
   injected.body = std::move(answer);
   injected.admission = AdmissionResult::Injected();
   injected.log_message = "injected from " + source;
+  injected.uid = uid;
   return injected;
 }
 

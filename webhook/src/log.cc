@@ -1,5 +1,7 @@
 #include "webhook/log.h"
 
+#include <algorithm>
+
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -32,7 +34,9 @@ std::string Timestamp() {
 
 void ConfigureLogging(LogFormat format, std::string_view level) {
   g_format = format;
-  // Logs go to stderr so `inject` can print the manifest on stdout.
+  // Logs go to stderr so `inject` can print the manifest on stdout. Configured again (tests of
+  // both formats in one process): the earlier logger of that name goes first.
+  spdlog::drop("kv-offload");
   auto logger = spdlog::stderr_logger_mt("kv-offload");
   // Our events carry their own timestamp and level in JSON mode; the text pattern adds them.
   logger->set_pattern(format == LogFormat::kJson ? "%v" : "%Y-%m-%dT%H:%M:%S.%fZ %^%l%$ %v",
@@ -42,6 +46,35 @@ void ConfigureLogging(LogFormat format, std::string_view level) {
   spdlog::set_default_logger(logger);
 }
 
+namespace {
+
+// A client's text reaches the log through a field (an apiVersion or kind it sent, quoted in
+// the detail): any field's text is cut to this many bytes, so that a request of megabytes
+// writes no line of megabytes. Our own messages (a denial listing every error) stay far under.
+constexpr size_t kMaxFieldBytes = 2048;
+
+nlohmann::json Bounded(const nlohmann::json& value) {
+  if (!value.is_string() || value.get_ref<const std::string&>().size() <= kMaxFieldBytes) {
+    return value;
+  }
+  const std::string& text = value.get_ref<const std::string&>();
+  return text.substr(0, kMaxFieldBytes) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+// In text format a value is written as it is where that reads back as one value, and as a JSON
+// string otherwise: a newline in it wrote a second, forged line, a space or '=' a forged field.
+std::string TextValue(const nlohmann::json& value) {
+  if (!value.is_string()) return DumpJson(value);
+  const std::string& text = value.get_ref<const std::string&>();
+  const bool plain = !text.empty() && std::none_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u <= ' ' || u == 0x7f || c == '"' || c == '=' || c == '\\';
+  });
+  return plain ? text : DumpJson(value);
+}
+
+}  // namespace
+
 void LogEvent(spdlog::level::level_enum level, std::string_view message,
               const nlohmann::json& fields) {
   if (!spdlog::default_logger_raw()->should_log(level)) return;
@@ -49,13 +82,13 @@ void LogEvent(spdlog::level::level_enum level, std::string_view message,
     nlohmann::json event = {{"ts", Timestamp()},
                             {"level", spdlog::level::to_string_view(level).data()},
                             {"msg", message}};
-    for (const auto& [key, value] : fields.items()) event[key] = value;
+    for (const auto& [key, value] : fields.items()) event[key] = Bounded(value);
     spdlog::log(level, "{}", DumpJson(event));
     return;
   }
   std::string line(message);
   for (const auto& [key, value] : fields.items()) {
-    line += " " + key + "=" + (value.is_string() ? value.get<std::string>() : DumpJson(value));
+    line += " " + key + "=" + TextValue(Bounded(value));
   }
   spdlog::log(level, "{}", line);
 }

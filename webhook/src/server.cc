@@ -185,7 +185,9 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
     return MethodNotAllowed(req, path, probe ? "GET" : "POST");
   }
   if (!post || (path != "/mutate-pods" && !validation)) return NoRoute(req, path);
-  const auto start = std::chrono::steady_clock::now();
+  // From the request's arrival, as its lookup budget counts: time queued for a worker is the
+  // API server's wait too, and the histogram left it out (a slow API server queues requests).
+  const auto start = req.received;
   auto elapsed = [start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -219,6 +221,8 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
       {"status", answer.status},
       {"detail", answer.log_message},
       {"seconds", seconds}};
+  if (!answer.uid.empty()) fields["uid"] = answer.uid;
+  if (answer.code != 0) fields["code"] = answer.code;
   // The skip reason or failure type, as the injection counters label it.
   if (!validation && *answer.admission.DetailName() != '\0') {
     fields["reason"] = answer.admission.DetailName();

@@ -35,6 +35,8 @@ struct HttpAnswer {
   // Pod admissions: the outcome and why (skip reason, failure type) for the metrics.
   AdmissionResult admission = AdmissionResult::Failed(FailureType::kInternal);
   std::string log_message;  // why, for the access log
+  std::string uid;          // the request's, for the access log
+  int code = 0;             // a denial's status.code (400, 403, 500), for the access log
   Verdict verdict = Verdict::kError;  // validation requests
 };
 
