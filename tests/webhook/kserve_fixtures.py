@@ -148,7 +148,12 @@ def main() -> int:
         cluster = json.loads(cluster_file.read_text()) if cluster_file.exists() else {}
         name = labels["app.kubernetes.io/name"]
         namespace = pod["metadata"].get("namespace", cluster.get("namespace", "default"))
-        model, spec = llmisvc(cluster, name, labels.get("llm-d.ai/role", "both"))
+        # As the webhook reads it (KServeRole): the prefill LeaderWorkerSet's pods carry no
+        # role label where the prefill has a leader template, only their component.
+        role = labels.get("llm-d.ai/role") or (
+            "prefill" if labels.get("app.kubernetes.io/component", "").endswith("-prefill")
+            else "both")
+        model, spec = llmisvc(cluster, name, role)
         main_c = next((c for c in pod["spec"]["containers"] if c["name"] == "main"), None)
         if main_c is None or not render_main(main_c, model, namespace, spec):
             continue

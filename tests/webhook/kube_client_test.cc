@@ -341,9 +341,10 @@ TEST_F(KubeClientTest, RouterSchedulerPodsAreNotTheServicesWorkload) {
   EXPECT_FALSE(r->spec.has_value());
   EXPECT_EQ(api_->Requests(kLlmisvcPath), 0);
   EXPECT_EQ(api_->Requests("/api/v1/namespaces/team-a"), 0);
-  // Its workload pods, by either label KServe sets, are the service's.
+  // Its workload pods, by either label KServe sets, are the service's. (A prefill pod gets
+  // spec.prefill's, which this service has not: ValidationTest and the prefill goldens.)
   for (const auto& [label, value] :
-       {std::pair{"app.kubernetes.io/component", "llminferenceservice-workload-prefill"},
+       {std::pair{"app.kubernetes.io/component", "llminferenceservice-workload-leader"},
         std::pair{"app.kubernetes.io/component", "llminferenceservice-workload-worker"},
         std::pair{"kserve.io/component", "workload"}}) {
     json workload = LlmisvcPod();

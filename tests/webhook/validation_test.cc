@@ -307,6 +307,30 @@ TEST(ValidationTest, ReadWriteOncePvcSharedByReplicasIsAWarning) {
   EXPECT_TRUE(shared->warnings.empty()) << All(shared->warnings);
 }
 
+// A multi-node replica (a worker template: a LeaderWorkerSet group) is a leader and workers on
+// as many nodes, all mounting the service's claims: one replica of a group of 2 was not warned
+// about, while two single-node replicas were.
+TEST(ValidationTest, AMultiNodeGroupSharingAReadWriteOncePvcIsAWarning) {
+  StaticClusterReader cluster({Pvc("kv", "ReadWriteOnce")}, "team-a", /*authoritative=*/true);
+  json svc = SharedPvcService(1);
+  svc["spec"]["worker"] = {{"containers", json::array({{{"name", "main"}}})}};
+  svc["spec"]["parallelism"] = {{"data", 4}, {"dataLocal", 2}};
+  Result<ObjectReport> r = ValidateObject(svc, "team-a", {}, &cluster);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(Has(r->warnings, "PVC kv is not ReadWriteMany but the workload has 2 replicas "
+                               "(pods: a multi-node replica counts its leader and workers)"))
+      << All(r->warnings);
+  svc["spec"]["replicas"] = 3;
+  svc["spec"]["parallelism"] = {{"data", 16}, {"dataLocal", 2}};
+  r = ValidateObject(svc, "team-a", {}, &cluster);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(Has(r->warnings, "the workload has 24 replicas")) << All(r->warnings);
+  svc["spec"].erase("worker");  // single node: 3 pods
+  r = ValidateObject(svc, "team-a", {}, &cluster);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(Has(r->warnings, "the workload has 3 replicas")) << All(r->warnings);
+}
+
 TEST(ValidationTest, VllmNativePvcRefWarnsThatItOutlivesTheModel) {
   // vLLM names its file tier's directory after the model's path, /mnt/models for every model
   // KServe serves; agent mode scopes by the weights.

@@ -401,6 +401,12 @@ KServePod KServePodKind(const JsonView& labels) {
              : KServePod::kOther;
 }
 
+std::string KServeRole(const JsonView& labels) {
+  const std::string_view role = labels["llm-d.ai/role"].String();
+  if (!role.empty()) return std::string(role);
+  return labels["app.kubernetes.io/component"].String().ends_with("-prefill") ? "prefill" : "";
+}
+
 const char* ModeName(Mode mode) { return mode == Mode::kAgent ? "agent" : "vllm-native"; }
 
 Result<Mode> ParseMode(const std::string& text) {
@@ -712,7 +718,9 @@ CheckedMutation CheckMutation(const MutationInput& in) {
       plan.any_shared = true;
     } else if (in.replicas > 1) {
       plan.warnings.push_back("PVC " + t.ref_name + " is not ReadWriteMany but the workload has " +
-                              std::to_string(in.replicas) + " replicas");
+                              std::to_string(in.replicas) +
+                              " replicas (pods: a multi-node replica counts its leader and "
+                              "workers)");
     }
   }
   if (c_index < 0 || !mode_known) return out;

@@ -49,6 +49,24 @@ const json* LLMInferenceServiceSpec(const json& llmisvc, const std::string& role
   if (const json& r = Field(*scope, "replicas"); r.is_number_integer() && r.get<int64_t>() > 0) {
     *replicas = static_cast<int>(std::min<int64_t>(r.get<int64_t>(), 1 << 20));
   }
+  // Multi-node (a worker template): each replica is a LeaderWorkerSet group of pods on as many
+  // nodes, all mounting the same claims; counted as pods, so that a ReadWriteOnce claim shared
+  // by a group is warned about as one shared by replicas is. The group's size as KServe's
+  // Parallelism.GetSize() takes it: data / dataLocal, else pipeline, and at least 2.
+  if (Field(*scope, "worker").is_object()) {
+    const json& par = Field(*scope, "parallelism");
+    auto at = [&par](const char* key) -> int64_t {
+      const json& v = Field(par, key);
+      return v.is_number_integer() ? v.get<int64_t>() : 0;
+    };
+    int64_t group = 2;
+    if (at("data") > 0 && at("dataLocal") > 0) {
+      group = std::max<int64_t>(group, at("data") / at("dataLocal"));
+    } else if (at("pipeline") > 0) {
+      group = std::max<int64_t>(group, at("pipeline"));
+    }
+    *replicas = static_cast<int>(std::min<int64_t>(*replicas * std::min<int64_t>(group, 1 << 10), 1 << 20));
+  }
   // v1alpha2 inlines WorkloadSpec, and KServe renders the pods from spec.kvCacheOffloading:
   // that one first where both are set (a CRD that keeps unknown fields holds both). The docs
   // write spec.workload.kvCacheOffloading.
@@ -197,7 +215,7 @@ Result<Resolution> Resolve(const JsonView& pod, const std::string& namespace_nam
       }
       if (svc->has_value()) {
         Result<ServiceSpec> merged = EffectiveServiceSpec(
-            **svc, StringAt(labels, "llm-d.ai/role"), namespace_name, reader, kserve_namespace);
+            **svc, KServeRole(labels), namespace_name, reader, kserve_namespace);
         if (!merged.ok()) return merged.status();
         if (!merged->value.is_null()) {
           res.source = SpecSource::LLMInferenceService(namespace_name, name, merged->configs);

@@ -72,6 +72,12 @@ inline constexpr char kFlagReasonLaunchDropsArgs[] = "launch-drops-args";
 enum class KServePod { kNone, kWorkload, kOther };
 KServePod KServePodKind(const JsonView& labels);
 
+// The role whose spec a KServe workload pod gets: its llm-d.ai/role label, else "prefill" for
+// the prefill LeaderWorkerSet's pods (component ...-leader-prefill, ...-worker-prefill), which
+// KServe leaves without a role label where the prefill has a leader template (its workers are
+// then no part of the InferencePool) but which run the prefill's vLLM with its tiers.
+std::string KServeRole(const JsonView& labels);
+
 enum class Mode { kVllmNative, kAgent };
 const char* ModeName(Mode mode);
 Result<Mode> ParseMode(const std::string& text);
