@@ -240,6 +240,26 @@ TEST_F(MetricsServerTest, EverySkipReasonAndFailureTypeIsCountedWithItsLatency) 
   EXPECT_EQ(e.types.at(kDuration), "histogram");
 }
 
+// A request the transport answers itself (a body over the limit) counts as a failed pod
+// admission only where it is one: a POST. A PUT of 9 MB to /mutate-pods was counted, and logged,
+// as a failed admission of a pod.
+TEST_F(MetricsServerTest, OnlyAPostRefusedByTheTransportIsAFailedAdmission) {
+  const std::string big(9 << 20, ' ');
+  httplib::Result put = client_->Put("/mutate-pods", big, "application/json");
+  ASSERT_TRUE(put) << httplib::to_string(put.error());
+  EXPECT_EQ(put->status, 413);
+  EXPECT_EQ(Scrape().Sum("kvoffload_admission_requests_total"), 0);
+  client_ = std::make_unique<httplib::SSLClient>("127.0.0.1", server_->port());
+  client_->set_ca_cert_path((dir_ / "ca.crt").string().c_str());
+  client_->enable_server_certificate_verification(true);
+  httplib::Result post = client_->Post("/mutate-pods", big, "application/json");
+  ASSERT_TRUE(post) << httplib::to_string(post.error());
+  EXPECT_EQ(post->status, 413);
+  const Exposition e = Scrape();
+  EXPECT_EQ(e.Sum("kvoffload_admission_requests_total", {{"outcome", "error"}}), 1);
+  EXPECT_EQ(e.Sum("kvoffload_injection_failure_total", {{"type", "bad_request"}}), 1);
+}
+
 // `sum by (le)` over the outcome label is the histogram of every admission, as it was before
 // the label existed: cumulative, and its +Inf bucket counts every request.
 TEST(MetricsTest, HistogramBucketsPerOutcomeAddUpAcrossOutcomes) {

@@ -351,8 +351,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (server_->options_.on_refused) {
       // Set once the request line is parsed, whatever failed after it (a body over the limit
       // is refused as its header ends, before the parser counts the header as done).
-      const auto target = parser_->get().target();
-      server_->options_.on_refused(std::string_view(target.data(), target.size()), r.status);
+      const auto& msg = parser_->get();
+      const auto method = msg.method_string();
+      const auto target = msg.target();
+      std::string_view why = r.body;
+      if (!why.empty() && why.back() == '\n') why.remove_suffix(1);
+      server_->options_.on_refused({std::string_view(method.data(), method.size()),
+                                    std::string_view(target.data(), target.size()), r.status,
+                                    why});
     }
     parser_.reset();
     Respond(std::move(r), /*close=*/true);

@@ -117,7 +117,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions options, AdmissionH
   Server* self = s.get();
   // Counted and logged as the handler's own refusals are: a review over 7 MiB answered by the
   // transport moved no counter and wrote no line before.
-  t.on_refused = [self](std::string_view target, int status) { self->Refused(target, status); };
+  t.on_refused = [self](const HttpsTransportOptions::Refusal& r) { self->Refused(r); };
   s->https_ = HttpsTransport::Create(
       t, ctx.get(), [self](const HttpsRequest& req) { return self->Route(req); },
       [self] { return self->draining_.load(); });
@@ -152,10 +152,16 @@ HttpsResponse MethodNotAllowed(const HttpsRequest& req, std::string_view path,
 
 }  // namespace
 
-void Server::Refused(std::string_view target, int status) {
-  const std::string_view path = PathOf(target);
+void Server::Refused(const HttpsTransportOptions::Refusal& refusal) {
+  const std::string_view path = PathOf(refusal.target);
   const bool validation = IsValidationPath(path);
-  if (path != "/mutate-pods" && !validation) return;
+  // A POST, or a request whose line was cut before its method (a malformed one): a GET or PUT
+  // with a body over the limit is no admission, and was counted as a failed pod one.
+  if ((path != "/mutate-pods" && !validation) ||
+      (!refusal.method.empty() && refusal.method != "POST")) {
+    return;
+  }
+  const int status = refusal.status;
   const AdmissionResult failed = AdmissionResult::Failed(FailureType::kBadRequest);
   if (validation) {
     metrics_->RecordValidation(Verdict::kError);
@@ -165,7 +171,7 @@ void Server::Refused(std::string_view target, int status) {
   nlohmann::json fields = {
       {"outcome", validation ? VerdictName(Verdict::kError) : OutcomeName(failed.outcome())},
       {"status", status},
-      {"detail", status == 413 ? "body too large" : "malformed HTTP request"}};
+      {"detail", refusal.why}};
   if (!validation) fields["reason"] = failed.DetailName();
   LogEvent(spdlog::level::info, validation ? "validation" : "admission", fields);
 }

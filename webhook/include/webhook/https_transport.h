@@ -57,9 +57,16 @@ struct HttpsTransportOptions {
   int io_threads = 0;       // 0: one per core it may run on (at most 4)
   int worker_threads = 64;  // handlers in flight (waiting on lookups); one per core computes
   // Told of each request the transport answers itself, never reaching the handler (413 for a
-  // body over max_body_bytes, 431, 400 for malformed HTTP): its target when its request line
-  // was read ("" otherwise) and the status. May run on any I/O thread.
-  std::function<void(std::string_view target, int status)> on_refused;
+  // body over max_body_bytes, 431, 400 for malformed HTTP): its method and target when its
+  // request line was read ("" otherwise), the status and why (the answer's text). May run on
+  // any I/O thread.
+  struct Refusal {
+    std::string_view method;
+    std::string_view target;
+    int status = 0;
+    std::string_view why;
+  };
+  std::function<void(const Refusal&)> on_refused;
 };
 
 // Counts the transport keeps (for tests and metrics).

@@ -64,8 +64,9 @@ class Server {
   void Routes();
   HttpsResponse Route(const HttpsRequest& req);
   HttpsResponse MetricsRoute(const HttpsRequest& req) const;
-  // A request the transport refused before routing (its on_refused): counted and logged.
-  void Refused(std::string_view target, int status);
+  // A request the transport refused before routing (its on_refused): counted and logged where
+  // it was a POST to an admission path.
+  void Refused(const HttpsTransportOptions::Refusal& refusal);
 
   ServerOptions options_;
   AdmissionHandler* handler_;
