@@ -331,6 +331,34 @@ TEST(ValidationTest, AMultiNodeGroupSharingAReadWriteOncePvcIsAWarning) {
   EXPECT_TRUE(Has(r->warnings, "the workload has 3 replicas")) << All(r->warnings);
 }
 
+// KServe's CRD types evictionPolicy as an enum of lru and arc: validate passed an
+// LLMInferenceService with an agent-only policy, which the API server then refused. The
+// agent's other policies go in a pod annotation or the namespace default, which no CRD types.
+TEST(ValidationTest, AnLLMInferenceServiceTakesOnlyThePoliciesItsCrdDoes) {
+  for (const char* api : {"serving.kserve.io/v1alpha2", "serving.kserve.io/v1alpha1"}) {
+    json svc = SharedPvcService(1);
+    svc["apiVersion"] = api;
+    svc["spec"]["kvCacheOffloading"] = {{"cpu", "1Gi"}, {"evictionPolicy", "lirs"}};
+    Result<ObjectReport> r = ValidateObject(svc, "team-a", kAgent, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(Has(r->errors, "spec.kvCacheOffloading.evictionPolicy: \"lirs\" is not a value "
+                               "KServe's LLMInferenceService CRD takes (its enum: lru, arc)"))
+        << All(r->errors);
+    svc["spec"]["kvCacheOffloading"]["evictionPolicy"] = "arc";
+    r = ValidateObject(svc, "team-a", kAgent, nullptr);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->errors.empty()) << All(r->errors);
+  }
+  // The same policy in the namespace default is the agent's to take.
+  json ns = {{"apiVersion", "v1"}, {"kind", "Namespace"},
+             {"metadata", {{"name", "team-a"},
+                           {"annotations", {{kAnnotationDefaultConfig,
+                                             R"({"cpu":"1Gi","evictionPolicy":"lirs"})"}}}}}};
+  Result<ObjectReport> r = ValidateObject(ns, "team-a", kAgent, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->errors.empty()) << All(r->errors);
+}
+
 TEST(ValidationTest, VllmNativePvcRefWarnsThatItOutlivesTheModel) {
   // vLLM names its file tier's directory after the model's path, /mnt/models for every model
   // KServe serves; agent mode scopes by the weights.

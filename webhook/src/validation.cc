@@ -116,9 +116,24 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
       report->checked = true;
       json checked = value;
       if (fragment && value.is_object() && !value.contains("cpu")) checked["cpu"] = "1";
+      bool policy_refused = false;
       for (FieldError& e : ParseSpec(checked).errors) {
+        policy_refused = policy_refused || e.path.ends_with("evictionPolicy");
         e.path = scope_path + "." + prefix + e.path;
         field_errors.push_back(std::move(e));
+        spec_valid = false;
+      }
+      // KServe's CRD types the field as an enum of vLLM's policies: a policy only the agent has
+      // passed here, and the API server then refused the object (a GitOps check that passed a
+      // manifest that cannot be applied). The agent's others go where no CRD types them.
+      const std::string policy = StringAt(value, "evictionPolicy");
+      if (!policy_refused && !policy.empty() && policy != "lru" && policy != "arc") {
+        field_errors.push_back(
+            {scope_path + "." + prefix + "kvCacheOffloading.evictionPolicy",
+             "\"" + policy + "\" is not a value KServe's LLMInferenceService CRD takes (its enum: "
+             "lru, arc), so the API server refuses the object; give the agent's other policies "
+             "in the pod annotation " + std::string(kAnnotationConfig) +
+                 " or the namespace annotation " + kAnnotationDefaultConfig});
         spec_valid = false;
       }
     }
