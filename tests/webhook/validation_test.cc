@@ -359,6 +359,31 @@ TEST(ValidationTest, AnLLMInferenceServiceTakesOnlyThePoliciesItsCrdDoes) {
   EXPECT_TRUE(r->errors.empty()) << All(r->errors);
 }
 
+// KServe's CRD (config/crd/full/llmisvc) has kvCacheOffloading in v1alpha2 only, at spec and
+// spec.prefill, with no workload field and no unknown fields kept: validate passed KServe's
+// own sample (spec.workload.kvCacheOffloading) and any v1alpha1 spec, which the API server
+// drops without a word, so no pod got the spec.
+TEST(ValidationTest, ASpecKServesCrdDropsIsAWarning) {
+  json svc = SharedPvcService(1);
+  svc["spec"] = {{"workload", {{"kvCacheOffloading", {{"cpu", "1Gi"}}}}}};
+  Result<ObjectReport> r = ValidateObject(svc, "team-a", kAgent, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(Has(r->warnings, "spec.workload.kvCacheOffloading: KServe's LLMInferenceService has "
+                               "no spec.workload field, so the API server drops it"))
+      << All(r->warnings);
+  svc["apiVersion"] = "serving.kserve.io/v1alpha1";
+  svc["spec"] = {{"kvCacheOffloading", {{"cpu", "1Gi"}}}};
+  r = ValidateObject(svc, "team-a", kAgent, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(Has(r->warnings, "spec.kvCacheOffloading: KServe's v1alpha1 LLMInferenceService "
+                               "has no kvCacheOffloading"))
+      << All(r->warnings);
+  svc["apiVersion"] = "serving.kserve.io/v1alpha2";
+  r = ValidateObject(svc, "team-a", kAgent, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->warnings.empty()) << All(r->warnings);
+}
+
 TEST(ValidationTest, VllmNativePvcRefWarnsThatItOutlivesTheModel) {
   // vLLM names its file tier's directory after the model's path, /mnt/models for every model
   // KServe serves; agent mode scopes by the weights.

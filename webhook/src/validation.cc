@@ -114,6 +114,21 @@ Status ValidateLLMInferenceService(const json& svc, const std::string& namespace
                               : Field(Field(scope, "workload"), "kvCacheOffloading");
       if (value.is_null()) continue;
       report->checked = true;
+      // KServe's CRD has kvCacheOffloading in v1alpha2 only, at spec and spec.prefill, with no
+      // workload field and no unknown fields kept: elsewhere the API server drops it without a
+      // word, and no pod gets it (KServe's own sample writes spec.workload).
+      const std::string where = scope_path + "." + prefix + "kvCacheOffloading";
+      if (StringAt(svc, "apiVersion") == "serving.kserve.io/v1alpha1") {
+        report->warnings.push_back(
+            where + ": KServe's v1alpha1 LLMInferenceService has no kvCacheOffloading, so the "
+            "API server drops it and no pod gets this spec; use apiVersion "
+            "serving.kserve.io/v1alpha2 and " + scope_path + ".kvCacheOffloading");
+      } else if (!std::string(prefix).empty()) {
+        report->warnings.push_back(
+            where + ": KServe's LLMInferenceService has no " + scope_path +
+            ".workload field, so the API server drops it and no pod gets this spec; write " +
+            scope_path + ".kvCacheOffloading");
+      }
       json checked = value;
       if (fragment && value.is_object() && !value.contains("cpu")) checked["cpu"] = "1";
       bool policy_refused = false;
