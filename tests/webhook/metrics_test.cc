@@ -260,6 +260,25 @@ TEST_F(MetricsServerTest, OnlyAPostRefusedByTheTransportIsAFailedAdmission) {
   EXPECT_EQ(e.Sum("kvoffload_injection_failure_total", {{"type", "bad_request"}}), 1);
 }
 
+// A webhook configuration with a wrong path (/mutate-podz) sends every pod to a 404: no
+// admission was counted and nothing was logged, so the metrics showed nothing while, with
+// failurePolicy Fail, no pod was created. Counted apart, by status.
+TEST_F(MetricsServerTest, RequestsForNoRouteAreCountedApart) {
+  for (int i = 0; i < 3; ++i) {
+    httplib::Result r = client_->Post("/mutate-podz", "{}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404);
+  }
+  httplib::Result get = client_->Get("/mutate-pods");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  const Exposition e = Scrape();
+  EXPECT_EQ(e.Sum("kvoffload_unrouted_requests_total", {{"status", "404"}}), 3);
+  EXPECT_EQ(e.Sum("kvoffload_unrouted_requests_total", {{"status", "405"}}), 1);
+  EXPECT_EQ(e.types.at("kvoffload_unrouted_requests_total"), "counter");
+  EXPECT_EQ(e.Sum("kvoffload_admission_requests_total"), 0);
+}
+
 // `sum by (le)` over the outcome label is the histogram of every admission, as it was before
 // the label existed: cumulative, and its +Inf bucket counts every request.
 TEST(MetricsTest, HistogramBucketsPerOutcomeAddUpAcrossOutcomes) {

@@ -212,6 +212,15 @@ std::string Metrics::Render() const {
              std::to_string(lookups_[k][r].load()) + "\n";
     }
   }
+  // A webhook configuration with a wrong path sends every pod here, and with failurePolicy Fail
+  // none is created: no admission is counted, so only this shows it.
+  out += "# HELP kvoffload_unrouted_requests_total Requests to the admission port for no route "
+         "(404) or with another method (405).\n";
+  out += "# TYPE kvoffload_unrouted_requests_total counter\n";
+  out += "kvoffload_unrouted_requests_total{status=\"404\"} " + std::to_string(unrouted_[0].load()) +
+         "\n";
+  out += "kvoffload_unrouted_requests_total{status=\"405\"} " + std::to_string(unrouted_[1].load()) +
+         "\n";
   out += "# HELP kvoffload_cert_reloads_total Serving certificate reloads by result.\n";
   out += "# TYPE kvoffload_cert_reloads_total counter\n";
   out += "kvoffload_cert_reloads_total{result=\"ok\"} " + std::to_string(cert_reloads_ok_.load()) +

@@ -188,9 +188,13 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
   // reads as a wrong URL in the webhook configuration.
   const bool probe = path == "/healthz" || path == "/readyz";
   if (probe || ((path == "/mutate-pods" || validation) && !post)) {
+    metrics_->RecordUnrouted(/*wrong_method=*/true);
     return MethodNotAllowed(req, path, probe ? "GET" : "POST");
   }
-  if (!post || (path != "/mutate-pods" && !validation)) return NoRoute(req, path);
+  if (!post || (path != "/mutate-pods" && !validation)) {
+    metrics_->RecordUnrouted(/*wrong_method=*/false);
+    return NoRoute(req, path);
+  }
   // From the request's arrival, as its lookup budget counts: time queued for a worker is the
   // API server's wait too, and the histogram left it out (a slow API server queues requests).
   const auto start = req.received;

@@ -80,6 +80,9 @@ class Metrics {
     return validations_[static_cast<size_t>(verdict)].load(std::memory_order_relaxed);
   }
   void RecordLookup(ObjectKind kind, LookupResult result);
+  // A request to the admission port for no route (404) or with another method (405).
+  void RecordUnrouted(bool wrong_method) { ++unrouted_[wrong_method ? 1 : 0]; }
+  uint64_t unrouted(bool wrong_method) const { return unrouted_[wrong_method ? 1 : 0].load(); }
   // `not_after`: the loaded certificate's expiry (Unix seconds), read only when `ok`.
   void RecordCertReload(bool ok, int64_t not_after);
   uint64_t admissions(Outcome outcome) const;
@@ -113,6 +116,7 @@ class Metrics {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Verdict::kCount)> validations_{};
   std::array<Histogram, kOutcomes> latency_{};
   std::array<std::array<std::atomic<uint64_t>, kLookupResults>, kObjectKinds> lookups_{};
+  std::array<std::atomic<uint64_t>, 2> unrouted_{};  // 404, 405
   std::atomic<uint64_t> cert_reloads_ok_{0};
   std::atomic<uint64_t> cert_reloads_failed_{0};
   std::atomic<int64_t> cert_not_after_{0};  // the served certificate's; 0 before the first
