@@ -798,6 +798,16 @@ def test_a_failed_write_back_still_closes_the_engine(tmp_path, monkeypatch):
         core.engine.stats()
 
 
+def test_a_second_shutdown_is_harmless(tmp_path, monkeypatch):
+    """A worker shut down twice (a test's teardown after vLLM's, an executor that calls it
+    again) raised "kvoffload engine used after close()" from the write-back."""
+    scaled_env(tmp_path, monkeypatch, PAGE * TENSORS, persistent_only=True)
+    _, manager, worker, _ = new_spec(agent_extra())
+    store(manager, worker, offload_keys(2, salt=b"twice"), range(2), job_id=1)
+    worker.shutdown()
+    worker.shutdown()
+
+
 def test_a_tier_whose_volume_is_not_mounted_is_refused(tmp_path, monkeypatch):
     """A tier directory that does not exist is a volume not mounted there: refused at start,
     naming it, rather than created in the container's own file system, where a persistent

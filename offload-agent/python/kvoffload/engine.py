@@ -213,6 +213,10 @@ class Engine:
             self._lib.kvo_engine_destroy(self._handle)
             self._handle = ctypes.c_void_p()
 
+    @property
+    def closed(self) -> bool:
+        return not self._handle
+
     def __enter__(self):
         return self
 

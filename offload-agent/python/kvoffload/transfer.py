@@ -110,7 +110,10 @@ class TransferCore:
         pinned tier has to the first persistent disk tier, for at most that long, and returns
         the engine's report ({"written", "failed", "left"})."""
         # The engine closes whatever the write-back does: unclosed, its pinned pool and its
-        # tiers' locks would outlive the worker's shutdown.
+        # tiers' locks would outlive the worker's shutdown. Closed already (a second shutdown:
+        # the write-back raised "used after close"), there is nothing left to do.
+        if self.engine.closed:
+            return None
         try:
             return self.engine.write_back(write_back_s) if write_back_s > 0 else None
         finally:
