@@ -2,6 +2,8 @@
 // thread-local message, and never lets an exception cross into C.
 #include "kvoffload/c.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -137,6 +139,9 @@ kvo_status kvo_engine_create(const kvo_options* options, kvo_engine** out) {
     config.event_capacity = options->event_capacity;
     config.segments = options->segments == 0 ? 1 : options->segments;
     if (options->from_env != 0) {
+      if (kvoffload::Status s = kvoffload::RefuseMisspeltVariables(environ); !s.ok()) {
+        return Report(s);
+      }
       kvoffload::Result<kvoffload::EngineConfig> env =
           kvoffload::ConfigFromEnv(config, kvoffload::ProcessEnv);
       if (!env.ok()) return Report(env.status());

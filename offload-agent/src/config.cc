@@ -1,5 +1,6 @@
 // Configuration from the webhook's environment variables and its validation.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <iterator>
 #include <optional>
+#include <vector>
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -95,6 +97,48 @@ Result<uint64_t> FileSystemCapacity(const std::string& at, const std::string& pa
 }
 
 }  // namespace
+
+namespace {
+
+// Edits (insert, delete, substitute) from `a` to `b`, compared without case.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      const bool same = std::toupper(static_cast<unsigned char>(a[i - 1])) ==
+                        std::toupper(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+Status RefuseMisspeltVariables(const char* const* names) {
+  static constexpr std::string_view kRead[] = {"KVOFFLOAD_CPU_BYTES", "KVOFFLOAD_EVICTION_POLICY",
+                                               "KVOFFLOAD_TIERS"};
+  for (const char* const* entry = names; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view whole(*entry);
+    const std::string_view name = whole.substr(0, whole.find('='));
+    if (std::find(std::begin(kRead), std::end(kRead), name) != std::end(kRead)) continue;
+    for (std::string_view meant : kRead) {
+      // Three edits: KVOFFLOAD_EVICTION_POLICIES is three from ..._POLICY; our other variables
+      // (KVOFFLOAD_LIBRARY, KVOFFLOAD_CONFIG_HASH) are five or more from any of these.
+      if (EditDistance(name, meant) <= 3) {
+        return Status::InvalidArgument(std::string(name) +
+                                       " is set, but no such variable is read; did you mean " +
+                                       std::string(meant) + "?");
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 std::optional<std::string> ProcessEnv(std::string_view name) {
   const char* v = std::getenv(std::string(name).c_str());

@@ -218,6 +218,26 @@ TEST(ConfigTest, WhatJsonLetsThroughIsRefusedToo) {
   EXPECT_EQ(big.status().message().find("KVOFFLOAD_TIERS=["), std::string::npos) << big.status().message();
 }
 
+// A misspelt variable read as absent ran without disk tiers or with lru, and nothing said so
+// (the adapter refuses near misses; the C API's from_env path did not).
+TEST(ConfigTest, ANearMissOfOurVariablesIsRefused) {
+  for (const char* name : {"KVOFFLOAD_TIER=[]", "kvoffload_tiers=[]", "KVOFFLOAD_CPU_BYTE=1",
+                           "KVOFFLOAD_EVICTION_POLICIES=arc", "KVOFFLOAD_CPUBYTES=1"}) {
+    const char* env[] = {"PATH=/bin", name, nullptr};
+    const Status s = RefuseMisspeltVariables(env);
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find(" is set, but no such variable is read; did you mean KVOFFLOAD_"),
+              std::string::npos)
+        << s.message();
+  }
+  const char* fine[] = {"KVOFFLOAD_CPU_BYTES=1",      "KVOFFLOAD_EVICTION_POLICY=lru",
+                        "KVOFFLOAD_TIERS=[]",         "KVOFFLOAD_LIBRARY=/x.so",
+                        "KVOFFLOAD_CONFIG_HASH=abc",  "KVOFFLOAD_VLLM_PYTHON=0.34.0",
+                        "KVOFFLOAD_CACHE=/var/cache", "HOME=/root",
+                        nullptr};
+  EXPECT_TRUE(RefuseMisspeltVariables(fine).ok()) << RefuseMisspeltVariables(fine).message();
+}
+
 // Names that differ can still be one directory: a symbolic link, or two mounts of one volume
 // (a claim's directory mounted for two tiers). Below a directory that exists, the names still to
 // be created (a rank's directory) are compared too.

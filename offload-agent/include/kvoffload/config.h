@@ -73,6 +73,11 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 KVOFFLOAD_EXPORT Result<EngineConfig> ConfigFromEnv(EngineConfig base, const EnvLookup& env);
 // The process environment.
 KVOFFLOAD_EXPORT std::optional<std::string> ProcessEnv(std::string_view name);
+// InvalidArgument naming the first of `names` (NAME=VALUE entries, as in environ) that is nearly
+// one of the three variables above but not it (KVOFFLOAD_TIER, kvoffload_tiers,
+// KVOFFLOAD_EVICTION_POLICIES): read as absent, a misspelt one ran without disk tiers or with
+// lru, and nothing said so.
+KVOFFLOAD_EXPORT Status RefuseMisspeltVariables(const char* const* names);
 
 // Parses the KVOFFLOAD_TIERS JSON array. A capacityBytes of 0 (the webhook's "unknown") is
 // the size of the file system at the tier's path, less the webhook's headroom.
