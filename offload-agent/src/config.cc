@@ -96,10 +96,6 @@ Result<uint64_t> FileSystemCapacity(const std::string& at, const std::string& pa
   return size - TierHeadroomBytes(size);
 }
 
-}  // namespace
-
-namespace {
-
 // Edits (insert, delete, substitute) from `a` to `b`, compared without case.
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);

@@ -938,13 +938,13 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
       ops.push_back(IoOp{IoOp::Kind::kRead, slots_->fd(), dsts[i], stored_bytes_,
                          slots_->Offset(at[i].slot), 0, Status::Ok()});
       op_index.push_back(i);
+      through_hold.push_back(false);
       continue;
     }
     // The file as it was when held (and checked then), even if unlinked since.
     int fd = HeldFileForRead(keys[i]);
-    through_hold.resize(ops.size() + 1, false);
-    through_hold[ops.size()] = fd >= 0;
-    if (fd < 0) {
+    const bool held = fd >= 0;
+    if (!held) {
       Result<int> opened = OpenBlockFile(keys[i]);
       if (!opened.ok()) {
         results[i] = opened.status();
@@ -954,12 +954,13 @@ void DiskTier::ReadFiles(std::span<const BlockKey> keys, std::span<const SlotRef
     }
     ops.push_back(IoOp{IoOp::Kind::kRead, fd, dsts[i], file_bytes_, 0, 0, Status::Ok()});
     op_index.push_back(i);
+    through_hold.push_back(held);
   }
   uint64_t bytes = 0;
   const uint64_t t0 = NowNs();
   if (!ops.empty()) {
     io_->ExecuteEach(ops, [&](size_t j) {
-      if (j < through_hold.size() && through_hold[j]) {
+      if (through_hold[j]) {
         ReleaseHold(keys[op_index[j]]);
       } else if (!slots_) {
         ::close(ops[j].fd);

@@ -516,7 +516,6 @@ class EngineImpl final : public Engine {
     std::vector<bool> pinned(n, false);
     std::vector<Status> result(n);
     std::vector<std::vector<size_t>> from_disk(disks_.size());
-    std::vector<DiskBatch> batches(disks_.size());
     // Pin every disk block before making room for promotions: that cascades evictions down the
     // tiers, which must not take the blocks this job is about to read. A block is read from
     // the first tier that can pin it, so a copy being evicted from an upper tier (which may
@@ -541,8 +540,6 @@ class EngineImpl final : public Engine {
         continue;
       }
       from_disk[t].push_back(i);
-      batches[t].keys.push_back(keys[i]);
-      batches[t].result.push_back(Status::Ok());
     }
     // Copies start as soon as their block is in host memory: the pinned tier's blocks now,
     // each disk block once it is read and verified, while the rest are still being read.
@@ -569,10 +566,8 @@ class EngineImpl final : public Engine {
         const std::vector<size_t> idx(from_disk[t].begin() + static_cast<ptrdiff_t>(at),
                                       from_disk[t].begin() + static_cast<ptrdiff_t>(end));
         DiskBatch part;
-        part.keys.assign(batches[t].keys.begin() + static_cast<ptrdiff_t>(at),
-                         batches[t].keys.begin() + static_cast<ptrdiff_t>(end));
-        part.result.assign(batches[t].result.begin() + static_cast<ptrdiff_t>(at),
-                           batches[t].result.begin() + static_cast<ptrdiff_t>(end));
+        for (size_t i : idx) part.keys.push_back(keys[i]);
+        part.result.assign(idx.size(), Status::Ok());
         Promote(t, idx, part, src, pinned, result, bounce, [&](size_t i) {
           ops.clear();
           ScatterOps(ops, ptrs, i, src[i]);
