@@ -11,7 +11,9 @@ golden file); `-` reads stdin. What it does, as the kubelet and the container wo
 - command + args executed as they stand: `/bin/bash -c SCRIPT ...` runs the real bash;
   a container without `command` runs the vLLM image's entrypoint, `vllm serve`;
 - `vllm` is a stand-in that answers `--version` and records its argv; `python3 -m vllm...`
-  is recorded the same way, so the exec form of the OpenAI server module is covered too.
+  is recorded the same way, so the exec form of the OpenAI server module is covered too;
+- `getent hosts NAME` answers 10.244.0.10 for every name, as a cluster's DNS would answer the
+  LeaderWorkerSet leader's name that KServe's multi-node launch resolves.
 Prints one JSON object: {"argv": [...], "kvTransferConfigs": [...], "exitCode": N, "output": S},
 where each config is the parsed JSON, or {"invalid": TEXT} when vLLM could not parse it."""
 
@@ -39,6 +41,13 @@ if [[ "$1" == "-m" && "$2" == vllm* ]]; then
   shift 2; printf '%s\0' "serve-module" "$@" > "${VLLM_STANDIN_RECORD}"; exit 0
 fi
 exec /usr/bin/python3 "$@"
+"""
+
+# KServe's multi-node launch resolves its LeaderWorkerSet leader's name (LWS_LEADER_ADDRESS)
+# with getent, retrying for 30 s: no cluster DNS here, so every host name has one address.
+GETENT_STANDIN = r"""#!/bin/bash
+if [[ "$1" == hosts && $# -eq 2 ]]; then echo "10.244.0.10     $2"; exit 0; fi
+exec /usr/bin/getent "$@"
 """
 
 _VAR = re.compile(r"\$(\$|\(([A-Za-z_][A-Za-z0-9_.-]*)\))")
@@ -99,7 +108,7 @@ def run(pod: dict, container: str | None = None, vllm_version: str = "0.32.0",
         bindir = pathlib.Path(tmp, "bin")
         bindir.mkdir()
         for name, text in (("vllm", STANDIN), ("python3", PYTHON_STANDIN),
-                           ("python", PYTHON_STANDIN)):
+                           ("python", PYTHON_STANDIN), ("getent", GETENT_STANDIN)):
             (bindir / name).write_text(text)
             (bindir / name).chmod(0o755)
         record = pathlib.Path(tmp, "argv")

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Renders container "main" of every KServe-shaped fixture the way KServe's LLMInferenceService
 controller does: `command: [/bin/bash, -c, SCRIPT, --]` with the user's args in `args`, SCRIPT
-from testdata/kserve-launch.sh.in, and KServe's own `--kv-transfer-config` inside the script when
-the case's LLMInferenceService has a kvCacheOffloading spec for the pod's role (KServe's
-`kvTransferConfig` template function: keys sorted, each `"` written as `\\"`, single-quoted).
+from testdata/kserve-launch.sh.in (kserve-launch-dp.sh.in for the leader and workers of a
+multi-node LeaderWorkerSet, with the LLMInferenceService's parallelism), and KServe's own
+`--kv-transfer-config` inside the script when the case's LLMInferenceService has a
+kvCacheOffloading spec for the pod's role (KServe's `kvTransferConfig` template function: keys
+sorted, each `"` written as `\\"`, single-quoted).
 
   tests/webhook/kserve_fixtures.py            rewrite the fixtures and the example in place
   tests/webhook/kserve_fixtures.py --check    exit 1 when one differs from its rendering
@@ -24,6 +26,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 TESTDATA = HERE / "testdata"
 TEMPLATE = (TESTDATA / "kserve-launch.sh.in").read_text()
 MARKER = TEMPLATE.splitlines()[0]
+# The multi-node templates' script: the single-node one's version checks inside.
+DP_TEMPLATE = (TESTDATA / "kserve-launch-dp.sh.in").read_text().replace(
+    "@COMMON@", TEMPLATE[TEMPLATE.index("\nVLLM_VERSION=") + 1:TEMPLATE.index("\neval ")])
+DP_MARKER = DP_TEMPLATE.splitlines()[0]
 REPO = HERE.parent.parent
 
 _SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -59,13 +65,29 @@ def kserve_flag(spec) -> str:
     return "--kv-transfer-config '" + body.replace('"', '\\"') + "'"
 
 
-def script(model: str, namespace: str, spec) -> str:
-    return (TEMPLATE.rstrip("\n").replace("@MODEL@", model).replace("@NAMESPACE@", namespace)
+def script(model: str, namespace: str, spec, node: str = "", parallelism=None) -> str:
+    """`node`: "leader" or "worker" of a multi-node (LeaderWorkerSet) group, "" for one pod."""
+    text = TEMPLATE
+    if node:
+        p = parallelism or {}
+        local = p.get("dataLocal") or 1
+        # KServe's templates: a worker's engines start at its index times its local count, the
+        # leader serves the API (8 servers by default), the workers run engines only.
+        text = (DP_TEMPLATE.replace("@START_RANK@", "0" if node == "leader" else
+                                    f"$(( ${{LWS_WORKER_INDEX:-0}} * {local} ))")
+                .replace("@ROLE_ARGS@", "  --api-server-count ${VLLM_API_SERVER_COUNT:-8} \\"
+                         if node == "leader" else "  --headless \\"))
+        flags = (["--enable-expert-parallel"] if p.get("expert") else []) + \
+            ([f"--tensor-parallel-size {p['tensor']}"] if p.get("tensor") else []) + \
+            [f"--data-parallel-size {p.get('data') or 1}", f"--data-parallel-size-local {local}"]
+        text = text.replace("@PARALLEL_ARGS@", "\n".join(f"  {f} \\" for f in flags))
+    return (text.rstrip("\n").replace("@MODEL@", model).replace("@NAMESPACE@", namespace)
             .replace("@KV_TRANSFER_ARGS@", kserve_flag(spec)))
 
 
 def llmisvc(cluster: dict, name: str, role: str):
-    """(served model name, kvCacheOffloading spec for `role`) of the case's LLMInferenceService."""
+    """(served model name, kvCacheOffloading spec for `role`, its parallelism) of the case's
+    LLMInferenceService."""
     for o in cluster.get("objects", []):
         if o.get("kind") == "LLMInferenceService" and o["metadata"]["name"] == name:
             spec = o.get("spec", {})
@@ -73,11 +95,13 @@ def llmisvc(cluster: dict, name: str, role: str):
             if role == "prefill":
                 spec = spec.get("prefill") or {}
             return model, (spec.get("kvCacheOffloading") or
-                           spec.get("workload", {}).get("kvCacheOffloading"))
-    return name, None
+                           spec.get("workload", {}).get("kvCacheOffloading")), \
+                spec.get("parallelism")
+    return name, None, None
 
 
-def render_main(container: dict, model: str, namespace: str, spec) -> bool:
+def render_main(container: dict, model: str, namespace: str, spec, node: str = "",
+                parallelism=None) -> bool:
     """Rewrites `container` in place; False when it is not a KServe-shaped launch."""
     command, args = container.get("command") or [], list(container.get("args") or [])
     if command[:2] == ["vllm", "serve"]:
@@ -85,9 +109,10 @@ def render_main(container: dict, model: str, namespace: str, spec) -> bool:
         while args and args[0] in ("--served-model-name", "--port"):
             args = args[2:]
     elif not (command[:2] == ["/bin/bash", "-c"] and len(command) > 2 and
-              command[2].startswith(MARKER)):
+              command[2].startswith((MARKER, DP_MARKER))):
         return False
-    container["command"] = ["/bin/bash", "-c", script(model, namespace, spec), "--"]
+    container["command"] = ["/bin/bash", "-c",
+                            script(model, namespace, spec, node, parallelism), "--"]
     if args:
         container["args"] = args
     else:
@@ -150,12 +175,14 @@ def main() -> int:
         namespace = pod["metadata"].get("namespace", cluster.get("namespace", "default"))
         # As the webhook reads it (KServeRole): the prefill LeaderWorkerSet's pods carry no
         # role label where the prefill has a leader template, only their component.
+        component = labels.get("app.kubernetes.io/component", "")
         role = labels.get("llm-d.ai/role") or (
-            "prefill" if labels.get("app.kubernetes.io/component", "").endswith("-prefill")
-            else "both")
-        model, spec = llmisvc(cluster, name, role)
+            "prefill" if component.endswith("-prefill") else "both")
+        node = next((n for n in ("leader", "worker")
+                     if component.removesuffix("-prefill").endswith("-" + n)), "")
+        model, spec, parallelism = llmisvc(cluster, name, role)
         main_c = next((c for c in pod["spec"]["containers"] if c["name"] == "main"), None)
-        if main_c is None or not render_main(main_c, model, namespace, spec):
+        if main_c is None or not render_main(main_c, model, namespace, spec, node, parallelism):
             continue
         text = json.dumps(pod, indent=2) + "\n"
         if pod_file.read_text() != text:

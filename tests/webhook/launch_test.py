@@ -154,6 +154,32 @@ class LaunchTest(unittest.TestCase):
                 seen += 1
         self.assertGreaterEqual(seen, 8)
 
+    def test_multi_node_pods_launch_as_kserve_renders_them(self):
+        """The LeaderWorkerSet goldens run KServe's data-parallel launch (the leader's address
+        resolved, the worker's ranks from its index, the worker headless) with our flag in it."""
+        seen = set()
+        for name, _, after, _ in cases():
+            labels = after["metadata"].get("labels", {})
+            node = labels.get("app.kubernetes.io/component", "").removesuffix("-prefill")
+            if not node.endswith(("-leader", "-worker")):
+                continue
+            with self.subTest(case=name):
+                argv = vllm_argv.run(after)["argv"]
+                self.assertIsNotNone(argv, name)
+
+                def value(flag):
+                    self.assertEqual(argv.count(flag), 1, argv)
+                    return argv[argv.index(flag) + 1]
+                self.assertEqual(value("--data-parallel-address"), "10.244.0.10")
+                index = int(labels["leaderworkerset.sigs.k8s.io/worker-index"])
+                local = int(value("--data-parallel-size-local"))
+                self.assertEqual(int(value("--data-parallel-start-rank")), index * local)
+                self.assertEqual("--headless" in argv, node.endswith("-worker"))
+                self.assertEqual("--api-server-count" in argv, node.endswith("-leader"))
+                self.assertEqual(len(vllm_argv.kv_transfer_configs(argv)), 1, argv)
+                seen.add(node.rsplit("-", 1)[1])
+        self.assertEqual(seen, {"leader", "worker"})
+
     def test_reinvocation_through_inject_is_a_no_op(self):
         for name, before, after, cluster in cases():
             with self.subTest(case=name):
