@@ -46,22 +46,20 @@ assert_contains "$(jqv "${status}" .source)" "qwen3" "status source names the LL
 assert_eq "vllm-native" "$(jqv "${status}" .mode)" "status mode"
 assert_eq "" "$(jqv "${pod}" '.spec.initContainers[]? | select(.name == "kvoffload-agent-install") | .name')" "no agent init container in vllm-native mode"
 
-# Agent mode by default (no mode annotation), and the documented spec.workload path of the
-# v1alpha1 API.
+# Agent mode by default (no mode annotation).
 k -n "${ns}" apply -f - >/dev/null <<'YAML'
-apiVersion: serving.kserve.io/v1alpha1
+apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceService
 metadata:
   name: agentic
 spec:
-  workload:
-    kvCacheOffloading:
-      cpu: "4Gi"
-      evictionPolicy: arc
-      secondary:
-        - fileSystem:
-            emptyDir:
-              size: "10Gi"
+  kvCacheOffloading:
+    cpu: "4Gi"
+    evictionPolicy: arc
+    secondary:
+      - fileSystem:
+          emptyDir:
+            size: "10Gi"
 YAML
 p2="$(pod_manifest agentic-kserve-0 '{}' \
   '{"app.kubernetes.io/name":"agentic","app.kubernetes.io/part-of":"llminferenceservice"}')"
@@ -69,8 +67,8 @@ create_pod "${ns}" "${p2}" >/dev/null
 p2="$(get_pod "${ns}" agentic-kserve-0)"
 assert_injected_once "${p2}" 1
 m2="$(container "${p2}" main)"
-assert_eq "arc" "$(env_of "${m2}" KVOFFLOAD_EVICTION_POLICY)" "eviction policy from spec.workload"
-assert_eq "4294967296" "$(env_of "${m2}" KVOFFLOAD_CPU_BYTES)" "cpu bytes from spec.workload"
+assert_eq "arc" "$(env_of "${m2}" KVOFFLOAD_EVICTION_POLICY)" "eviction policy from the spec"
+assert_eq "4294967296" "$(env_of "${m2}" KVOFFLOAD_CPU_BYTES)" "cpu bytes from the spec"
 init="$(jq -c '.spec.initContainers[]? | select(.name == "kvoffload-agent-install")' <<<"${p2}")"
 [[ -n "${init}" ]] || fail "agent mode: no kvoffload-agent-install init container"
 [[ -n "$(jqv "${init}" .image)" ]] || fail "agent init container has no image"
@@ -82,3 +80,26 @@ assert_eq "11" "$(env_of "${m2}" VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS)" "vLLM's 
 assert_contains "$(env_of "${m2}" PYTHONPATH)" "/opt/kvoffload/python" "PYTHONPATH"
 assert_eq "KVOffloadAgentSpec" "$(jqv "$(kv_transfer_config "${p2}")" .kv_connector_extra_config.spec_name)" "agent spec_name"
 assert_eq "agent" "$(jqv "$(jqv "${p2}" '.metadata.annotations["kvoffload.io/status"]')" .mode)" "status mode (the default)"
+
+# KServe's sample writes spec.workload.kvCacheOffloading, and v1alpha1 has no kvCacheOffloading
+# at all: KServe's CRD keeps neither. kubectl (strict field validation by default) refuses
+# them, naming the field; a client that does not ask for validation (client-go's default) has
+# them dropped without a word (`validate` warns), and the service's pods run without offloading.
+dropped="$(cat <<'YAML'
+apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata:
+  name: dropped
+spec:
+  workload:
+    kvCacheOffloading: {cpu: "4Gi"}
+  kvCacheOffloading: {cpu: "4Gi"}
+YAML
+)"
+out="$(k -n "${ns}" apply -f - <<<"${dropped}" 2>&1)" && fail "kubectl stored fields KServe's CRD does not have: ${out}"
+assert_contains "${out}" 'unknown field "spec.workload"' "kubectl names the field"
+k -n "${ns}" apply --validate=false -f - <<<"${dropped}" >/dev/null
+assert_eq "{}" "$(k -n "${ns}" get llminferenceservice dropped -o json | jq -c '.spec')" "what the API server keeps of the v1alpha1 spec"
+create_pod "${ns}" "$(pod_manifest dropped-kserve-0 '{}' \
+  '{"app.kubernetes.io/name":"dropped","app.kubernetes.io/part-of":"llminferenceservice"}')" >/dev/null
+assert_not_injected "$(get_pod "${ns}" dropped-kserve-0)"

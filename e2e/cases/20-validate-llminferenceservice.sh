@@ -1,16 +1,27 @@
 # shellcheck shell=bash
 # Case 20: an LLMInferenceService with a bad kvCacheOffloading spec is refused when it is applied
-# (server-side dry-run too), every error with its field path and in the pod denial's words, for
-# both API versions and the workload and prefill paths; nothing is stored. A valid one is
-# stored, with admission warnings for what is likely wrong (a missing or RWO-shared PVC, a CPU
-# tier close to the memory limit); an update to a bad spec is refused. With the checks'
+# (server-side dry-run too): by KServe's CRD schema where it says so, else by the webhook, every
+# error with its field path and in the pod denial's words, at spec and spec.prefill; nothing is
+# stored. A valid one is stored, with admission warnings for what is likely wrong (a missing or
+# RWO-shared PVC, a CPU tier close to the memory limit); an update to a bad spec is refused. With the checks'
 # endpoint unreachable an apply still passes: the shipped entries use failurePolicy Ignore.
 ns="$(case_ns e2e-llmisvc-apply)"
 # No injection label: LLMInferenceServices are checked in every namespace (KServe renders tiers).
 new_ns "${ns}"
 seed="$(cat "${E2E_REPO}/examples/llminferenceservice.yaml")"
-bad="$(sed 's/cpu: "10Gi"/cpu: "ten"/; s/evictionPolicy: lru/evictionPolicy: fifo/' <<<"${seed}")"
-[[ "${bad}" == *'cpu: "ten"'* && "${bad}" == *"evictionPolicy: fifo"* ]] || fail "could not break the seed example"
+# What KServe's CRD schema itself refuses (a quantity's pattern, the policy's enum) never
+# reaches the webhook: the API server answers first, in its own words.
+out="$(k -n "${ns}" apply -f - 2>&1 <<<"$(sed 's/cpu: "10Gi"/cpu: "ten"/; s/evictionPolicy: lru/evictionPolicy: fifo/' <<<"${seed}")")" \
+  && fail "the CRD schema let cpu \"ten\" and policy fifo through: ${out}"
+echo "schema: ${out}"
+assert_contains "${out}" 'spec.kvCacheOffloading.evictionPolicy: Unsupported value: "fifo"' "the CRD's enum"
+assert_contains "${out}" 'spec.kvCacheOffloading.cpu' "the CRD's quantity pattern"
+[[ "${out}" != *"specs.validate.kvoffload.io"* ]] || fail "the webhook was asked about what the schema refuses: ${out}"
+
+# What the schema lets through and the webhook refuses: a zero CPU tier, a PVC name that is no
+# DNS-1123 name.
+bad="$(sed 's/cpu: "10Gi"/cpu: "0"/; s/name: my-kv-cache-pvc/name: Bad_Name/' <<<"${seed}")"
+[[ "${bad}" == *'cpu: "0"'* && "${bad}" == *"name: Bad_Name"* ]] || fail "could not break the seed example"
 
 for mode in server-dry-run apply; do
   args=(apply -f -)
@@ -19,26 +30,25 @@ for mode in server-dry-run apply; do
   echo "${mode}: ${out}"
   assert_contains "${out}" 'admission webhook "specs.validate.kvoffload.io" denied the request' "${mode}: kubectl's denial line"
   assert_contains "${out}" "kvCacheOffloading from LLMInferenceService ${ns}/qwen3 is invalid: " "${mode}: the pod denial's opening"
-  assert_contains "${out}" 'spec.kvCacheOffloading.cpu: "ten" is not a valid quantity' "${mode}: cpu error"
-  assert_contains "${out}" 'spec.kvCacheOffloading.evictionPolicy: "fifo" is not supported' "${mode}: policy error"
+  assert_contains "${out}" 'spec.kvCacheOffloading.cpu: must be greater than 0' "${mode}: cpu error"
+  assert_contains "${out}" 'spec.kvCacheOffloading.secondary[2].fileSystem.pvc.ref.name: "Bad_Name"' "${mode}: PVC name error"
 done
 
-# v1alpha1, the documented spec.workload path and the prefill path, all errors in one answer.
+# The prefill path, all errors in one answer.
 out="$(k -n "${ns}" apply -f - 2>&1 <<'YAML'
-apiVersion: serving.kserve.io/v1alpha1
+apiVersion: serving.kserve.io/v1alpha2
 kind: LLMInferenceService
 metadata: {name: pd}
 spec:
-  workload:
-    kvCacheOffloading: {cpu: "0"}
+  kvCacheOffloading: {cpu: "0"}
   prefill:
     kvCacheOffloading:
       cpu: 1Gi
       secondary: [{fileSystem: {pvc: {ref: {name: Bad_Name}}}}]
 YAML
-)" && fail "v1alpha1: a bad spec was accepted: ${out}"
-echo "v1alpha1: ${out}"
-assert_contains "${out}" 'spec.workload.kvCacheOffloading.cpu: must be greater than 0' "workload path"
+)" && fail "prefill: a bad spec was accepted: ${out}"
+echo "prefill: ${out}"
+assert_contains "${out}" 'spec.kvCacheOffloading.cpu: must be greater than 0' "spec path"
 assert_contains "${out}" 'spec.prefill.kvCacheOffloading.secondary[0].fileSystem.pvc.ref.name: "Bad_Name"' "prefill path"
 assert_eq "0" "$(k -n "${ns}" get llminferenceservices -o json | jq '.items | length')" "services stored after denials"
 
