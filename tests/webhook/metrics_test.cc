@@ -9,7 +9,9 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "test_pki.h"
 #include "webhook/admission.h"
 #include "webhook/cluster_reader.h"
+#include "webhook/log.h"
 #include "webhook/server.h"
 
 namespace kvoffload::webhook {
@@ -240,6 +243,20 @@ TEST_F(MetricsServerTest, EverySkipReasonAndFailureTypeIsCountedWithItsLatency) 
   EXPECT_EQ(e.types.at(kDuration), "histogram");
 }
 
+// The webhook's JSON log lines (ConfigureLogging(kJson)) written while `act` runs.
+std::vector<nlohmann::json> LoggedDuring(const std::function<void()>& act) {
+  ConfigureLogging(LogFormat::kJson, "info");
+  ::testing::internal::CaptureStderr();
+  act();
+  spdlog::default_logger()->flush();
+  std::istringstream lines(::testing::internal::GetCapturedStderr());
+  std::vector<nlohmann::json> events;
+  for (std::string line; std::getline(lines, line);) {
+    events.push_back(nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false));
+  }
+  return events;
+}
+
 // A request the transport answers itself (a body over the limit) counts as a failed pod
 // admission only where it is one: a POST. A PUT of 9 MB to /mutate-pods was counted, and logged,
 // as a failed admission of a pod.
@@ -252,9 +269,20 @@ TEST_F(MetricsServerTest, OnlyAPostRefusedByTheTransportIsAFailedAdmission) {
   client_ = std::make_unique<httplib::SSLClient>("127.0.0.1", server_->port());
   client_->set_ca_cert_path((dir_ / "ca.crt").string().c_str());
   client_->enable_server_certificate_verification(true);
-  httplib::Result post = client_->Post("/mutate-pods", big, "application/json");
-  ASSERT_TRUE(post) << httplib::to_string(post.error());
-  EXPECT_EQ(post->status, 413);
+  const std::vector<nlohmann::json> logged = LoggedDuring([&] {
+    httplib::Result post = client_->Post("/mutate-pods", big, "application/json");
+    ASSERT_TRUE(post) << httplib::to_string(post.error());
+    EXPECT_EQ(post->status, 413);
+  });
+  // Its log line says how long the client took to it, as an admission's does.
+  const auto line = std::find_if(logged.begin(), logged.end(), [](const nlohmann::json& j) {
+    return j.value("msg", "") == "admission";
+  });
+  ASSERT_NE(line, logged.end()) << nlohmann::json(logged).dump();
+  EXPECT_EQ((*line)["status"], 413);
+  ASSERT_TRUE((*line)["seconds"].is_number()) << line->dump();
+  EXPECT_GT((*line)["seconds"].get<double>(), 0.0);
+  EXPECT_LT((*line)["seconds"].get<double>(), 60.0);
   const Exposition e = Scrape();
   EXPECT_EQ(e.Sum("kvoffload_admission_requests_total", {{"outcome", "error"}}), 1);
   EXPECT_EQ(e.Sum("kvoffload_injection_failure_total", {{"type", "bad_request"}}), 1);
@@ -262,9 +290,26 @@ TEST_F(MetricsServerTest, OnlyAPostRefusedByTheTransportIsAFailedAdmission) {
 
 // A webhook configuration with a wrong path (/mutate-podz) sends every pod to a 404: no
 // admission was counted and nothing was logged, so the metrics showed nothing while, with
-// failurePolicy Fail, no pod was created. Counted apart, by status.
-TEST_F(MetricsServerTest, RequestsForNoRouteAreCountedApart) {
-  for (int i = 0; i < 3; ++i) {
+// failurePolicy Fail, no pod was created. Counted apart, by status, and logged with the
+// method and path asked for.
+TEST_F(MetricsServerTest, RequestsForNoRouteAreCountedApartAndLogged) {
+  const std::vector<nlohmann::json> logged = LoggedDuring([&] {
+    ASSERT_TRUE(client_->Post("/mutate-podz", "{}", "application/json"));
+    ASSERT_TRUE(client_->Get("/mutate-pods"));
+  });
+  std::vector<nlohmann::json> unrouted;
+  for (const nlohmann::json& e : logged) {
+    if (e.value("msg", "") == "unrouted") unrouted.push_back(e);
+  }
+  ASSERT_EQ(unrouted.size(), 2u) << nlohmann::json(logged).dump();
+  EXPECT_EQ(unrouted[0]["method"], "POST");
+  EXPECT_EQ(unrouted[0]["path"], "/mutate-podz");
+  EXPECT_EQ(unrouted[0]["status"], 404);
+  EXPECT_EQ(unrouted[0]["level"], "warning");
+  EXPECT_EQ(unrouted[1]["method"], "GET");
+  EXPECT_EQ(unrouted[1]["path"], "/mutate-pods");
+  EXPECT_EQ(unrouted[1]["status"], 405);
+  for (int i = 0; i < 2; ++i) {
     httplib::Result r = client_->Post("/mutate-podz", "{}", "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404);
@@ -274,7 +319,7 @@ TEST_F(MetricsServerTest, RequestsForNoRouteAreCountedApart) {
   EXPECT_EQ(get->status, 405);
   const Exposition e = Scrape();
   EXPECT_EQ(e.Sum("kvoffload_unrouted_requests_total", {{"status", "404"}}), 3);
-  EXPECT_EQ(e.Sum("kvoffload_unrouted_requests_total", {{"status", "405"}}), 1);
+  EXPECT_EQ(e.Sum("kvoffload_unrouted_requests_total", {{"status", "405"}}), 2);
   EXPECT_EQ(e.types.at("kvoffload_unrouted_requests_total"), "counter");
   EXPECT_EQ(e.Sum("kvoffload_admission_requests_total"), 0);
 }

@@ -279,6 +279,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ReadRequest() {
     phase_ = Phase::kReading;
     Arm(request_timeout_);
+    reading_since_ = std::chrono::steady_clock::now();
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_->options_.max_body_bytes);
@@ -356,9 +357,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const auto target = msg.target();
       std::string_view why = r.body;
       if (!why.empty() && why.back() == '\n') why.remove_suffix(1);
-      server_->options_.on_refused({std::string_view(method.data(), method.size()),
-                                    std::string_view(target.data(), target.size()), r.status,
-                                    why});
+      server_->options_.on_refused(
+          {std::string_view(method.data(), method.size()),
+           std::string_view(target.data(), target.size()), r.status, why,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - reading_since_)
+               .count()});
     }
     parser_.reset();
     Respond(std::move(r), /*close=*/true);
@@ -488,6 +491,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   SSL* ssl_ = nullptr;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string in_;  // received and not yet parsed (a pipelined next request, a partial header)
+  // When this request's reading began: a refusal's log says how long the client took to it.
+  std::chrono::steady_clock::time_point reading_since_;
   std::unique_ptr<char[]> read_buf_;  // only while a request is being read
   std::string out_;
   size_t out_off_ = 0;

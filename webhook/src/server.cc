@@ -171,7 +171,8 @@ void Server::Refused(const HttpsTransportOptions::Refusal& refusal) {
   nlohmann::json fields = {
       {"outcome", validation ? VerdictName(Verdict::kError) : OutcomeName(failed.outcome())},
       {"status", status},
-      {"detail", refusal.why}};
+      {"detail", refusal.why},
+      {"seconds", refusal.seconds}};
   if (!validation) fields["reason"] = failed.DetailName();
   LogEvent(spdlog::level::info, validation ? "validation" : "admission", fields);
 }
@@ -187,14 +188,18 @@ HttpsResponse Server::Route(const HttpsRequest& req) {
   // A known path asked with another method is a 405 naming the one it takes, not a 404 that
   // reads as a wrong URL in the webhook configuration.
   const bool probe = path == "/healthz" || path == "/readyz";
+  // Logged as well as counted: a webhook configuration with a wrong path sends every pod here,
+  // and the log is where its owner looks for the path the API server asked for.
+  auto unrouted = [&](HttpsResponse r) {
+    metrics_->RecordUnrouted(/*wrong_method=*/r.status == 405);
+    LogEvent(spdlog::level::warn, "unrouted",
+             {{"method", req.method}, {"path", path}, {"status", r.status}});
+    return r;
+  };
   if (probe || ((path == "/mutate-pods" || validation) && !post)) {
-    metrics_->RecordUnrouted(/*wrong_method=*/true);
-    return MethodNotAllowed(req, path, probe ? "GET" : "POST");
+    return unrouted(MethodNotAllowed(req, path, probe ? "GET" : "POST"));
   }
-  if (!post || (path != "/mutate-pods" && !validation)) {
-    metrics_->RecordUnrouted(/*wrong_method=*/false);
-    return NoRoute(req, path);
-  }
+  if (!post || (path != "/mutate-pods" && !validation)) return unrouted(NoRoute(req, path));
   // From the request's arrival, as its lookup budget counts: time queued for a worker is the
   // API server's wait too, and the histogram left it out (a slow API server queues requests).
   const auto start = req.received;

@@ -65,6 +65,7 @@ struct HttpsTransportOptions {
     std::string_view target;
     int status = 0;
     std::string_view why;
+    double seconds = 0;  // from the request's first byte read to its refusal
   };
   std::function<void(const Refusal&)> on_refused;
 };
