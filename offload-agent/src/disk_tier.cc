@@ -75,6 +75,12 @@ bool Transient(int err) {
 // its engine (FORMAT.md, Slot file).
 bool KeepsSlots(const DiskTierConfig& c) { return !c.persistent && !c.shared; }
 
+// The bytes one block takes in the tier: its file, or its slot where the tier keeps slots.
+size_t StoredBytes(const DiskTierOptions& options) {
+  return KeepsSlots(options.config) ? RoundUp(options.block_bytes, kBlockAlign)
+                                    : BlockFileBytes(options.block_bytes);
+}
+
 // Creates, writes, syncs and removes a file in `dir`. A tier on a read-only or broken file
 // system would otherwise open fine and drop every block pushed to it. A full one passes: a
 // persistent tier may be full of its own blocks at restart, and eviction makes room.
@@ -110,8 +116,7 @@ DiskTier::DirLock::~DirLock() {
 DiskTier::DiskTier(const DiskTierOptions& options, std::unique_ptr<DiskIo> io)
     : options_(options),
       file_bytes_(BlockFileBytes(options.block_bytes)),
-      stored_bytes_(KeepsSlots(options.config) ? RoundUp(options.block_bytes, kBlockAlign)
-                                               : file_bytes_),
+      stored_bytes_(StoredBytes(options)),
       dir_(FingerprintDir(options.config.path, options.fingerprint)),
       io_(std::move(io)) {
   stats_.name = options.name;
@@ -148,6 +153,19 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
                                 std::to_string(total - fits) + " kept free): the tier holds " +
                                 std::to_string(fits) + " bytes");
     }
+  }
+  // Nor more blocks than its eviction policy indexes: a tier of tiny blocks on a large file
+  // system is lowered, as above, rather than refused.
+  const uint64_t stored = StoredBytes(options);
+  if (sized.config.capacity_bytes / stored > options.max_blocks) {
+    const uint64_t fits = options.max_blocks * stored;
+    WriteLog(options.log, options.field + ".capacityBytes=" +
+                              std::to_string(sized.config.capacity_bytes) + " is " +
+                              std::to_string(sized.config.capacity_bytes / stored) +
+                              " blocks, more than the eviction policy indexes (" +
+                              std::to_string(options.max_blocks) + "): the tier holds " +
+                              std::to_string(fits) + " bytes");
+    sized.config.capacity_bytes = fits;
   }
   std::unique_ptr<DiskTier> tier(new DiskTier(sized, std::move(io)));
   if (Status s = tier->Init(); !s.ok()) return s;

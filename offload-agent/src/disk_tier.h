@@ -35,6 +35,7 @@
 #include "kvoffload/config.h"
 #include "kvoffload/disk_io.h"
 #include "kvoffload/eviction_policy.h"
+#include "kvoffload/eviction_policy.h"
 #include "kvoffload/stats.h"
 #include "process_tag.h"
 #include "log_sink.h"
@@ -56,6 +57,8 @@ struct DiskTierOptions {
   // Publish through named temp files even where O_TMPFILE works (tests of that path).
   bool named_temp_files = false;
   LogSink log = nullptr;  // state changes (full, read-only, failing, writable again); empty = stderr
+  // The most blocks the tier holds: its capacity is lowered to this many (tests lower it).
+  size_t max_blocks = kMaxEvictionPolicyBlocks;
 };
 
 class DiskTier {

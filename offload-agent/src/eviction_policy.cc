@@ -45,6 +45,15 @@ Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
     return Status::InvalidArgument("eviction policy \"" + std::string(name) +
                                    "\": capacity must hold at least one block");
   }
+  if (capacity_blocks > kMaxEvictionPolicyBlocks) {
+    // Past it a policy's index ran out in the middle of a store (s3fifo threw from a store
+    // thread, which ended the process); refused where the tier is made instead.
+    return Status::InvalidArgument(
+        "eviction policy \"" + std::string(name) + "\": a tier of " +
+        std::to_string(capacity_blocks) + " blocks is more than a policy indexes (" +
+        std::to_string(kMaxEvictionPolicyBlocks) + "); give the tier a smaller capacity or "
+        "larger blocks");
+  }
   return EvictionPolicies().Create(name, capacity_blocks);
 }
 

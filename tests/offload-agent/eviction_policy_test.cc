@@ -622,11 +622,12 @@ TEST(LirsPolicyTest, GhostsAreForgottenAFewACallWhenTheShareChanges) {
   EXPECT_LE(largest_drop, 2 * 5u);
 }
 
-// A disk tier of small blocks can count billions of blocks of capacity: every policy must be
-// made for it without allocating in proportion (lru-tinylfu's counts are capped at 4M blocks).
+// A disk tier of small blocks can count hundreds of millions of blocks of capacity (up to
+// kMaxEvictionPolicyBlocks, past which the tier is lowered): every policy must be made for it
+// without allocating in proportion (lru-tinylfu's counts are capped at 4M blocks).
 TEST(EvictionPolicyFactoryTest, EveryPolicyIsMadeForAHugeTier) {
   for (const std::string& name : EvictionPolicyNames()) {
-    auto p = Make(name, size_t{1} << 40);
+    auto p = Make(name, kMaxEvictionPolicyBlocks);
     ASSERT_NE(p, nullptr) << name;
     Cache small(name, 4);
     for (uint64_t i = 0; i < 16; ++i) small.Access(Key(i % 6));
@@ -766,6 +767,23 @@ TEST(EvictionPolicyFactoryTest, KnowsLruAndArcAndNamesThemOnError) {
   EXPECT_NE(bad.status().message().find("arc, chain-lru, lirs, lru, lru-tinylfu, s3fifo"),
             std::string::npos);
   EXPECT_FALSE(NewEvictionPolicy("lru", 0).ok());
+}
+
+// s3fifo's rings hold up to twice its live blocks in 2^31 positions, the others' indexes are
+// 32-bit: a tier of more blocks threw from a store thread once full enough (the process ended).
+// Every registered policy is refused past the bound, at the factory, naming it.
+TEST(EvictionPolicyFactoryTest, ATierOfMoreBlocksThanAPolicyIndexesIsRefused) {
+  for (const std::string& name : EvictionPolicyNames()) {
+    Result<std::unique_ptr<EvictionPolicy>> p =
+        NewEvictionPolicy(name, kMaxEvictionPolicyBlocks + 1);
+    ASSERT_FALSE(p.ok()) << name;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(p.status().message().find(std::to_string(kMaxEvictionPolicyBlocks + 1) +
+                                        " blocks is more than a policy indexes (" +
+                                        std::to_string(kMaxEvictionPolicyBlocks) + ")"),
+              std::string::npos)
+        << p.status().ToString();
+  }
 }
 
 // The plug point: a third policy registers itself from its own file.

@@ -1135,6 +1135,31 @@ TEST_F(DiskTierTest, BlockFileTheEngineMayNotOpenIsRemovedAtItsFailedLoad) {
   }
 }
 
+// A tier of more blocks than its eviction policy indexes (tiny blocks on a large file system)
+// is lowered to them and says so once, as a tier larger than its file system is: it used to
+// open as is, and s3fifo threw from a store thread once its rings ran out.
+TEST_F(DiskTierTest, ATierOfMoreBlocksThanItsPolicyIndexesIsLoweredToThem) {
+  DiskTierOptions o{"disk0", "KVOFFLOAD_TIERS[0]",
+                    testing::Tier(dir_.path(), 64, /*persistent=*/true), kBlock,
+                    testing::TestModel().Digest(), "s3fifo"};
+  const uint64_t asked = o.config.capacity_bytes;
+  o.max_blocks = 8;
+  std::vector<std::string> lines;
+  o.log = [&lines](const std::string& line) { lines.push_back(line); };
+  auto t = DiskTier::Open(o, std::move(NewDiskIo("psync", DiskIoOptions{})).value());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const uint64_t held = (*t)->Stats().capacity_bytes;
+  EXPECT_EQ(held, asked / 64 * 8);
+  for (uint64_t k = 0; k < 20; ++k) ASSERT_TRUE(Put(**t, k).ok()) << k;
+  size_t resident = 0;
+  for (uint64_t k = 0; k < 20; ++k) resident += (*t)->Contains(Key(k)) ? 1u : 0u;
+  EXPECT_EQ(resident, 8u);
+  const std::string said = "KVOFFLOAD_TIERS[0].capacityBytes=" + std::to_string(asked) +
+                           " is 64 blocks, more than the eviction policy indexes (8): the tier "
+                           "holds " + std::to_string(held) + " bytes";
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), said), 1) << ::testing::PrintToString(lines);
+}
+
 // Start-up errors about what is in the tier directory name the configuration entry and its
 // path, as the others do, and say what to do about it.
 TEST_F(DiskTierTest, StartUpErrorsAboutTheTiersFilesNameTheEntry) {

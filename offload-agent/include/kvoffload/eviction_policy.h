@@ -82,8 +82,15 @@ class KVOFFLOAD_EXPORT EvictionPolicy {
   virtual std::string DebugString() const = 0;
 };
 
+// The most blocks one tier's policy indexes, whichever policy: s3fifo keeps up to twice its
+// live blocks in rings of 2^31 positions, the others 32-bit indexes. A disk tier holds no more
+// blocks than this (DiskTier::Open lowers its capacity to it); 2^29 blocks of the smallest
+// (4 KiB) are 2 TiB, of a 7B model's (2 MiB at 16 tokens) 1 PiB.
+inline constexpr size_t kMaxEvictionPolicyBlocks = size_t{1} << 29;
+
 // Builds a policy for a tier holding at most capacity_blocks blocks (one of
-// EvictionPolicyNames()). Unknown names are InvalidArgument listing the registered ones.
+// EvictionPolicyNames()). Unknown names are InvalidArgument listing the registered ones, a
+// capacity of 0 or past kMaxEvictionPolicyBlocks InvalidArgument naming it.
 KVOFFLOAD_EXPORT Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(std::string_view name,
                                                           size_t capacity_blocks);
 
