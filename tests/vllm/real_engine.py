@@ -3,6 +3,7 @@ each configuration starts from nothing, as a pod does. test_real_engine.py calls
     python real_engine.py RUN.json RESULT.json
 RUN.json: {"model", "connector": extra config or null, "executor": "uni" | "mp",
 "tensor_parallel": ranks (default 1), "gpu_blocks", "max_model_len" (optional, 512),
+"beside": a connector's config to run first in a MultiConnector with ours (optional),
 "corrupt_loads": bool, "log_stats": bool (vLLM's metrics on, as `vllm serve` has them),
 "phases": [["generate", [[doc, question], ...]] | ["reset_connector"] | ["stats"] |
 ["metrics"]]}. RESULT.json: per phase the generated token ids (none for "stats"), the
@@ -101,12 +102,16 @@ def build_llm(run: dict, engine_id: str | None = None):
 
     kwargs = {}
     if run.get("connector") is not None:
-        kwargs["kv_transfer_config"] = {
-            "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-            **({"engine_id": engine_id} if engine_id else {}),
-            "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
-                                          "spec_module_path": "kvoffload.vllm",
-                                          **run["connector"]}}
+        ours = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": {"spec_name": "KVOffloadAgentSpec",
+                                              "spec_module_path": "kvoffload.vllm",
+                                              **run["connector"]}}
+        if run.get("beside") is not None:
+            # Ours second in vLLM's MultiConnector, another connector first: how KServe's
+            # P/D sample runs offloading beside NixlConnector.
+            ours = {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                    "kv_connector_extra_config": {"connectors": [run["beside"], ours]}}
+        kwargs["kv_transfer_config"] = {**ours, **({"engine_id": engine_id} if engine_id else {})}
     blocks = run["gpu_blocks"]
     return LLM(model=run["model"], skip_tokenizer_init=True, enforce_eager=True,
                dtype="float32", seed=0, block_size=tiny_model.TOKENS_PER_BLOCK,

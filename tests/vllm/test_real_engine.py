@@ -43,7 +43,7 @@ def model(tmp_path_factory):
 
 def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor="uni",
                corrupt_loads=False, extra=None, tensor_parallel=1, log_stats=False,
-               max_model_len=512):
+               max_model_len=512, beside=None):
     """One vLLM engine in a fresh process; cpu_slots None = no connector. Tier settings reach
     the adapter as the webhook passes them, through KVOFFLOAD_* env. With two ranks the pod's
     pinned RAM is cpu_slots shard slots per rank: each rank gets its share."""
@@ -56,7 +56,8 @@ def run_engine(tmp_path, name, model, phases, cpu_slots=None, tiers=(), executor
         env["KVOFFLOAD_TIERS"] = json.dumps(list(tiers))
     spec = {"model": model, "connector": None if cpu_slots is None else (extra or {}),
             "executor": executor, "tensor_parallel": tensor_parallel, "gpu_blocks": GPU_BLOCKS, "corrupt_loads": corrupt_loads,
-            "log_stats": log_stats, "max_model_len": max_model_len, "phases": phases}
+            "log_stats": log_stats, "max_model_len": max_model_len, "beside": beside,
+            "phases": phases}
     run_file, result_file = tmp_path / f"{name}.run.json", tmp_path / f"{name}.result.json"
     run_file.write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(HERE / "real_engine.py"), str(run_file),
@@ -110,6 +111,25 @@ def test_loads_from_the_pinned_tier_and_resets(model, baseline, tmp_path):
     assert after_reset["stats"]["loaded_blocks"] == LOADED
     assert after_reset["stats"]["stored_blocks"] == STORED + LOADED
     assert r["closed"]["stats"]["held_blocks"] == 0
+
+
+def test_serves_beside_another_connector_in_a_multi_connector(model, baseline, tmp_path):
+    """KServe's P/D pods pass their own --kv-transfer-config (NixlConnector: decode pods
+    kv_consumer, prefill kv_producer); offloading runs beside it only inside vLLM's
+    MultiConnector, theirs first, ours second, as KServe's own P/D sample composes it. A
+    connector that never has anything to load (nothing_handed_over.py) stands for a decode
+    pod's Nixl with a request no prefill pod handed over: every hit is then ours, and the
+    tokens are those without any connector."""
+    beside = {"kv_connector": "NothingHandedOver", "kv_role": "kv_consumer",
+              "kv_connector_module_path": "nothing_handed_over"}
+    r = run_engine(tmp_path, "multi", model, [["generate", FIRST], ["generate", AGAIN]],
+                   cpu_slots=64, beside=beside)
+    first, again = r["phases"]
+    assert first["tokens"] == baseline[0]
+    assert again["tokens"] == baseline[1], "tokens differ from the run without a connector"
+    assert first["stats"]["stored_blocks"] == STORED
+    assert again["stats"]["loaded_blocks"] == LOADED
+    assert again["stats"]["failed_loads"] == 0
 
 
 def test_loads_from_a_disk_tier(model, baseline, tmp_path):

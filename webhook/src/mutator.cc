@@ -638,6 +638,23 @@ bool IsOurFlagValue(std::string_view value) {
   return spec == "KVOffloadAgentSpec" || spec == "TieringOffloadingSpec";
 }
 
+// The connector a --kv-transfer-config value runs when it is no offloading one (a P/D pod's
+// NixlConnector, LMCache): its name, or "" where it offloads (OffloadingConnector, or a
+// MultiConnector with one among its connectors).
+std::string OtherConnector(const json& flag) {
+  const std::string name = StringAt(flag, "kv_connector");
+  if (name.empty() || name == "OffloadingConnector") return "";
+  if (name == "MultiConnector") {
+    const json& children = Member(Member(flag, "kv_connector_extra_config"), "connectors");
+    if (children.is_array()) {
+      for (const json& child : children) {
+        if (StringAt(child, "kv_connector") == "OffloadingConnector") return "";
+      }
+    }
+  }
+  return name;
+}
+
 // `value` (VLLM_ADDITIONAL_ARGS) without its --kv-transfer-config=VALUE word, as we append it:
 // one shell word, single-quoted where the script evals it. nullopt when there is none.
 std::optional<std::string> WithoutFlagWord(const std::string& value) {
@@ -967,8 +984,14 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         vllm_flag = "user";
         vllm_flag_reason = kFlagReasonUserFlagInvalid;
       } else if (!theirs.ok() || DumpJson(*theirs) != ours) {
-        warnings->push_back("container " + c_name + " already passes --kv-transfer-config in " +
-                               launch.user_flag_where + "; kept it instead of ours");
+        std::string warning = "container " + c_name + " already passes --kv-transfer-config in " +
+                              launch.user_flag_where + "; kept it instead of ours";
+        if (const std::string other = theirs.ok() ? OtherConnector(*theirs) : ""; !other.empty()) {
+          warning += ", so vLLM runs " + other +
+                     " and no offloading: to run both, pass one MultiConnector with yours first "
+                     "and ours second (docs/deploy.md, \"Beside another connector\")";
+        }
+        warnings->push_back(std::move(warning));
         vllm_flag = "user";
         vllm_flag_reason = kFlagReasonUserFlag;
       } else {
