@@ -423,6 +423,30 @@ def test_vllm_takes_the_whole_flag(case):
     assert config.kv_load_failure_policy == ("recompute" if agent else "fail")
 
 
+BESIDE_CASES = sorted(p.name.removesuffix(".patched.json") for p in GOLDEN.glob("*.patched.json")
+                      if "vllmFlagBeside" in p.read_text())
+
+
+def test_golden_pods_run_ours_beside_a_pd_connector():
+    assert {"kserve-pd-decode-nixl", "kserve-pd-prefill-nixl-agent"} <= set(BESIDE_CASES)
+
+
+@pytest.mark.parametrize("case", BESIDE_CASES)
+def test_vllm_takes_the_multi_connector_beside_the_users(case):
+    """Where the pod passes its own P/D connector (KServe's P/D pods: NixlConnector), vLLM
+    gets it and then ours as one MultiConnector with it first: vLLM keeps the later flag,
+    parses it and each connector in it as it builds MultiConnector's children."""
+    from vllm.config import KVTransferConfig
+    theirs, multi = golden_kv_transfer_configs(case)
+    config = KVTransferConfig(**multi)
+    assert config.kv_connector == "MultiConnector"
+    children = [KVTransferConfig(**c) for c in config.kv_connector_extra_config["connectors"]]
+    assert [c.kv_connector for c in children] == [theirs["kv_connector"], "OffloadingConnector"]
+    assert children[0].kv_role == theirs["kv_role"]
+    agent = children[1].kv_connector_extra_config["spec_name"] == "KVOffloadAgentSpec"
+    assert config.kv_load_failure_policy == ("recompute" if agent else "fail")
+
+
 @pytest.mark.parametrize("case", NATIVE_CASES)
 def test_vllm_builds_its_tiering_spec_from_the_vllm_native_flag(case, tmp_path):
     """vllm-native mode hands vLLM its own TieringOffloadingSpec. vLLM's factory builds the

@@ -2,7 +2,8 @@
 """Runs every golden pod's vLLM launch, before and after our patch, with bash and a stand-in
 `vllm` (hack/vllm_argv.py), and checks what vLLM would receive:
 - status vllmFlag "args" / "VLLM_ADDITIONAL_ARGS": exactly one --kv-transfer-config, valid JSON,
-  the one the mode asks for (agent: KVOffloadAgentSpec; vllm-native: TieringOffloadingSpec with
+  the one the mode asks for (with vllmFlagBeside, the user's P/D connector and after it one
+  MultiConnector of theirs and that one) (agent: KVOffloadAgentSpec; vllm-native: TieringOffloadingSpec with
   the pod's cpu bytes, eviction policy and tier paths); in agent mode also exactly one
   --shutdown-timeout, long enough for the agent's write-back;
 - "user": the argv vLLM got before the patch, unchanged (the user's own flag);
@@ -107,6 +108,19 @@ class LaunchTest(unittest.TestCase):
                 ran_after = vllm_argv.run(after)
                 self.assertIsNotNone(ran_after["argv"], ran_after["output"])
                 got = ran_after["kvTransferConfigs"]
+                beside = status.get("vllmFlagBeside")
+                if beside:
+                    # The user's P/D connector stays where it was; ours follows it as one
+                    # MultiConnector, theirs first, and vLLM takes the later flag.
+                    self.assertEqual(len(got), 2, ran_after["argv"])
+                    self.assertEqual(ran_before["kvTransferConfigs"], got[:1])
+                    self.assertEqual(got[0]["kv_connector"], beside)
+                    multi = got.pop()
+                    self.assertEqual(multi["kv_connector"], "MultiConnector")
+                    self.assertEqual(multi["kv_role"], "kv_both")
+                    children = multi["kv_connector_extra_config"]["connectors"]
+                    self.assertEqual(children[:-1], got)
+                    got = children[-1:]
                 if how in ("args", "VLLM_ADDITIONAL_ARGS"):
                     self.assertEqual(len(got), 1, ran_after["argv"])
                     if status["mode"] == "agent":
@@ -515,6 +529,40 @@ class LaunchTest(unittest.TestCase):
                                      "11" if agent else None, env)
                     # Once more over its own output: nothing changes.
                     self.assertEqual(inject(patched, cluster), patched)
+
+    def test_a_pd_connector_runs_beside_ours_through_reinjection(self):
+        """KServe's P/D pods pass NixlConnector themselves; vLLM takes one flag, so ours
+        follows theirs as one MultiConnector (theirs first). Re-injected after a mode change,
+        the MultiConnector is replaced, never nested, and theirs stays as it was; in args
+        (an exec-form pod) as in VLLM_ADDITIONAL_ARGS."""
+        nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+        exec_form = agent_pod(["vllm", "serve", "/models"],
+                              args=["--kv-transfer-config", json.dumps(nixl)])
+        for name, before, cluster in (
+                ("kserve-pd-decode-nixl", load(TESTDATA / "kserve-pd-decode-nixl.pod.json"),
+                 load(TESTDATA / "kserve-pd-decode-nixl.cluster.json")),
+                ("exec-form", exec_form, {"agentImage": "kv-offload/offload-agent:test"})):
+            cluster = dict(cluster, agentImage="kv-offload/offload-agent:test")
+            theirs = vllm_argv.run(before)["kvTransferConfigs"]
+            self.assertEqual(len(theirs), 1)
+            pod = before
+            for mode in ("agent", "vllm-native", "agent"):
+                with self.subTest(case=name, mode=mode):
+                    pod = copy.deepcopy(pod)
+                    pod["metadata"].setdefault("annotations", {})["kvoffload.io/mode"] = mode
+                    pod = inject(pod, cluster)
+                    status = json.loads(pod["metadata"]["annotations"]["kvoffload.io/status"])
+                    self.assertEqual(status["vllmFlagBeside"], theirs[0]["kv_connector"])
+                    got = vllm_argv.run(pod)["kvTransferConfigs"]
+                    self.assertEqual(len(got), 2, got)
+                    self.assertEqual(got[0], theirs[0])
+                    children = got[1]["kv_connector_extra_config"]["connectors"]
+                    self.assertEqual(children[0], theirs[0])
+                    self.assertEqual(len(children), 2, children)
+                    spec = children[1]["kv_connector_extra_config"]["spec_name"]
+                    self.assertEqual(spec, "KVOffloadAgentSpec" if mode == "agent"
+                                     else "TieringOffloadingSpec")
+                    self.assertEqual(inject(pod, cluster), pod)
 
 
 def inject(pod: dict, cluster: dict, warnings: list | None = None) -> dict:

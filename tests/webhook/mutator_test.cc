@@ -310,6 +310,46 @@ TEST(MutateTest, TheLastVllmAdditionalArgsIsTheOneVllmReads) {
       << first_is_theirs.patch;
 }
 
+// A P/D connector of the user's gets ours after it where the order is known (args,
+// VLLM_ADDITIONAL_ARGS), one MultiConnector with theirs first; written in the launch script
+// itself it is kept alone, and the warning gives the way to run both. An offloading connector
+// of theirs (LMCache) is kept alone wherever it is: ours beside it would keep every block twice.
+TEST(MutateTest, APdConnectorOfTheUsersGetsOursBesideItWhereTheOrderIsKnown) {
+  auto pod_with = [](const std::string& script, const std::string& connector) {
+    json pod = Pod(EmptyDirSpec("1Gi"));
+    pod["metadata"]["annotations"][kAnnotationVllm] = "true";
+    json& c = pod["spec"]["containers"][0];
+    // The JSON has no blanks: an unquoted expansion splits it at none.
+    const std::string value =
+        "{\"kv_connector\":\"" + connector + "\",\"kv_role\":\"kv_producer\"}";
+    c["command"] = {"/bin/bash", "-c",
+                    script == "script"
+                        ? "exec vllm serve /m --kv-transfer-config '" + value + "' \"$@\""
+                        : "exec vllm serve /m $VLLM_ADDITIONAL_ARGS \"$@\""};
+    if (script == "env") {
+      c["env"] = {{{"name", "VLLM_ADDITIONAL_ARGS"}, {"value", "--kv-transfer-config " + value}}};
+    }
+    return pod;
+  };
+  const Mutation in_env = Mutate(Input(pod_with("env", "NixlConnector")));
+  EXPECT_NE(in_env.patch.find("MultiConnector"), std::string::npos) << in_env.patch;
+  EXPECT_NE(in_env.patch.find("\\\"vllmFlagBeside\\\":\\\"NixlConnector\\\""), std::string::npos)
+      << in_env.patch;
+  const Mutation in_script = Mutate(Input(pod_with("script", "NixlConnector")));
+  EXPECT_EQ(in_script.patch.find("MultiConnector"), std::string::npos) << in_script.patch;
+  EXPECT_NE(JoinDenials(in_script.warnings)
+                .find("so vLLM runs NixlConnector and no offloading: to run both, pass one "
+                      "MultiConnector with yours first and ours second"),
+            std::string::npos)
+      << JoinDenials(in_script.warnings);
+  const Mutation lmcache = Mutate(Input(pod_with("env", "LMCacheConnectorV1")));
+  EXPECT_EQ(lmcache.patch.find("MultiConnector"), std::string::npos) << lmcache.patch;
+  EXPECT_NE(JoinDenials(lmcache.warnings).find("so vLLM runs LMCacheConnectorV1 and not "
+                                               "kv-offload's tiers"),
+            std::string::npos)
+      << JoinDenials(lmcache.warnings);
+}
+
 // Of a repeated env name the container gets the last entry, so that is the one each of ours is
 // read from and replaced in; names like ours (as long, the same first byte) are left alone.
 TEST(MutateTest, TheEnvEntryTheContainerGetsIsTheOneReadAndReplaced) {

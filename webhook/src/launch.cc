@@ -1050,6 +1050,10 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   }
   if (v.found) note_shutdown_timeout(additional_args);
   plan.additional_args_unseen = v.found && additional_args_unseen;
+  if (v.found && !v.one_word && !additional_args_unseen) {
+    plan.additional_args_route =
+        v.for_eval ? FlagRoute::kAdditionalArgsEnvForEval : FlagRoute::kAdditionalArgsEnv;
+  }
   if (e.found) {
     plan.route = e.for_eval ? FlagRoute::kArgsForEval : FlagRoute::kArgs;
   } else if (!v.found && !launcher.empty()) {

@@ -634,8 +634,65 @@ bool IsOurFlagValue(std::string_view value) {
   }
   Result<json> flag = ParseJson(std::string(value), "--kv-transfer-config");
   if (!flag.ok()) return false;
-  const std::string spec = StringAt(Member(*flag, "kv_connector_extra_config"), "spec_name");
-  return spec == "KVOffloadAgentSpec" || spec == "TieringOffloadingSpec";
+  auto ours = [](const json& f) {
+    const std::string spec = StringAt(Member(f, "kv_connector_extra_config"), "spec_name");
+    return spec == "KVOffloadAgentSpec" || spec == "TieringOffloadingSpec";
+  };
+  if (ours(*flag)) return true;
+  // Ours beside the user's P/D connector (BesideTheirs): the last of a MultiConnector's.
+  const json& children = Member(Member(*flag, "kv_connector_extra_config"), "connectors");
+  return StringAt(*flag, "kv_connector") == "MultiConnector" && children.is_array() &&
+         !children.empty() && ours(children.back());
+}
+
+// vLLM's connectors that move KV between a prefill and a decode instance (P/D), as vLLM 0.32
+// and 0.33 register them. Offloading runs beside one of these (KServe's P/D sample composes
+// NixlConnector with OffloadingConnector); beside an offloading connector of the user's
+// (LMCache, a store) it would keep every block twice, in pinned memory the pod was not sized
+// for, so the user's is kept alone there.
+constexpr std::array<std::string_view, 5> kPdConnectors = {
+    "NixlConnector", "NixlPullConnector", "NixlPushConnector", "MooncakeConnector",
+    "MoRIIOConnector"};
+
+// `theirs`, a user's --kv-transfer-config, with `ours` beside it: one MultiConnector running
+// theirs first and ours second (a request's KV loads from the first that has it, a prefill
+// pod's handover; stores go to both), kv_role kv_both, theirs' kv_load_failure_policy or else
+// ours. A MultiConnector of theirs gets ours appended. nullopt where theirs is not (only) P/D
+// connectors; `names` gets theirs ("NixlConnector", "NixlConnector+MooncakeConnector").
+std::optional<json> BesideTheirs(const json& theirs, const json& ours, std::string* names) {
+  auto pd = [](const json& f) {
+    const std::string name = StringAt(f, "kv_connector");
+    return std::find(kPdConnectors.begin(), kPdConnectors.end(), name) != kPdConnectors.end();
+  };
+  if (!theirs.is_object()) return std::nullopt;
+  json multi;
+  if (pd(theirs)) {
+    *names = StringAt(theirs, "kv_connector");
+    multi = {{"kv_connector", "MultiConnector"},
+             {"kv_role", "kv_both"},
+             {"kv_connector_extra_config", {{"connectors", json::array({theirs})}}}};
+    if (theirs.contains("kv_load_failure_policy")) {
+      multi["kv_load_failure_policy"] = theirs["kv_load_failure_policy"];
+    }
+  } else if (StringAt(theirs, "kv_connector") == "MultiConnector") {
+    const json& children = Member(Member(theirs, "kv_connector_extra_config"), "connectors");
+    if (!children.is_array() || children.empty() ||
+        !std::all_of(children.begin(), children.end(), pd)) {
+      return std::nullopt;
+    }
+    names->clear();
+    for (const json& child : children) {
+      *names += (names->empty() ? "" : "+") + StringAt(child, "kv_connector");
+    }
+    multi = theirs;
+  } else {
+    return std::nullopt;
+  }
+  if (!multi.contains("kv_load_failure_policy") && ours.contains("kv_load_failure_policy")) {
+    multi["kv_load_failure_policy"] = ours["kv_load_failure_policy"];
+  }
+  multi["kv_connector_extra_config"]["connectors"].push_back(ours);
+  return multi;
 }
 
 // The connector a --kv-transfer-config value runs when it is no offloading one (a P/D pod's
@@ -967,6 +1024,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   // For the status annotation: how the flag reaches vLLM, and why ours does not where it does not.
   std::string vllm_flag;
   std::string vllm_flag_reason = runs_vllm ? "" : kFlagReasonNotVllm;
+  std::string vllm_flag_beside;  // the user's P/D connector(s) ours runs beside
   if (runs_vllm) {
     const std::string& ours = plan.from_spec->transfer_config;
     const std::optional<size_t> additional = env_at.Of("VLLM_ADDITIONAL_ARGS");
@@ -977,7 +1035,63 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     Result<json> theirs = launch.has_user_flag
                               ? ParseJson(launch.user_flag_value, "--kv-transfer-config")
                               : Result<json>(json());
-    if (launch.has_user_flag) {
+    // A P/D connector of the user's gets ours beside it, in one MultiConnector that follows
+    // theirs in vLLM's argv (the later flag wins): in args after theirs there, or in
+    // VLLM_ADDITIONAL_ARGS after theirs there.
+    std::optional<json> beside;
+    std::string beside_names;
+    FlagRoute beside_route = FlagRoute::kUnreachable;
+    if (launch.has_user_flag && theirs.ok()) {
+      if (launch.user_flag_where == "args" &&
+          (launch.route == FlagRoute::kArgs || launch.route == FlagRoute::kArgsForEval)) {
+        beside_route = launch.route;
+      } else if (launch.user_flag_where == "VLLM_ADDITIONAL_ARGS") {
+        beside_route = launch.additional_args_route;
+      }
+      if (beside_route != FlagRoute::kUnreachable) {
+        beside = BesideTheirs(*theirs, json::parse(ours), &beside_names);
+      }
+    }
+    // Ours onto vLLM's command line along `route` (`arg` the flag as the route passes it,
+    // `arg_json` that as a JSON string), with the agent's shutdown timeout after it.
+    auto add_flag = [&](FlagRoute route, std::string_view arg, std::string_view arg_json) {
+      // What follows our flag: the agent's write-back needs vLLM to wait for it on SIGTERM.
+      std::string shutdown_timeout;
+      if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
+        shutdown_timeout = "--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds);
+        const std::optional<int64_t> grace = pod["spec"]["terminationGracePeriodSeconds"].Int();
+        if (grace && *grace < kAgentShutdownTimeoutSeconds + 5) {
+          warnings->push_back("terminationGracePeriodSeconds " + std::to_string(*grace) +
+                                 " ends vLLM before the agent writes back; use 25 or more");
+        }
+      }
+      if (route == FlagRoute::kAdditionalArgsEnv ||
+          route == FlagRoute::kAdditionalArgsEnvForEval) {
+        std::string value =
+            additional ? StringAt(env.At(*additional), "value") : "";
+        if (!value.empty()) value += ' ';
+        value += arg;
+        if (!shutdown_timeout.empty()) value += ' ' + shutdown_timeout;
+        set_env("VLLM_ADDITIONAL_ARGS", value);
+        vllm_flag = "VLLM_ADDITIONAL_ARGS";
+      } else {
+        ArrayAppend add_args(container["args"], c_path + "/args");
+        if (launch.needs_arg0) add_args.Push(Quoted("--"));
+        add_args.Borrow(arg_json);
+        if (!shutdown_timeout.empty()) add_args.Push(Quoted(shutdown_timeout));
+        add_args.Flush(&patch);
+        vllm_flag = "args";
+      }
+    };
+    if (beside) {
+      const std::string arg = FlagArgument(beside_route, DumpJson(*beside));
+      add_flag(beside_route, arg, Quoted(arg));
+      vllm_flag_beside = beside_names;
+      warnings->push_back("container " + c_name + " passes its own --kv-transfer-config (" +
+                          beside_names + ") in " + launch.user_flag_where +
+                          "; ours follows it as one MultiConnector with " + beside_names +
+                          " first, which vLLM takes (the later flag wins)");
+    } else if (launch.has_user_flag) {
       if (!theirs.ok() && !launch.user_flag_expanded) {
         warnings->push_back("container " + c_name + ": its own --kv-transfer-config in " +
                                launch.user_flag_where + " reaches vLLM as invalid JSON; quote it");
@@ -987,9 +1101,15 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         std::string warning = "container " + c_name + " already passes --kv-transfer-config in " +
                               launch.user_flag_where + "; kept it instead of ours";
         if (const std::string other = theirs.ok() ? OtherConnector(*theirs) : ""; !other.empty()) {
-          warning += ", so vLLM runs " + other +
-                     " and no offloading: to run both, pass one MultiConnector with yours first "
-                     "and ours second (docs/deploy.md, \"Beside another connector\")";
+          std::string names;
+          if (BesideTheirs(*theirs, json::object(), &names)) {
+            // A P/D connector where ours cannot be placed after it (in the script itself).
+            warning += ", so vLLM runs " + other +
+                       " and no offloading: to run both, pass one MultiConnector with yours "
+                       "first and ours second (docs/deploy.md, \"Beside another connector\")";
+          } else {
+            warning += ", so vLLM runs " + other + " and not kv-offload's tiers";
+          }
         }
         warnings->push_back(std::move(warning));
         vllm_flag = "user";
@@ -1014,32 +1134,8 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       }
       const bool evals = RouteEvals(launch.route);
       const FromSpec& derived = *plan.from_spec;
-      // What follows our flag: the agent's write-back needs vLLM to wait for it on SIGTERM.
-      std::string shutdown_timeout;
-      if (mode == Mode::kAgent && !launch.has_shutdown_timeout) {
-        shutdown_timeout = "--shutdown-timeout=" + std::to_string(kAgentShutdownTimeoutSeconds);
-        const std::optional<int64_t> grace = pod["spec"]["terminationGracePeriodSeconds"].Int();
-        if (grace && *grace < kAgentShutdownTimeoutSeconds + 5) {
-          warnings->push_back("terminationGracePeriodSeconds " + std::to_string(*grace) +
-                                 " ends vLLM before the agent writes back; use 25 or more");
-        }
-      }
-      if (env_route) {
-        std::string value =
-            additional ? StringAt(env.At(*additional), "value") : "";
-        if (!value.empty()) value += ' ';
-        value += evals ? derived.flag_argument_for_eval : derived.flag_argument;
-        if (!shutdown_timeout.empty()) value += ' ' + shutdown_timeout;
-        set_env("VLLM_ADDITIONAL_ARGS", value);
-        vllm_flag = "VLLM_ADDITIONAL_ARGS";
-      } else {
-        ArrayAppend add_args(container["args"], c_path + "/args");
-        if (launch.needs_arg0) add_args.Push(Quoted("--"));
-        add_args.Borrow(evals ? derived.flag_argument_for_eval_json : derived.flag_argument_json);
-        if (!shutdown_timeout.empty()) add_args.Push(Quoted(shutdown_timeout));
-        add_args.Flush(&patch);
-        vllm_flag = "args";
-      }
+      add_flag(launch.route, evals ? derived.flag_argument_for_eval : derived.flag_argument,
+               evals ? derived.flag_argument_for_eval_json : derived.flag_argument_json);
     }
   }
   add_env.Flush(&patch);
@@ -1081,6 +1177,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
   if (!vllm_flag.empty()) {
     status += ",\"vllmFlag\":";
     AppendJsonString(status, vllm_flag);
+  }
+  if (!vllm_flag_beside.empty()) {
+    status += ",\"vllmFlagBeside\":";
+    AppendJsonString(status, vllm_flag_beside);
   }
   status += vllm_flag_reason.empty() ? ",\"vllmFlagInjected\":true" : ",\"vllmFlagInjected\":false";
   if (!vllm_flag_reason.empty()) {

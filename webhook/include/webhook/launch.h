@@ -43,6 +43,10 @@ struct LaunchPlan {
   // The script expands VLLM_ADDITIONAL_ARGS, whose value comes through valueFrom or envFrom
   // and so cannot be read: a --kv-transfer-config there is not seen.
   bool additional_args_unseen = false;
+  // The route through VLLM_ADDITIONAL_ARGS where the script expands its literal value word by
+  // word (kUnreachable elsewhere), whichever `route` is: a flag appended there comes after the
+  // user's own in it, whatever order the script expands it and its arguments in.
+  FlagRoute additional_args_route = FlagRoute::kUnreachable;
 };
 
 // Reads `container` (a Pod's container object, its envFrom too) and `additional_args`, its env
