@@ -103,3 +103,28 @@ assert_eq "{}" "$(k -n "${ns}" get llminferenceservice dropped -o json | jq -c '
 create_pod "${ns}" "$(pod_manifest dropped-kserve-0 '{}' \
   '{"app.kubernetes.io/name":"dropped","app.kubernetes.io/part-of":"llminferenceservice"}')" >/dev/null
 assert_not_injected "$(get_pod "${ns}" dropped-kserve-0)"
+
+# KServe's P/D pods pass NixlConnector themselves, in VLLM_ADDITIONAL_ARGS: ours follows it as
+# one MultiConnector with theirs first, in the same variable, and vLLM (the launch run by bash
+# with a stand-in vllm) gets theirs, then that, and takes the later.
+k -n "${ns}" apply -f - >/dev/null <<'YAML'
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata:
+  name: pd
+spec:
+  kvCacheOffloading: {cpu: "2Gi"}
+  prefill:
+    kvCacheOffloading: {cpu: "2Gi"}
+YAML
+nixl='--kv_transfer_config '\''{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'\'
+decode="$(pod_manifest pd-kserve-0 '{}' \
+  '{"app.kubernetes.io/name":"pd","app.kubernetes.io/part-of":"llminferenceservice","llm-d.ai/role":"decode"}' |
+  jq -c --arg v "${nixl}" '.spec.containers[0].env += [{name: "VLLM_ADDITIONAL_ARGS", value: $v}]')"
+create_pod "${ns}" "${decode}" >/dev/null
+decode="$(get_pod "${ns}" pd-kserve-0)"
+assert_eq "NixlConnector" "$(jqv "$(jqv "${decode}" '.metadata.annotations["kvoffload.io/status"]')" .vllmFlagBeside)" "status: ours beside theirs"
+got="$(vllm_receives "${decode}")"
+assert_eq '["NixlConnector","MultiConnector"]' "$(jq -c '[.[].kv_connector]' <<<"${got}")" "vLLM gets theirs, then ours"
+assert_eq '["NixlConnector","OffloadingConnector"]' "$(jq -c '[.[1].kv_connector_extra_config.connectors[].kv_connector]' <<<"${got}")" "the MultiConnector runs theirs first"
+assert_eq "KVOffloadAgentSpec" "$(jq -r '.[1].kv_connector_extra_config.connectors[1].kv_connector_extra_config.spec_name' <<<"${got}")" "ours second, in agent mode"
