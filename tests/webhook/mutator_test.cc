@@ -342,6 +342,17 @@ TEST(MutateTest, APdConnectorOfTheUsersGetsOursBesideItWhereTheOrderIsKnown) {
                       "MultiConnector with yours first and ours second"),
             std::string::npos)
       << JoinDenials(in_script.warnings);
+  // Given key by key, theirs is laid by vLLM over any whole flag (checked with vLLM 0.32's
+  // parser): ours after it would come out as theirs. Kept alone.
+  json dotted = Pod(EmptyDirSpec("1Gi"));
+  dotted["metadata"]["annotations"][kAnnotationVllm] = "true";
+  dotted["spec"]["containers"][0]["command"] = {"vllm", "serve", "/m"};
+  dotted["spec"]["containers"][0]["args"] = {"--kv-transfer-config.kv_connector=NixlConnector",
+                                             "--kv-transfer-config.kv_role=kv_producer"};
+  const Mutation by_key = Mutate(Input(dotted));
+  EXPECT_EQ(by_key.patch.find("MultiConnector"), std::string::npos) << by_key.patch;
+  EXPECT_NE(JoinDenials(by_key.warnings).find("kept it instead of ours"), std::string::npos)
+      << JoinDenials(by_key.warnings);
   const Mutation lmcache = Mutate(Input(pod_with("env", "LMCacheConnectorV1")));
   EXPECT_EQ(lmcache.patch.find("MultiConnector"), std::string::npos) << lmcache.patch;
   EXPECT_NE(JoinDenials(lmcache.warnings).find("so vLLM runs LMCacheConnectorV1 and not "

@@ -160,7 +160,7 @@ std::string FlagValueAt(std::string_view text, size_t pos, size_t flag_len,
 // next to those was merged with the user's by vLLM.
 // `parsed_by_shell`: the arguments reach vLLM through eval, which removes a layer of quoting.
 bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_shell,
-                    std::string* value) {
+                    std::string* value, bool* dotted_form = nullptr) {
   nlohmann::json dotted;
   for (size_t i = 0; i < args.size(); ++i) {
     for (std::string_view flag : kFlagNames) {
@@ -198,6 +198,7 @@ bool FindFlagInArgs(const std::vector<std::string_view>& args, bool parsed_by_sh
   }
   if (dotted.is_null()) return false;
   *value = dotted.dump();
+  if (dotted_form != nullptr) *dotted_form = true;
   return true;
 }
 
@@ -963,7 +964,9 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
                     std::string_view additional_args, bool additional_args_unseen,
                     const FlagEnv& flag_env, std::vector<std::string>* env_expanded = nullptr) {
   LaunchPlan plan;
-  auto user_flag = [&plan](std::string where, std::string value) {
+  bool dotted = false;  // FindFlagInArgs': the user's flag was given key by key
+  auto user_flag = [&plan, &dotted](std::string where, std::string value) {
+    plan.user_flag_dotted = dotted;
     plan.has_user_flag = true;
     plan.user_flag_where = std::move(where);
     plan.user_flag_expanded = value.starts_with('$');
@@ -997,7 +1000,9 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
     for (std::string_view text : argv) note_shutdown_timeout(text);
     plan.route = FlagRoute::kArgs;
     std::string value;
-    if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value)) user_flag("args", value);
+    if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value, &dotted)) {
+      user_flag("args", value);
+    }
     return plan;
   }
 
@@ -1080,7 +1085,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   bool defers = false;  // FindFlagInText's; a test in VLLM_ADDITIONAL_ARGS is no matter
   if (e.found && positional.size() > 1 &&
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
-                     plan.route == FlagRoute::kArgsForEval, &value)) {
+                     plan.route == FlagRoute::kArgsForEval, &value, &dotted)) {
     user_flag("args", value);
   } else if (FindFlagInScript(launch_lines, &value) || FindFlagInScript(lines, &value)) {
     // Written on the launch line itself, the flag always reaches vLLM, whatever the script

@@ -1041,7 +1041,9 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     std::optional<json> beside;
     std::string beside_names;
     FlagRoute beside_route = FlagRoute::kUnreachable;
-    if (launch.has_user_flag && theirs.ok()) {
+    // Not beside a flag given key by key: vLLM lays those keys over any whole flag, so ours
+    // would come out as theirs again.
+    if (launch.has_user_flag && theirs.ok() && !launch.user_flag_dotted) {
       if (launch.user_flag_where == "args" &&
           (launch.route == FlagRoute::kArgs || launch.route == FlagRoute::kArgsForEval)) {
         beside_route = launch.route;

@@ -36,6 +36,9 @@ struct LaunchPlan {
   // Its value is a shell expansion (`--kv-transfer-config "$KV"`): set at run time, not
   // readable here.
   bool user_flag_expanded = false;
+  // It is given key by key (`--kv-transfer-config.kv_connector=X`), which vLLM applies over a
+  // whole --kv-transfer-config wherever that stands: user_flag_value is the keys as one object.
+  bool user_flag_dotted = false;
   // vLLM already gets a --shutdown-timeout (in args, the script, or VLLM_ADDITIONAL_ARGS).
   bool has_shutdown_timeout = false;
   // kUnreachable for a reason other than a script that forwards nothing: what, and the fix.
