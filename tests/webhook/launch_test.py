@@ -564,6 +564,69 @@ class LaunchTest(unittest.TestCase):
                                      else "TieringOffloadingSpec")
                     self.assertEqual(inject(pod, cluster), pod)
 
+    def test_ours_goes_beside_theirs_only_where_vllm_then_takes_ours(self):
+        """Found from outside: with their flag in args and in VLLM_ADDITIONAL_ARGS, or twice,
+        vLLM takes the last, which need not be the one ours was composed with or come before
+        ours: theirs is kept alone there. A quote in their JSON made ours (which carries it)
+        unknown to a re-injection, and stale MultiConnectors piled up; a flag of theirs
+        added by hand after ours in VLLM_ADDITIONAL_ARGS was taken for ours and removed."""
+        # No blanks: plain expansions of VLLM_ADDITIONAL_ARGS split at them.
+        nixl = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                          separators=(",", ":"))
+        mooncake = json.dumps({"kv_connector": "MooncakeConnector", "kv_role": "kv_both"},
+                              separators=(",", ":"))
+        cluster = {"agentImage": "kv-offload/offload-agent:test"}
+
+        def status(pod):
+            return json.loads(pod["metadata"]["annotations"]["kvoffload.io/status"])
+
+        kept_alone = {
+            "args and env": agent_pod(
+                ["/bin/bash", "-c", 'exec vllm serve /m "$@" $VLLM_ADDITIONAL_ARGS', "--"],
+                args=["--kv-transfer-config=" + nixl],
+                env=[{"name": "VLLM_ADDITIONAL_ARGS", "value": "--kv-transfer-config=" + mooncake}]),
+            "twice in env": agent_pod(
+                ["/bin/bash", "-c", "exec vllm serve /m $VLLM_ADDITIONAL_ARGS"],
+                env=[{"name": "VLLM_ADDITIONAL_ARGS",
+                      "value": f"--kv-transfer-config={mooncake} --kv_transfer_config={nixl}"}]),
+        }
+        for name, pod in kept_alone.items():
+            with self.subTest(case=name):
+                patched = inject(pod, cluster)
+                self.assertEqual(status(patched)["vllmFlag"], "user")
+                self.assertEqual(vllm_argv.run(patched)["argv"], vllm_argv.run(pod)["argv"])
+
+        quoted = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"note": "it's"}})
+        pod = agent_pod(["/bin/bash", "-c", 'eval "exec vllm serve /m $@"', "--"],
+                        args=["--kv-transfer-config=" + vllm_argv_quote(quoted)])
+        for mode in ("agent", "vllm-native", "agent"):
+            with self.subTest(case="a quote in theirs", mode=mode):
+                pod["metadata"]["annotations"]["kvoffload.io/mode"] = mode
+                pod = inject(pod, cluster)
+                got = vllm_argv.run(pod)["kvTransferConfigs"]
+                self.assertEqual(len(got), 2, got)
+                self.assertEqual(got[0], json.loads(quoted))
+                self.assertEqual(len(pod["spec"]["containers"][0]["args"]),
+                                 2 + (mode == "agent"), pod["spec"]["containers"][0]["args"])
+
+        plain = agent_pod(["/bin/bash", "-c", "exec vllm serve /m $VLLM_ADDITIONAL_ARGS"],
+                          env=[{"name": "VLLM_ADDITIONAL_ARGS", "value": "--max-model-len 64"}])
+        plain = inject(plain, cluster)
+        env = plain["spec"]["containers"][0]["env"]
+        extra = next(e for e in env if e["name"] == "VLLM_ADDITIONAL_ARGS")
+        extra["value"] += " --kv-transfer-config=" + nixl  # added by hand after ours
+        plain["metadata"]["annotations"]["kvoffload.io/config"] = '{"cpu":"2Gi"}'
+        plain = inject(plain, cluster)
+        got = vllm_argv.run(plain)["kvTransferConfigs"]
+        self.assertEqual([g["kv_connector"] for g in got], ["NixlConnector", "MultiConnector"])
+        self.assertEqual(status(plain)["vllmFlagBeside"], "NixlConnector")
+
+
+def vllm_argv_quote(text: str) -> str:
+    """`text` single-quoted for a shell, as a user writes a value an eval reads."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
 
 def inject(pod: dict, cluster: dict, warnings: list | None = None) -> dict:
     """The pod as `kv-offload-webhook inject` prints it, with the case's cluster objects; its

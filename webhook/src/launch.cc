@@ -806,7 +806,20 @@ std::vector<std::string> WithScriptLevelArguments(const std::vector<std::string>
   return out;
 }
 
+// How many times `text` names the flag, in either spelling.
+size_t CountFlags(std::string_view text) {
+  size_t n = 0;
+  for (std::string_view flag : kFlagNames) {
+    for (size_t pos = text.find(flag); pos != std::string_view::npos; pos = text.find(flag, pos + 1)) {
+      ++n;
+    }
+  }
+  return n;
+}
+
 }  // namespace
+
+std::string ShellUnquote(std::string_view word) { return UnquoteWord(word); }
 
 std::string ShellQuote(std::string_view text) {
   std::string out = "'";
@@ -1002,6 +1015,7 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
     std::string value;
     if (FindFlagInArgs(argv, /*parsed_by_shell=*/false, &value, &dotted)) {
       user_flag("args", value);
+      for (std::string_view a : argv) plan.user_flags += CountFlags(a);
     }
     return plan;
   }
@@ -1083,6 +1097,19 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   // as eval reads it, or split at blanks as a plain expansion is.
   std::string value;
   bool defers = false;  // FindFlagInText's; a test in VLLM_ADDITIONAL_ARGS is no matter
+  // Every place vLLM may get one from, each flag there once (the script's at most once: its
+  // tests of "$*" name the flag without passing it).
+  std::string ignored;
+  if (e.found) {
+    for (size_t i = 1; i < positional.size(); ++i) plan.user_flags += CountFlags(positional[i]);
+  }
+  if (FindFlagInScript(launch_lines, &ignored) || FindFlagInScript(lines, &ignored)) {
+    ++plan.user_flags;
+  }
+  if (v.found) plan.user_flags += CountFlags(additional_args);
+  if (std::string name; FindFlagInExpandedEnv(lines, flag_env, &name, &ignored)) {
+    ++plan.user_flags;
+  }
   if (e.found && positional.size() > 1 &&
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
                      plan.route == FlagRoute::kArgsForEval, &value, &dotted)) {

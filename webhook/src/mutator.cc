@@ -629,10 +629,10 @@ void CheckRenderedMounts(const MutationInput& in, const MutationPlan& plan,
 // Whether `value`, a --kv-transfer-config value as we write it (single-quoted where a script
 // evals it), is one of ours: the agent's spec or vLLM's own tiering spec.
 bool IsOurFlagValue(std::string_view value) {
-  if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') {
-    value = value.substr(1, value.size() - 2);
-  }
-  Result<json> flag = ParseJson(std::string(value), "--kv-transfer-config");
+  // ShellQuote's quoting undone: ours beside the user's carries their text, which may hold a
+  // quote ('\'' in the quoted form).
+  const std::string text = value.starts_with('\'') ? ShellUnquote(value) : std::string(value);
+  Result<json> flag = ParseJson(text, "--kv-transfer-config");
   if (!flag.ok()) return false;
   auto ours = [](const json& f) {
     const std::string spec = StringAt(Member(f, "kv_connector_extra_config"), "spec_name");
@@ -657,7 +657,7 @@ constexpr std::array<std::string_view, 5> kPdConnectors = {
 // `theirs`, a user's --kv-transfer-config, with `ours` beside it: one MultiConnector running
 // theirs first and ours second (a request's KV loads from the first that has it, a prefill
 // pod's handover; stores go to both), kv_role kv_both, theirs' kv_load_failure_policy or else
-// ours. A MultiConnector of theirs gets ours appended. nullopt where theirs is not (only) P/D
+// ours. A MultiConnector of theirs gets ours appended (and kv_role kv_both). nullopt where theirs is not (only) P/D
 // connectors; `names` gets theirs ("NixlConnector", "NixlConnector+MooncakeConnector").
 std::optional<json> BesideTheirs(const json& theirs, const json& ours, std::string* names) {
   auto pd = [](const json& f) {
@@ -685,6 +685,7 @@ std::optional<json> BesideTheirs(const json& theirs, const json& ours, std::stri
       *names += (names->empty() ? "" : "+") + StringAt(child, "kv_connector");
     }
     multi = theirs;
+    multi["kv_role"] = "kv_both";  // ours stores and loads whatever their role
   } else {
     return std::nullopt;
   }
@@ -712,11 +713,9 @@ std::string OtherConnector(const json& flag) {
   return name;
 }
 
-// `value` (VLLM_ADDITIONAL_ARGS) without its --kv-transfer-config=VALUE word, as we append it:
-// one shell word, single-quoted where the script evals it. nullopt when there is none.
-std::optional<std::string> WithoutFlagWord(const std::string& value) {
-  const size_t start = value.rfind("--kv-transfer-config=");
-  if (start == std::string::npos) return std::nullopt;
+// The end of the shell word that starts at `start` of `value` (quotes and backslashes kept
+// together with what they quote).
+size_t FlagWordEnd(const std::string& value, size_t start) {
   size_t end = start;
   for (bool quoted = false; end < value.size(); ++end) {
     const char c = value[end];
@@ -728,12 +727,31 @@ std::optional<std::string> WithoutFlagWord(const std::string& value) {
       break;
     }
   }
-  std::string before = value.substr(0, start);
-  std::string after = value.substr(std::min(end, value.size()));
-  before.erase(before.find_last_not_of(" \t") + 1);
-  after.erase(0, std::min(after.size(), after.find_first_not_of(" \t")));
-  return before.empty() || after.empty() ? before + after : before + " " + after;
+  return std::min(end, value.size());
 }
+
+// `value` (VLLM_ADDITIONAL_ARGS) without its --kv-transfer-config=VALUE word, as we append it:
+// one shell word, single-quoted where the script evals it. nullopt when there is none.
+std::optional<std::string> WithoutFlagWord(const std::string& value) {
+  static constexpr std::string_view kWord = "--kv-transfer-config=";
+  // The last such word that is ours: a flag of the user's written the same way after ours
+  // (added by hand since) was taken for ours and removed.
+  for (size_t start = value.rfind(kWord); start != std::string::npos;
+       start = start == 0 ? std::string::npos : value.rfind(kWord, start - 1)) {
+    const size_t end = FlagWordEnd(value, start);
+    if (!IsOurFlagValue(std::string_view(value).substr(start + kWord.size(),
+                                                       end - start - kWord.size()))) {
+      continue;
+    }
+    std::string before = value.substr(0, start);
+    std::string after = value.substr(std::min(end, value.size()));
+    before.erase(before.find_last_not_of(" \t") + 1);
+    after.erase(0, std::min(after.size(), after.find_first_not_of(" \t")));
+    return before.empty() || after.empty() ? before + after : before + " " + after;
+  }
+  return std::nullopt;
+}
+
 
 CheckedMutation CheckMutation(const MutationInput& in) {
   CheckedMutation out;
@@ -1042,8 +1060,10 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     std::string beside_names;
     FlagRoute beside_route = FlagRoute::kUnreachable;
     // Not beside a flag given key by key: vLLM lays those keys over any whole flag, so ours
-    // would come out as theirs again.
-    if (launch.has_user_flag && theirs.ok() && !launch.user_flag_dotted) {
+    // would come out as theirs again. Nor where the user passes several: vLLM takes the last,
+    // which need not be the one read, nor come before ours.
+    if (launch.has_user_flag && theirs.ok() && !launch.user_flag_dotted &&
+        launch.user_flags == 1) {
       if (launch.user_flag_where == "args" &&
           (launch.route == FlagRoute::kArgs || launch.route == FlagRoute::kArgsForEval)) {
         beside_route = launch.route;

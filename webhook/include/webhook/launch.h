@@ -39,6 +39,9 @@ struct LaunchPlan {
   // It is given key by key (`--kv-transfer-config.kv_connector=X`), which vLLM applies over a
   // whole --kv-transfer-config wherever that stands: user_flag_value is the keys as one object.
   bool user_flag_dotted = false;
+  // How many flags of the user's vLLM may get, from every place (vLLM takes the last, which
+  // user_flag_value need not be where there are several).
+  size_t user_flags = 0;
   // vLLM already gets a --shutdown-timeout (in args, the script, or VLLM_ADDITIONAL_ARGS).
   bool has_shutdown_timeout = false;
   // kUnreachable for a reason other than a script that forwards nothing: what, and the fix.
@@ -61,6 +64,10 @@ LaunchPlan PlanLaunch(const JsonView& container, const JsonView& additional_args
 
 // `text` as one shell word: single-quoted, with each ' written as '\''.
 std::string ShellQuote(std::string_view text);
+
+// One shell word read as the shell reads it without expansions: quotes removed, backslash
+// escapes applied (what ShellQuote wrote comes back).
+std::string ShellUnquote(std::string_view word);
 
 // Whether a script evals what `route` hands it, so that the argument must be shell-quoted.
 bool RouteEvals(FlagRoute route);
