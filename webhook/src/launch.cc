@@ -1097,33 +1097,34 @@ LaunchPlan PlanArgv(const std::vector<std::string_view>& argv, size_t command_si
   // as eval reads it, or split at blanks as a plain expansion is.
   std::string value;
   bool defers = false;  // FindFlagInText's; a test in VLLM_ADDITIONAL_ARGS is no matter
-  // Every place vLLM may get one from, each flag there once (the script's at most once: its
-  // tests of "$*" name the flag without passing it).
-  std::string ignored;
+  // Each place searched once: the flag vLLM may get from it, and how many in all (each flag in
+  // args or VLLM_ADDITIONAL_ARGS once; the script's at most once: its tests of "$*" name the
+  // flag without passing it).
+  std::string script_value;
+  const bool in_script =
+      FindFlagInScript(launch_lines, &script_value) || FindFlagInScript(lines, &script_value);
+  std::string env_name;
+  std::string env_value;
+  const bool in_expanded_env = FindFlagInExpandedEnv(lines, flag_env, &env_name, &env_value);
   if (e.found) {
     for (size_t i = 1; i < positional.size(); ++i) plan.user_flags += CountFlags(positional[i]);
   }
-  if (FindFlagInScript(launch_lines, &ignored) || FindFlagInScript(lines, &ignored)) {
-    ++plan.user_flags;
-  }
   if (v.found) plan.user_flags += CountFlags(additional_args);
-  if (std::string name; FindFlagInExpandedEnv(lines, flag_env, &name, &ignored)) {
-    ++plan.user_flags;
-  }
+  plan.user_flags += (in_script ? 1u : 0u) + (in_expanded_env ? 1u : 0u);
   if (e.found && positional.size() > 1 &&
       FindFlagInArgs(std::vector<std::string_view>(positional.begin() + 1, positional.end()),
                      plan.route == FlagRoute::kArgsForEval, &value, &dotted)) {
     user_flag("args", value);
-  } else if (FindFlagInScript(launch_lines, &value) || FindFlagInScript(lines, &value)) {
+  } else if (in_script) {
     // Written on the launch line itself, the flag always reaches vLLM, whatever the script
     // tests elsewhere (a `case "$*" in *--kv-transfer-config*` that only logs read as
     // deferring to the user's, and vLLM got two).
-    user_flag("the launch script", value);
+    user_flag("the launch script", script_value);
   } else if (v.found && FindFlagInText(additional_args, &value, &defers, nullptr,
                                        /*split_only=*/!v.for_eval)) {
     user_flag(std::string(kAdditionalArgs), value);
-  } else if (std::string name; FindFlagInExpandedEnv(lines, flag_env, &name, &value)) {
-    user_flag(name, value);
+  } else if (in_expanded_env) {
+    user_flag(env_name, env_value);
   }
   return plan;
 }

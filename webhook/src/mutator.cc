@@ -654,40 +654,45 @@ constexpr std::array<std::string_view, 5> kPdConnectors = {
     "NixlConnector", "NixlPullConnector", "NixlPushConnector", "MooncakeConnector",
     "MoRIIOConnector"};
 
-// `theirs`, a user's --kv-transfer-config, with `ours` beside it: one MultiConnector running
-// theirs first and ours second (a request's KV loads from the first that has it, a prefill
-// pod's handover; stores go to both), kv_role kv_both, theirs' kv_load_failure_policy or else
-// ours. A MultiConnector of theirs gets ours appended (and kv_role kv_both). nullopt where theirs is not (only) P/D
-// connectors; `names` gets theirs ("NixlConnector", "NixlConnector+MooncakeConnector").
-std::optional<json> BesideTheirs(const json& theirs, const json& ours, std::string* names) {
+// The P/D connectors a --kv-transfer-config value runs ("NixlConnector",
+// "NixlConnector+MooncakeConnector" for a MultiConnector of them); "" where it runs anything
+// else, alone or in its MultiConnector.
+std::string PdConnectors(const json& flag) {
   auto pd = [](const json& f) {
     const std::string name = StringAt(f, "kv_connector");
     return std::find(kPdConnectors.begin(), kPdConnectors.end(), name) != kPdConnectors.end();
   };
-  if (!theirs.is_object()) return std::nullopt;
+  if (!flag.is_object()) return "";
+  if (pd(flag)) return StringAt(flag, "kv_connector");
+  const json& children = Member(Member(flag, "kv_connector_extra_config"), "connectors");
+  if (StringAt(flag, "kv_connector") != "MultiConnector" || !children.is_array() ||
+      children.empty() || !std::all_of(children.begin(), children.end(), pd)) {
+    return "";
+  }
+  std::string names;
+  for (const json& child : children) {
+    names += (names.empty() ? "" : "+") + StringAt(child, "kv_connector");
+  }
+  return names;
+}
+
+// `theirs`, a user's --kv-transfer-config naming P/D connectors only (PdConnectors), with
+// `ours` beside it: one MultiConnector running theirs first and ours second (a request's KV
+// loads from the first that has it, a prefill pod's handover; stores go to both), kv_role
+// kv_both, theirs' kv_load_failure_policy or else ours. A MultiConnector of theirs gets ours
+// appended (and kv_role kv_both: ours stores and loads whatever their role).
+json BesideTheirs(const json& theirs, const json& ours) {
   json multi;
-  if (pd(theirs)) {
-    *names = StringAt(theirs, "kv_connector");
+  if (StringAt(theirs, "kv_connector") == "MultiConnector") {
+    multi = theirs;
+    multi["kv_role"] = "kv_both";
+  } else {
     multi = {{"kv_connector", "MultiConnector"},
              {"kv_role", "kv_both"},
              {"kv_connector_extra_config", {{"connectors", json::array({theirs})}}}};
     if (theirs.contains("kv_load_failure_policy")) {
       multi["kv_load_failure_policy"] = theirs["kv_load_failure_policy"];
     }
-  } else if (StringAt(theirs, "kv_connector") == "MultiConnector") {
-    const json& children = Member(Member(theirs, "kv_connector_extra_config"), "connectors");
-    if (!children.is_array() || children.empty() ||
-        !std::all_of(children.begin(), children.end(), pd)) {
-      return std::nullopt;
-    }
-    names->clear();
-    for (const json& child : children) {
-      *names += (names->empty() ? "" : "+") + StringAt(child, "kv_connector");
-    }
-    multi = theirs;
-    multi["kv_role"] = "kv_both";  // ours stores and loads whatever their role
-  } else {
-    return std::nullopt;
   }
   if (!multi.contains("kv_load_failure_policy") && ours.contains("kv_load_failure_policy")) {
     multi["kv_load_failure_policy"] = ours["kv_load_failure_policy"];
@@ -1056,8 +1061,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
     // A P/D connector of the user's gets ours beside it, in one MultiConnector that follows
     // theirs in vLLM's argv (the later flag wins): in args after theirs there, or in
     // VLLM_ADDITIONAL_ARGS after theirs there.
-    std::optional<json> beside;
-    std::string beside_names;
+    std::string beside_names;  // theirs, where ours goes beside them
     FlagRoute beside_route = FlagRoute::kUnreachable;
     // Not beside a flag given key by key: vLLM lays those keys over any whole flag, so ours
     // would come out as theirs again. Nor where the user passes several: vLLM takes the last,
@@ -1070,9 +1074,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
       } else if (launch.user_flag_where == "VLLM_ADDITIONAL_ARGS") {
         beside_route = launch.additional_args_route;
       }
-      if (beside_route != FlagRoute::kUnreachable) {
-        beside = BesideTheirs(*theirs, json::parse(ours), &beside_names);
-      }
+      if (beside_route != FlagRoute::kUnreachable) beside_names = PdConnectors(*theirs);
     }
     // Ours onto vLLM's command line along `route` (`arg` the flag as the route passes it,
     // `arg_json` that as a JSON string), with the agent's shutdown timeout after it.
@@ -1105,8 +1107,9 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         vllm_flag = "args";
       }
     };
-    if (beside) {
-      const std::string arg = FlagArgument(beside_route, DumpJson(*beside));
+    if (!beside_names.empty()) {
+      const std::string arg =
+          FlagArgument(beside_route, DumpJson(BesideTheirs(*theirs, json::parse(ours))));
       add_flag(beside_route, arg, Quoted(arg));
       vllm_flag_beside = beside_names;
       warnings->push_back("container " + c_name + " passes its own --kv-transfer-config (" +
@@ -1123,8 +1126,7 @@ std::string BuildPatch(const MutationInput& in, const MutationPlan& plan,
         std::string warning = "container " + c_name + " already passes --kv-transfer-config in " +
                               launch.user_flag_where + "; kept it instead of ours";
         if (const std::string other = theirs.ok() ? OtherConnector(*theirs) : ""; !other.empty()) {
-          std::string names;
-          if (BesideTheirs(*theirs, json::object(), &names)) {
+          if (!PdConnectors(*theirs).empty()) {
             // A P/D connector where ours cannot be placed after it (in the script itself).
             warning += ", so vLLM runs " + other +
                        " and no offloading: to run both, pass one MultiConnector with yours "
